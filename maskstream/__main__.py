@@ -1,0 +1,5 @@
+import sys
+
+from maskstream.cli import main
+
+sys.exit(main())

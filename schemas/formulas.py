@@ -1,0 +1,22 @@
+"""Names and versions of the formulas whose results are stored.
+
+A dataset's manifest and `seeds.json` record these, so a reader can tell whether two
+outputs were computed the same way. Change the version whenever a formula changes.
+
+- `word_normalization`: see `schemas.words`.
+- `tf_icf`: `tf_icf(w) = (tf_D(w) / sum_v tf_D(v)) * log(1 / max(f_G(w), floor))`, with
+  `f_G` the word's relative frequency in general text and `floor` the frequency assumed for
+  words general text lacks (documented with its default where it is computed).
+- `mask_probability`: per sequence, weights from each word's nearest-seed similarity (or
+  rank), mixed with uniform by alpha, scaled so the expected number of masked tokens equals
+  the budget times the number of non-special tokens, clipped to 1 with the excess
+  redistributed; special tokens 0.
+"""
+
+from schemas.words import WORD_NORMALIZATION
+
+FORMULA_VERSIONS: dict[str, str] = {
+    "word_normalization": WORD_NORMALIZATION,
+    "tf_icf": "tf-icf-v1",
+    "mask_probability": "difference-masking-v1",
+}

@@ -1,0 +1,150 @@
+"""The dataset manifest: what a dataset version holds, and how readers find and trust it.
+
+Layout of a dataset root (local path or `gs://bucket/prefix`):
+
+    ROOT/latest                      text file: the name of the newest complete version
+    ROOT/VERSION/manifest.json       written last, atomically; a version without it is incomplete
+    ROOT/VERSION/shard-00000-of-000NN.parquet   rows of SEQUENCE_SCHEMA
+    ROOT/VERSION/words.parquet       WORD_TABLE_SCHEMA
+    ROOT/VERSION/seeds.json
+
+Every path inside a manifest is relative to its version folder and must stay inside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import posixpath
+from typing import Any
+
+import fsspec
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+MANIFEST_NAME = "manifest.json"
+LATEST_POINTER = "latest"
+WORD_TABLE_NAME = "words.parquet"
+SEEDS_NAME = "seeds.json"
+
+
+class ManifestError(ValueError):
+    """A manifest that is missing, malformed, of an unknown schema version, or unsafe."""
+
+
+def shard_name(index: int, count: int) -> str:
+    return f"shard-{index:05d}-of-{count:05d}.parquet"
+
+
+def safe_relative_path(path: str) -> str:
+    """Returns `path` if it is a plain relative path inside the version folder, else raises."""
+    if not path or "://" in path or path.startswith(("/", "\\")) or ":" in path.split("/", 1)[0]:
+        raise ManifestError(f"shard path {path!r} is not relative to the dataset version")
+    normalized = posixpath.normpath(path)
+    if normalized.startswith("..") or "\\" in path:
+        raise ManifestError(f"shard path {path!r} leaves the dataset version")
+    return normalized
+
+
+def sha256_file(url: str, chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a local or remote file, streamed."""
+    digest = hashlib.sha256()
+    with fsspec.open(url, "rb") as f:
+        while chunk := f.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardEntry:
+    path: str  # relative to the version folder
+    rows: int
+    bytes: int
+    sha256: str
+    tokens: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """What `manifest.json` holds. `tokenizer` carries what the trainer needs without loading it:
+    name, vocab_hash, vocab_size, pad/mask/cls/sep/unk token ids and all_special_ids."""
+
+    version: str
+    created_at: str
+    tokenizer: dict[str, Any]
+    encoder: dict[str, Any]
+    seeds: list[str]
+    formulas: dict[str, str]
+    config: dict[str, Any]
+    source_fingerprint: dict[str, Any]
+    shards: list[ShardEntry]
+    word_table: str = WORD_TABLE_NAME
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def total_rows(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(s.tokens for s in self.shards)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["totals"] = {"rows": self.total_rows, "tokens": self.total_tokens, "bytes": self.total_bytes}
+        return json.dumps(data, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ManifestError(f"manifest is not valid JSON: {e}") from e
+        if not isinstance(data, dict):
+            raise ManifestError("manifest is not a JSON object")
+        version = data.get("schema_version")
+        if version not in SUPPORTED_SCHEMA_VERSIONS:
+            raise ManifestError(
+                f"unknown dataset schema version {version!r}; this maskstream reads {SUPPORTED_SCHEMA_VERSIONS}"
+            )
+        data.pop("totals", None)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        missing = sorted(f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                         and f.name not in data)
+        if missing:
+            raise ManifestError(f"manifest lacks {missing}")
+        try:
+            shards = [ShardEntry(**s) for s in data["shards"]]
+        except TypeError as e:
+            raise ManifestError(f"malformed shard entry: {e}") from e
+        for shard in shards:
+            safe_relative_path(shard.path)
+        safe_relative_path(data.get("word_table", WORD_TABLE_NAME))
+        return cls(**{k: v for k, v in data.items() if k in fields and k != "shards"}, shards=shards)
+
+
+def resolve_version(dataset: str) -> str:
+    """The URL of a complete dataset version: `dataset` itself if it holds a manifest, else the
+    version `dataset/latest` names."""
+    dataset = dataset.rstrip("/")
+    fs, path = fsspec.core.url_to_fs(dataset)
+    if fs.exists(posixpath.join(path, MANIFEST_NAME)):
+        return dataset
+    pointer = posixpath.join(path, LATEST_POINTER)
+    if not fs.exists(pointer):
+        raise ManifestError(f"{dataset} holds neither {MANIFEST_NAME} nor a {LATEST_POINTER!r} pointer")
+    version = fs.cat_file(pointer).decode("utf-8").strip()
+    safe_relative_path(version)
+    return f"{dataset}/{version}"
+
+
+def load_manifest(dataset: str) -> tuple[str, Manifest]:
+    """(version URL, manifest) of `dataset` (a root or a version folder)."""
+    version_url = resolve_version(dataset)
+    with fsspec.open(f"{version_url}/{MANIFEST_NAME}", "r", encoding="utf-8") as f:
+        return version_url, Manifest.from_json(f.read())

