@@ -85,7 +85,7 @@ def test_seeds_are_domain_words(sample_stats: Path, tmp_path: Path, subprocess_e
     assert seeds["formulas"] == FORMULA_VERSIONS
     assert seeds["config"]["min_df"] == 3 and seeds["config"]["top_k"] == 20
     report = (tmp_path / "out" / "seeds_report.md").read_text()
-    assert report.count("\n| ") == 2 + 50 + 1 + 4  # headers, 50 candidates, filter table
+    assert report.count("\n| ") == (2 + 50) + (2 + 4)  # candidates: header + 50; filters: header + 4
     assert "removed: stop word" in report
     assert (tmp_path / "out" / "seeds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
