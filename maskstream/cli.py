@@ -16,7 +16,10 @@ import logging
 import sys
 
 # name -> (module, one-line help, passes unknown flags to Beam)
-COMMANDS: dict[str, tuple[str, str, bool]] = {}
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "stats": ("pipelines.stats", "word statistics and TF-ICF of a domain corpus (Beam)", True),
+    "seeds": ("pipelines.seeds", "top-K seed words by TF-ICF, with a report", False),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
