@@ -290,7 +290,7 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
     `config.whole_word`."""
     can_mask = maskable(batch)
     budget = budget_counts(can_mask, config.budget)
-    weights = batch["mask_probability"].to(torch.float64).clamp(min=0.0) * can_mask
+    weights = batch["mask_probability"].clamp(min=0.0).to(torch.float64).masked_fill_(~can_mask, 0.0)
     total = weights.sum(dim=1, keepdim=True)
     if not bool((total > 0).all()):
         # A sequence whose stored probabilities are all 0 falls back to uniform weights.
@@ -315,7 +315,7 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
     order = random_order(keys, input_length=inclusion.shape[1])
     cumulative = torch.cumsum(inclusion.gather(1, order), dim=1)
     start = _uniform(keys, _STREAM_START, torch.zeros((1, 1), dtype=torch.int64, device=keys.device))
-    points_up_to = torch.ceil(cumulative - start).clamp(max=budget[:, None].to(torch.float64))
+    points_up_to = torch.ceil(cumulative - start).clamp_(max=budget[:, None].to(torch.float64))
     chosen_in_order = torch.diff(points_up_to, dim=1, prepend=torch.zeros_like(points_up_to[:, :1])) > 0
     # Tokens with inclusion 0 (specials, padding) have empty intervals: never chosen.
     return torch.zeros_like(chosen_in_order).scatter(1, order, chosen_in_order)
