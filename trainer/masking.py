@@ -60,7 +60,6 @@ _MIX2 = _int64(0x94D049BB133111EB)
 # One constant per use of randomness, so that the streams are independent.
 _STREAM_CHOOSE = 1
 _STREAM_ORDER = 2
-_STREAM_START = 3
 _STREAM_ACTION = 4
 _STREAM_SPAN_ACTION = 5
 _STREAM_SPAN_START = 6
@@ -273,15 +272,16 @@ def _order_table(length: int, device: torch.device) -> torch.Tensor:
     return torch.cat([table, table], dim=1).reshape(-1).to(device)
 
 
-def random_order(keys: torch.Tensor, input_length: int) -> torch.Tensor:
-    """A random permutation of range(input_length) per sample: one of ORDER_TABLE_ROWS fixed random
-    permutations, rotated by a random offset (4096 x length orders), chosen by the sample's hash.
-    A gather instead of a per-row sort, which costs 2-3x the whole `random` strategy on a CPU."""
-    pick = _hash(keys, _STREAM_ORDER, torch.zeros((1, 1), dtype=torch.int64, device=keys.device))
-    row = _shift_right(pick, 1) % ORDER_TABLE_ROWS
-    rotation = _shift_right(pick, 33) % input_length
-    first = row * (2 * input_length) + rotation  # [batch, 1]
-    return _order_table(input_length, keys.device)[first + torch.arange(input_length, device=keys.device)]
+def random_order(bits: torch.Tensor, input_length: int) -> torch.Tensor:
+    """A random permutation of range(input_length) per sample from 32 random bits (a [batch] int64):
+    one of ORDER_TABLE_ROWS fixed random permutations (12 bits), rotated by a random offset
+    (20 bits), so 4096 x length orders. A gather instead of a per-row sort, which on a CPU costs
+    2-3x the whole `random` strategy."""
+    row = bits & (ORDER_TABLE_ROWS - 1)
+    rotation = (_shift_right(bits, 12) & 0xFFFFF) % input_length
+    first = row * (2 * input_length) + rotation
+    positions = torch.arange(input_length, device=bits.device)
+    return torch.take(_order_table(input_length, bits.device), first[:, None] + positions)
 
 
 def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
@@ -302,7 +302,7 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
     # the other tokens in proportion, a fixed number of rounds (a no-op on rows without excess, so
     # it is skipped when no row has any).
     inclusion = weights * (budget[:, None] / total)
-    if bool((inclusion > 1.0).any()):
+    if bool(inclusion.max() > 1.0):
         for _ in range(4):
             excess = (inclusion - 1.0).clamp(min=0.0).sum(dim=1, keepdim=True)
             inclusion = inclusion.clamp(max=1.0)
@@ -312,10 +312,13 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
     # Random order, then the points start + 0, 1, 2, ... on the cumulative inclusion line: token i
     # is chosen iff a point falls in its interval, which happens with probability inclusion[i]
     # whatever the order (the order only decides which tokens tend to be chosen together).
-    order = random_order(keys, input_length=inclusion.shape[1])
+    bits = _hash(keys, _STREAM_ORDER, torch.zeros((1, 1), dtype=torch.int64, device=keys.device))[:, 0]
+    order = random_order(bits & 0xFFFFFFFF, input_length=inclusion.shape[1])
     cumulative = torch.cumsum(inclusion.gather(1, order), dim=1)
-    start = _uniform(keys, _STREAM_START, torch.zeros((1, 1), dtype=torch.int64, device=keys.device))
-    points_up_to = torch.ceil(cumulative - start).clamp_(max=budget[:, None].to(torch.float64))
+    # The start is kept 1e-9 away from 0 and 1 so that float rounding of the cumulative sums
+    # (~1e-15) can neither add nor lose a point: exactly `budget` points fall on the line.
+    start = _unit(_shift_right(bits, 32), 32).clamp(min=1e-9, max=1.0 - 1e-9)[:, None]
+    points_up_to = torch.ceil(cumulative - start)
     chosen_in_order = torch.diff(points_up_to, dim=1, prepend=torch.zeros_like(points_up_to[:, :1])) > 0
     # Tokens with inclusion 0 (specials, padding) have empty intervals: never chosen.
     return torch.zeros_like(chosen_in_order).scatter(1, order, chosen_in_order)

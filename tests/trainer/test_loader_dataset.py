@@ -148,6 +148,24 @@ def test_masking_in_workers_equals_masking_after_transfer(local_dataset):
         assert torch.equal(a["input_ids"], later["input_ids"]) and torch.equal(a["labels"], later["labels"])
 
 
+def test_a_sample_gets_the_same_mask_on_any_number_of_ranks_and_workers(local_dataset):
+    def masks(world_size, num_workers, batch_size):
+        found = {}
+        for rank in range(world_size):
+            ds = StreamingSequenceDataset(local_dataset, seed=3, shuffle_buffer=64, rank=rank, world_size=world_size)
+            config = MaskingConfig.from_manifest(ds.manifest)
+            loader = build_dataloader(ds, batch_size=batch_size, num_workers=num_workers, strategy="random",
+                                      masking=config, seed=3)
+            for b in loader:
+                for i, index in enumerate(b["sample_index"].tolist()):
+                    n = int(b["attention_mask"][i].sum())
+                    found[index] = (b["input_ids"][i, :n].tolist(), b["labels"][i, :n].tolist())
+        return found
+
+    one = masks(1, 0, 32)
+    assert len(one) == 400 and masks(2, 2, 16) == one
+
+
 def copy_dataset(src: str, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
