@@ -340,26 +340,28 @@ def choose_spans(
     word_ids = torch.where(can_mask, batch["word_ids"].to(torch.int64), torch.full_like(batch["word_ids"], -1, dtype=torch.int64))
     words = word_ids.max(dim=1).values + 1  # word ids are 0, 1, 2, ... within a sequence
     rounds = 2 * budget + 10  # spans tried per sequence: a function of the sequence alone
-    thresholds = _span_length_thresholds(config)
+    max_rounds = int(rounds.max()) if rounds.numel() else 0
+    # Every candidate span's start word and length, drawn at once: [batch, round].
+    counters = torch.arange(max_rounds, dtype=torch.int64, device=word_ids.device)[None, :]
+    starts = torch.floor(_uniform(keys, _STREAM_SPAN_START, counters) * words[:, None]).to(torch.int64)
+    u = _uniform(keys, _STREAM_SPAN_LENGTH, counters)
+    ends = starts + 1
+    for threshold in _span_length_thresholds(config):
+        ends += (u >= threshold).to(torch.int64)
     chosen = torch.zeros_like(can_mask)
     span_id = torch.full_like(word_ids, -1)
     counts = torch.zeros_like(budget)
-    max_rounds = int(rounds.max()) if rounds.numel() else 0
     for round_index in range(max_rounds):
-        counter = torch.full((1, 1), round_index, dtype=torch.int64, device=word_ids.device)
-        start = torch.floor(_uniform(keys, _STREAM_SPAN_START, counter)[:, 0] * words).to(torch.int64)
-        u = _uniform(keys, _STREAM_SPAN_LENGTH, counter)[:, 0]
-        span_words = 1 + sum((u >= t).to(torch.int64) for t in thresholds)
-        in_span = (word_ids >= start[:, None]) & (word_ids < (start + span_words)[:, None])
-        new = in_span & ~chosen
+        start, end = starts[:, round_index : round_index + 1], ends[:, round_index : round_index + 1]
+        new = (word_ids >= start) & (word_ids < end) & ~chosen
         new_count = new.sum(dim=1)
         accept = (counts + new_count <= budget) & (round_index < rounds) & (new_count > 0)
-        new = new & accept[:, None]
-        chosen = chosen | new
-        span_id = torch.where(new, torch.full_like(span_id, round_index), span_id)
-        counts = counts + torch.where(accept, new_count, 0)
+        new &= accept[:, None]
+        chosen |= new
+        span_id.masked_fill_(new, round_index)
+        counts += torch.where(accept, new_count, 0)
         # Rows that are full cannot change any more; stopping early keeps results identical.
-        if round_index % 8 == 7 and bool(((counts >= budget) | (round_index + 1 >= rounds)).all()):
+        if round_index % 4 == 3 and bool(((counts >= budget) | (round_index + 1 >= rounds)).all()):
             break
     return chosen, span_id
 
