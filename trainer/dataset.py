@@ -20,7 +20,10 @@ Contract (what each rank and worker reads), for epoch `e`, `T` rows, `W` ranks, 
    DataLoader worker gets one). Window `i` is read by worker `i % num_workers`, as one slice per
    block it overlaps, and its rows are yielded in a random order drawn from
    `(seed, e, window start)` (or in order with `shuffle=False`). Memory is bounded by the window:
-   at most `shuffle_buffer` decoded rows (+ one batch of rounding) per worker.
+   at most `shuffle_buffer` decoded rows (+ one batch of rounding, + one record batch of
+   READ_BATCH_ROWS being decoded) per worker, whatever the size of the dataset or of its row
+   groups. Row groups of a few thousand rows shuffle best: a window that starts inside a large
+   row group decodes it from its beginning.
 4. Every yielded sample is a dict of the SEQUENCE_SCHEMA list columns (`input_ids`, `word_ids`,
    `word_index`, `special_tokens_mask`, `mask_probability`) as 1-D numpy arrays and
    `sample_index`, the row's position in the version (shards in manifest order): the key of the
@@ -69,6 +72,7 @@ LOG = logging.getLogger(__name__)
 LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability")
 # What is read, cast to the contract (so that writers differing only in nullability still concat).
 READ_SCHEMA = pa.schema([SEQUENCE_SCHEMA.field(name) for name in LIST_COLUMNS])
+READ_BATCH_ROWS = 1024  # rows decoded at a time within a row group
 
 
 class ChecksumMismatch(ManifestError):
@@ -286,13 +290,24 @@ class StreamingSequenceDataset(IterableDataset):
             )
         self._verified.add(shard)
 
-    def _read_block(self, block: Block) -> pa.Table:
+    def _read_rows(self, block: Block, lo: int, hi: int) -> pa.Table:
+        """Rows [lo, hi) of a block, streamed in record batches so that memory stays at what is
+        kept even when row groups are large."""
         self._check_shard(block.shard)
         if self._open is None or self._open[0] != block.shard:
             self._close()
             handle = fsspec.open(self.shard_url(block.shard), "rb").open()
             self._open = (block.shard, pq.ParquetFile(handle), handle)
-        return self._open[1].read_row_group(block.row_group, columns=list(LIST_COLUMNS)).cast(READ_SCHEMA)
+        kept, offset = [], 0
+        batches = self._open[1].iter_batches(READ_BATCH_ROWS, row_groups=[block.row_group], columns=list(LIST_COLUMNS))
+        for batch in batches:
+            end = offset + batch.num_rows
+            if end > lo:
+                kept.append(batch.slice(max(lo - offset, 0), min(hi, end) - max(lo, offset)))
+            offset = end
+            if offset >= hi:
+                break
+        return pa.Table.from_batches(kept).cast(READ_SCHEMA)
 
     def _close(self) -> None:
         if self._open is not None:
@@ -303,7 +318,7 @@ class StreamingSequenceDataset(IterableDataset):
         """The rows of `pieces` as (flat values, offsets) per list column, plus sample indices."""
         tables, indices = [], []
         for block, lo, hi in pieces:
-            tables.append(self._read_block(block).slice(lo, hi - lo))
+            tables.append(self._read_rows(block, lo, hi))
             indices.append(np.arange(block.first_row + lo, block.first_row + hi, dtype=np.int64))
         table = pa.concat_tables(tables).combine_chunks()
         columns: dict[str, Any] = {"sample_index": np.concatenate(indices)}

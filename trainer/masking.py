@@ -60,6 +60,7 @@ _MIX2 = _int64(0x94D049BB133111EB)
 # One constant per use of randomness, so that the streams are independent.
 _STREAM_CHOOSE = 1
 _STREAM_ORDER = 2
+_STREAM_WORD_RACE = 3
 _STREAM_ACTION = 4
 _STREAM_SPAN_ACTION = 5
 _STREAM_SPAN_START = 6
@@ -239,12 +240,11 @@ def choose_words(
     if token_weights is None:
         word_weight = present.to(torch.float64)
     else:
+        # A word whose tokens all have weight 0 is never chosen (its race time is infinite).
         word_weight = torch.zeros(word_ids.shape, dtype=torch.float64, device=word_ids.device)
-        word_weight.scatter_add_(1, slots, torch.where(can_mask, token_weights.to(torch.float64), 0.0))
-        # A word whose tokens all have probability 0 is never chosen.
-        word_weight = torch.where(present, word_weight, 0.0)
+        word_weight.scatter_add_(1, slots, token_weights.to(torch.float64).masked_fill(~can_mask, 0.0))
     word_counter = torch.arange(length, device=word_ids.device, dtype=torch.int64)[None, :]
-    race = -torch.log(_uniform(keys, _STREAM_ORDER, word_counter)) / word_weight  # inf where weight 0
+    race = -torch.log(_uniform(keys, _STREAM_WORD_RACE, word_counter)) / word_weight  # inf where weight 0
     # Each word holds >= 1 token, so no sequence takes more words than its budget: the first
     # max(budget) words of the race suffice (topk, cheaper than a full sort; the same words
     # whatever the other sequences of the batch).

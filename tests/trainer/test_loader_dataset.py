@@ -12,6 +12,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import sequence_dataset_factory as factory
 import torch
 
 from schemas.manifest import ManifestError
@@ -63,12 +64,22 @@ def test_remainder_is_padded_from_the_epoch_start(odd_dataset):
     assert unshuffled[0] == list(range(51)) and unshuffled[1] == list(range(51, 101)) + [0]
 
 
-def test_rows_are_the_stored_rows(local_dataset, debian_rows):
-    ds = StreamingSequenceDataset(local_dataset, shuffle_buffer=50)
+@pytest.mark.parametrize("one_row_group_per_shard", [False, True])
+def test_rows_are_the_stored_rows(local_dataset, debian_rows, tmp_path, monkeypatch, one_row_group_per_shard):
+    root = local_dataset
+    if one_row_group_per_shard:  # windows start inside row groups decoded 7 rows at a time
+        root = str(tmp_path / "big-groups")
+        factory.write_dataset(root, debian_rows, shards=2, row_group_size=1000)
+        monkeypatch.setattr("trainer.dataset.READ_BATCH_ROWS", 7)
+    ds = StreamingSequenceDataset(root, shuffle_buffer=50)
+    assert len(ds.blocks) == (2 if one_row_group_per_shard else 12)
+    seen = []
     for sample in ds:
+        seen.append(sample["sample_index"])
         row = debian_rows[sample["sample_index"]]
         for name in ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability"):
             assert sample[name].tolist() == pytest.approx(list(row[name])), name
+    assert sorted(seen) == list(range(400))
 
 
 @pytest.mark.parametrize("num_workers,stop_after", [(0, 11), (2, 11), (2, 24), (2, 25)])
