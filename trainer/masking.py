@@ -301,7 +301,7 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
     # Inclusion probabilities summing to the budget, each at most 1: the excess over 1 is given to
     # the other tokens in proportion, a fixed number of rounds (a no-op on rows without excess, so
     # it is skipped when no row has any).
-    inclusion = weights * (budget[:, None] / total)
+    inclusion = weights * (budget[:, None] / total.clamp(min=1e-300))  # total 0: nothing to mask
     if bool(inclusion.max() > 1.0):
         for _ in range(4):
             excess = (inclusion - 1.0).clamp(min=0.0).sum(dim=1, keepdim=True)
