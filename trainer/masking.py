@@ -257,31 +257,32 @@ def choose_words(
     return can_mask & chosen_words.gather(1, slots)
 
 
-ORDER_TABLE_ROWS = 4096
+ORDER_TABLE_ROWS = 1024
 
 
 @functools.lru_cache(maxsize=64)
 def _order_table(length: int, device: torch.device) -> torch.Tensor:
     """ORDER_TABLE_ROWS random permutations of range(length), each written twice in a row (so that
     a rotation is a slice), built once from the hash on the CPU (a stable sort of hash keys, so
-    the same table on every device). Flattened."""
+    the same table on every device). Flattened, int16 or int32: small enough to stay in cache."""
     table_keys = mix64(torch.arange(ORDER_TABLE_ROWS, dtype=torch.int64) * _GOLDEN + 0x0DE7)
     counters = torch.arange(length, dtype=torch.int64)[None, :]
     order_keys = _shift_right(_hash(table_keys, _STREAM_ORDER, counters), 33)
     table = torch.argsort(order_keys, dim=1, stable=True)
-    return torch.cat([table, table], dim=1).reshape(-1).to(device)
+    dtype = torch.int16 if length <= torch.iinfo(torch.int16).max else torch.int32
+    return torch.cat([table, table], dim=1).reshape(-1).to(device=device, dtype=dtype)
 
 
 def random_order(bits: torch.Tensor, input_length: int) -> torch.Tensor:
     """A random permutation of range(input_length) per sample from 32 random bits (a [batch] int64):
-    one of ORDER_TABLE_ROWS fixed random permutations (12 bits), rotated by a random offset
-    (20 bits), so 4096 x length orders. A gather instead of a per-row sort, which on a CPU costs
+    one of ORDER_TABLE_ROWS fixed random permutations (10 bits), rotated by a random offset
+    (20 more bits), so 1024 x length orders. A gather instead of a per-row sort, which on a CPU costs
     2-3x the whole `random` strategy."""
     row = bits & (ORDER_TABLE_ROWS - 1)
     rotation = (_shift_right(bits, 12) & 0xFFFFF) % input_length
     first = row * (2 * input_length) + rotation
     positions = torch.arange(input_length, device=bits.device)
-    return torch.take(_order_table(input_length, bits.device), first[:, None] + positions)
+    return torch.take(_order_table(input_length, bits.device), first[:, None] + positions).to(torch.int64)
 
 
 def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
