@@ -144,10 +144,10 @@ class StreamingSequenceDataset(IterableDataset):
         self.total_rows = self.manifest.total_rows
         if self.total_rows == 0:
             raise ManifestError(f"{self.version_url} holds no rows")
-        # [epoch, samples consumed this epoch on this rank, and both as they were when the loader
-        # last started an iteration]; shared with (persistent) workers, which read the latter two:
-        # the live count moves while they start.
-        self._position = torch.zeros(4, dtype=torch.int64).share_memory_()
+        # [epoch, samples and batches consumed this epoch on this rank, and the three as they were
+        # when the loader last started an iteration]; shared with (persistent) workers, which read
+        # the latter three: the live counts move while they start.
+        self._position = torch.zeros(6, dtype=torch.int64).share_memory_()
         self._verified: set[int] = set()
         self._epoch_pinned = False  # set_epoch chose the epoch the next iteration reads
         self._resume_loader: tuple[int | None, int] | None = None  # (batch_size, num_workers) saved
@@ -227,8 +227,7 @@ class StreamingSequenceDataset(IterableDataset):
         """The next iteration reads `epoch`: from its beginning, or from the current position if
         `epoch` is already the current epoch (e.g. after `load_state_dict`)."""
         if epoch != self.epoch:
-            self._position[0] = epoch
-            self._position[1] = 0
+            self._position[:3] = torch.tensor([epoch, 0, 0])
         self._epoch_pinned = True
 
     def state_dict(self) -> dict[str, Any]:
@@ -236,6 +235,7 @@ class StreamingSequenceDataset(IterableDataset):
         return {
             "epoch": self.epoch,
             "samples_consumed": int(self._position[1]),
+            "batches_consumed": int(self._position[2]),
             "version": self.manifest.version,
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -255,16 +255,15 @@ class StreamingSequenceDataset(IterableDataset):
         if different:
             raise ValueError(f"cannot resume: saved vs current {different}")
         self._resume_loader = (state.get("batch_size"), state.get("num_workers"))
-        self._position[0] = int(state["epoch"])
-        self._position[1] = int(state["samples_consumed"])
+        self._position[:3] = torch.tensor([int(state["epoch"]), int(state["samples_consumed"]),
+                                           int(state["batches_consumed"])])
 
     def begin_iteration(self) -> None:
         """Called by the loader before it starts workers: a finished epoch moves on to the next
         unless `set_epoch` asked for it; a mid-epoch resume needs the batch size and worker count
         it was saved with."""
         if int(self._position[1]) >= self.rows_per_rank() and not self._epoch_pinned:
-            self._position[0] += 1
-            self._position[1] = 0
+            self._position[:3] = torch.tensor([self.epoch + 1, 0, 0])
         self._epoch_pinned = False
         saved = self._resume_loader
         current = (self.batch_size, self.num_workers)
@@ -272,10 +271,12 @@ class StreamingSequenceDataset(IterableDataset):
             raise ValueError(
                 f"cannot resume mid-epoch with (batch_size, num_workers) {current}: the state was saved with {saved}"
             )
-        self._position[2:] = self._position[:2].clone()
+        self._position[3:] = self._position[:3].clone()
 
     def count_consumed(self, samples: int) -> None:
+        """Called by the loader for every batch it hands out."""
         self._position[1] += samples
+        self._position[2] += 1
 
     # ----------------------------------------------------------------------------- reading
     def _check_shard(self, shard: int) -> None:
@@ -338,8 +339,8 @@ class StreamingSequenceDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        snapshot = self._position[:2] if info is None else self._position[2:]
-        epoch, consumed = int(snapshot[0]), int(snapshot[1])
+        snapshot = self._position[:3] if info is None else self._position[3:]
+        epoch, consumed, consumed_batches = (int(v) for v in snapshot)
         if consumed >= self.rows_per_rank():
             return
         windows = self._windows(num_workers)
@@ -350,7 +351,7 @@ class StreamingSequenceDataset(IterableDataset):
             batches[owner] += math.ceil((stop - start) / batch)
         # Resume: batches each worker already delivered, and the worker whose batch is next; the
         # DataLoader asks worker 0 first, so worker ids are rotated to make that worker first.
-        delivered, next_worker = round_robin_counts(batches, consumed // batch)
+        delivered, next_worker = round_robin_counts(batches, consumed_batches)
         logical = (worker + next_worker) % num_workers
         skip = delivered[logical] * batch
         try:

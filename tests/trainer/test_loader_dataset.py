@@ -123,6 +123,34 @@ def test_resume_mid_epoch_reproduces_the_following_batches(local_dataset, num_wo
             assert torch.equal(g, w)
 
 
+def test_resume_after_a_short_batch_in_mid_epoch(odd_dataset):
+    """3 workers, rank 1 of 2 (51 rows), batch 8: the short batch of the last window is the 3rd of
+    the epoch. Resuming at every step reproduces the rest of epochs 0 and 1."""
+    def make():
+        ds = StreamingSequenceDataset(odd_dataset, seed=5, shuffle_buffer=20, rank=1, world_size=2)
+        return ds, build_dataloader(ds, batch_size=8, num_workers=3, strategy=None, masking=None)
+
+    ds, loader = make()
+    full = []
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        full += [b["sample_index"].tolist() for b in loader]
+    assert len(full[2]) == 3 and len(full) == 2 * ds.steps_per_epoch(8)
+    for stop in (3, 5):
+        ds, loader = make()
+        for step, _ in enumerate(loader):
+            if step + 1 == stop:
+                break
+        state = ds.state_dict()
+        resumed, loader = make()
+        resumed.load_state_dict(state)
+        replay = []
+        for epoch in range(resumed.epoch, 2):
+            resumed.set_epoch(epoch)
+            replay += [b["sample_index"].tolist() for b in loader]
+        assert replay == full[stop:], stop
+
+
 def test_loops_without_set_epoch_move_on_to_the_next_epoch(local_dataset):
     ds = StreamingSequenceDataset(local_dataset, shuffle_buffer=64)
     loader = build_dataloader(ds, batch_size=100, strategy=None, masking=None)
