@@ -19,10 +19,11 @@ Contract (what each rank and worker reads), for epoch `e`, `T` rows, `W` ranks, 
    `shuffle_buffer` rows (rounded up to a multiple of `B`, and made small enough that every
    DataLoader worker gets one). Window `i` is read by worker `i % num_workers`, as one slice per
    block it overlaps, and its rows are yielded in a random order drawn from
-   `(seed, e, window start)` (or in order with `shuffle=False`). Memory is bounded by the window:
-   at most `shuffle_buffer` decoded rows (+ one batch of rounding, + one record batch of
-   READ_BATCH_ROWS being decoded) per worker, whatever the size of the dataset or of its row
-   groups. Row groups of a few thousand rows shuffle best: a window that starts inside a large
+   `(seed, e, window start)` (or in order with `shuffle=False`). Only the last window can hold a
+   short batch; with several workers it can come before the end of the epoch. Memory is bounded
+   by the window: at most `shuffle_buffer` decoded rows (+ one batch of rounding, + one record
+   batch of READ_BATCH_ROWS being decoded) per worker, whatever the size of the dataset or of
+   its row groups. Row groups of a few thousand rows shuffle best: a window that starts inside a large
    row group decodes it from its beginning.
 4. Every yielded sample is a dict of the SEQUENCE_SCHEMA list columns (`input_ids`, `word_ids`,
    `word_index`, `special_tokens_mask`, `mask_probability`) as 1-D numpy arrays and
@@ -33,9 +34,9 @@ Checks: the manifest's schema version (`Manifest.from_json`); each shard's Arrow
 count when its footer is read (at construction); each shard's sha256, streamed, the first time a
 process reads the shard (`verify_checksums=False` turns it off). Failures name the shard.
 
-State and resume: the position is the number of samples of the current epoch that the training
-loop has received on this rank. The DataLoader of `trainer.loader.build_dataloader` counts the
-samples of every batch it hands out into its dataset, so `dataset.state_dict()` taken between two
+State and resume: the position is the number of samples and batches of the current epoch that the
+training loop has received on this rank. The DataLoader of `trainer.loader.build_dataloader`
+counts every batch it hands out into its dataset, so `dataset.state_dict()` taken between two
 steps is exact. `load_state_dict(state)` on a dataset built with the same arguments, used with a
 loader with the same `batch_size` and `num_workers`, yields exactly the batches an uninterrupted
 run would have yielded next (mid-epoch too): whole windows before the position are skipped
@@ -51,7 +52,6 @@ The epoch and position live in a small shared-memory tensor, so persistent worke
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import os
 from collections.abc import Iterator
@@ -66,8 +66,6 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
 from schemas.tables import SEQUENCE_SCHEMA, check_schema
-
-LOG = logging.getLogger(__name__)
 
 LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability")
 # What is read, cast to the contract (so that writers differing only in nullability still concat).
