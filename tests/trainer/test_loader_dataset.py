@@ -4,6 +4,7 @@ exact resume, checksums, schema versions and gs://."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -203,6 +204,21 @@ def test_a_sample_gets_the_same_mask_on_any_number_of_ranks_and_workers(local_da
 
     one = masks(1, 0, 32)
     assert len(one) == 400 and masks(2, 2, 16) == one
+
+
+def test_masking_config_from_the_manifest(local_dataset):
+    from transformers import AutoTokenizer
+
+    from schemas.models import default_model
+
+    ds = StreamingSequenceDataset(local_dataset)
+    tok = AutoTokenizer.from_pretrained(default_model())
+    config = MaskingConfig.from_manifest(ds.manifest, whole_word=True)
+    assert config == MaskingConfig.from_tokenizer(tok, whole_word=True)
+    assert config.mask_token_id == tok.mask_token_id and config.vocab_size == 30522
+    broken = dataclasses.replace(ds.manifest, tokenizer={"name": "x"})
+    with pytest.raises(ValueError, match="mask_token_id"):
+        MaskingConfig.from_manifest(broken)
 
 
 def copy_dataset(src: str, dst: Path) -> Path:
