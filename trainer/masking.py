@@ -22,8 +22,11 @@ Strategies (the budget is `round(budget * non-special tokens)` per sequence, hal
   `2 * budget + 10` spans are tried per sequence. 80/10/10 is decided per span, as in SpanBERT.
 - `difference`: exactly the budget of tokens, drawn without replacement so that each token's
   inclusion probability is its stored `mask_probability` (rescaled to sum to the budget):
-  randomized systematic sampling (random order, then one uniform start on the cumulative
-  probabilities), one vectorized step. With `whole_word=True`, words are ranked by an
+  randomized systematic sampling (a random order from `random_order`, no sort, then one uniform
+  start on the cumulative probabilities), one vectorized step. Token-level Gumbel top-k (the
+  reference code's `np.random.choice(replace=False, p=...)` distribution) also draws exactly the
+  budget, but its inclusion probabilities are not proportional to the weights (up to 14% off
+  on real sequences); the stored probabilities are expected masking rates. With `whole_word=True`, words are ranked by an
   exponential race on their summed probability (Gumbel top-k over log weights, in its
   equivalent form `-log(u) / weight`) and taken in that order until they hold at least the
   budget of tokens; all tokens of a chosen word are masked.
