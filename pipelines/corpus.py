@@ -1,0 +1,254 @@
+"""Reading a text corpus into documents, with every bad record kept as a reject.
+
+`ReadCorpus` turns local paths or `gs://` globs of `.txt`, `.jsonl` and `.parquet` files
+(optionally compressed, e.g. `.jsonl.gz`) into `Document`s. Nothing is dropped silently:
+each record that cannot become a document (bytes that are not UTF-8, an empty document, a
+JSONL line that is not a JSON object or lacks the text field, a Parquet file without the text
+column, a file of unknown type) becomes a reject `{"source", "location", "reason"}`, so that
+documents read = accepted + rejected.
+
+A file is read by one worker, streamed record by record (its line and row numbers need a
+sequential pass); a corpus is parallel across its files, so shard large corpora into many.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import posixpath
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+TXT_MODES = ("line", "file")
+DOCUMENTS = "documents"
+REJECTS = "rejects"
+PARQUET_BATCH_ROWS = 1024
+
+
+class Document(NamedTuple):
+    document_id: str  # "<source>:line N", "<source>:row N" or "<source>:file" (1-based)
+    source: str  # the file's path or URL
+    text: str
+
+
+def _reject(source: str, location: str, reason: str) -> dict[str, str]:
+    return {"source": source, "location": location, "reason": reason}
+
+
+def file_format(path: str) -> str | None:
+    """'txt', 'jsonl' or 'parquet' from the file name (a compression suffix is ignored), else None."""
+    name = posixpath.basename(path).lower()
+    for suffix in (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".lzma", ".xz"):
+        if name.endswith(suffix) and not name.endswith(".parquet" + suffix):
+            name = name[: -len(suffix)]
+            break
+    if name.endswith(".txt"):
+        return "txt"
+    if name.endswith((".jsonl", ".ndjson")):
+        return "jsonl"
+    if name.endswith(".parquet"):
+        return "parquet"
+    return None
+
+
+def expand_inputs(patterns: Sequence[str]) -> list[str]:
+    """The sorted, de-duplicated files that `patterns` (paths or globs, local or `gs://`) match.
+
+    Raises FileNotFoundError naming every pattern that matches no file.
+    """
+    if not patterns:
+        raise FileNotFoundError("no input given")
+    files: set[str] = set()
+    unmatched: list[str] = []
+    for pattern in patterns:
+        try:
+            (result,) = FileSystems.match([pattern])
+            paths = [m.path for m in result.metadata_list if not m.path.endswith(("/", "\\"))]
+        except Exception:  # Beam raises BeamIOError (or an OSError) for a path it cannot list
+            paths = []
+        if not paths:
+            unmatched.append(pattern)
+        files.update(paths)
+    if unmatched:
+        raise FileNotFoundError(f"input not found: {', '.join(unmatched)} (matches no file)")
+    return sorted(files)
+
+
+def corpus_fingerprint(patterns: Sequence[str]) -> dict[str, Any]:
+    """`{"files": [{"path", "bytes", "sha256"}, ...], "sha256": ...}` of the files `patterns` match.
+
+    Each file is hashed as stored (compressed files as they are). The overall `sha256` is taken
+    over the files' sorted content hashes, so it identifies the corpus's content wherever it lives
+    (a local copy and a `gs://` copy share it).
+    """
+    entries = []
+    for path in expand_inputs(patterns):
+        digest = hashlib.sha256()
+        size = 0
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        entries.append({"path": path, "bytes": size, "sha256": digest.hexdigest()})
+    overall = hashlib.sha256("\n".join(sorted(e["sha256"] for e in entries)).encode("ascii"))
+    return {"files": entries, "sha256": overall.hexdigest()}
+
+
+def _decode(raw: bytes, first: bool) -> str:
+    """Strict UTF-8 (a byte-order mark at the start of a file is dropped)."""
+    return raw.decode("utf-8-sig" if first else "utf-8")
+
+
+def _utf8_reason(error: UnicodeDecodeError) -> str:
+    return f"not UTF-8: byte 0x{error.object[error.start]:02x} at offset {error.start}"
+
+
+def _lines(f: io.IOBase) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line without its end-of-line) for every line of a binary stream."""
+    for number, raw in enumerate(iter(f.readline, b""), start=1):
+        yield number, raw.rstrip(b"\r\n")
+
+
+class ParseFileFn(beam.DoFn):
+    """A `fileio.ReadableFile` -> `Document`s, and rejects on the `rejects` output."""
+
+    def __init__(self, text_field: str = "text", txt_mode: str = "line"):
+        if txt_mode not in TXT_MODES:
+            raise ValueError(f"txt_mode must be one of {TXT_MODES}, not {txt_mode!r}")
+        self.text_field = text_field
+        self.txt_mode = txt_mode
+
+    def process(self, readable: fileio.ReadableFile) -> Iterator[Any]:
+        source = readable.metadata.path
+        kind = file_format(source)
+        if kind == "txt" and self.txt_mode == "file":
+            records = self._txt_file(readable, source)
+        elif kind == "txt":
+            records = self._txt_lines(readable, source)
+        elif kind == "jsonl":
+            records = self._jsonl(readable, source)
+        elif kind == "parquet":
+            records = self._parquet(readable, source)
+        else:
+            records = iter([_reject(source, "file", "unsupported file type (expected .txt, .jsonl or .parquet)")])
+        for record in records:
+            yield record if isinstance(record, Document) else beam.pvalue.TaggedOutput(REJECTS, record)
+
+    @staticmethod
+    def _document(source: str, location: str, text: str) -> Document | dict[str, str]:
+        if not text.strip():
+            return _reject(source, location, "empty document")
+        return Document(f"{source}:{location}", source, text)
+
+    def _txt_file(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
+        with readable.open(mime_type="application/octet-stream") as f:
+            raw = f.read()
+        try:
+            yield self._document(source, "file", _decode(raw, first=True))
+        except UnicodeDecodeError as e:
+            yield _reject(source, "file", _utf8_reason(e))
+
+    def _txt_lines(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
+        with readable.open(mime_type="application/octet-stream") as f:
+            for number, raw in _lines(f):
+                location = f"line {number}"
+                try:
+                    yield self._document(source, location, _decode(raw, first=number == 1))
+                except UnicodeDecodeError as e:
+                    yield _reject(source, location, _utf8_reason(e))
+
+    def _jsonl(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
+        field = self.text_field
+        with readable.open(mime_type="application/octet-stream") as f:
+            for number, raw in _lines(f):
+                location = f"line {number}"
+                try:
+                    record = json.loads(_decode(raw, first=number == 1))
+                except UnicodeDecodeError as e:
+                    yield _reject(source, location, _utf8_reason(e))
+                    continue
+                except json.JSONDecodeError as e:
+                    yield _reject(source, location, f"not JSON: {e.msg} at column {e.colno}")
+                    continue
+                if not isinstance(record, dict):
+                    yield _reject(source, location, f"not a JSON object but {type(record).__name__}")
+                elif field not in record:
+                    yield _reject(source, location, f"no field {field!r}")
+                elif not isinstance(record[field], str):
+                    yield _reject(source, location, f"field {field!r} is {type(record[field]).__name__}, not a string")
+                else:
+                    yield self._document(source, location, record[field])
+
+    def _parquet(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        field = self.text_field
+        with readable.open(mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            try:
+                parquet = pq.ParquetFile(f)
+            except (pa.ArrowInvalid, OSError) as e:
+                yield _reject(source, "file", f"not a Parquet file: {e}")
+                return
+            schema = parquet.schema_arrow
+            if field not in schema.names:
+                yield _reject(source, "file", f"no column {field!r} (columns: {', '.join(schema.names)})")
+                return
+            column_type = schema.field(field).type
+            is_text = pa.types.is_string(column_type) or pa.types.is_large_string(column_type)
+            is_bytes = pa.types.is_binary(column_type) or pa.types.is_large_binary(column_type)
+            if not (is_text or is_bytes):
+                yield _reject(source, "file", f"column {field!r} is {column_type}, not a string")
+                return
+            row = 0
+            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field]):
+                for value in batch.column(0).to_pylist():
+                    row += 1
+                    location = f"row {row}"
+                    if value is None:
+                        yield _reject(source, location, f"column {field!r} is null")
+                        continue
+                    if is_bytes:
+                        try:
+                            value = value.decode("utf-8")
+                        except UnicodeDecodeError as e:
+                            yield _reject(source, location, _utf8_reason(e))
+                            continue
+                    yield self._document(source, location, value)
+
+
+class ReadCorpus(beam.PTransform):
+    """Files matching `patterns` -> `{"documents": PCollection[Document], "rejects": PCollection[dict]}`.
+
+    `.txt`: a document per line (`txt_mode="line"`) or per file (`txt_mode="file"`);
+    `.jsonl`: the string field `text_field` of each line's JSON object;
+    `.parquet`: the string column `text_field`, a document per row.
+    The file list is fixed when the pipeline is built (`expand_inputs`), so a missing input fails
+    before anything runs, and the fingerprint and the pipeline see the same files.
+    """
+
+    def __init__(self, patterns: Sequence[str], text_field: str = "text", txt_mode: str = "line"):
+        super().__init__()
+        if txt_mode not in TXT_MODES:
+            raise ValueError(f"txt_mode must be one of {TXT_MODES}, not {txt_mode!r}")
+        self.patterns = list(patterns)
+        self.text_field = text_field
+        self.txt_mode = txt_mode
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+        parsed = (
+            pbegin
+            | "ListFiles" >> beam.Create(expand_inputs(self.patterns))
+            # Spread the files over workers before the (per-file sequential) parsing.
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "OpenFiles" >> fileio.ReadMatches()
+            | "ParseFiles"
+            >> beam.ParDo(ParseFileFn(self.text_field, self.txt_mode)).with_outputs(REJECTS, main=DOCUMENTS)
+        )
+        return {DOCUMENTS: parsed[DOCUMENTS], REJECTS: parsed[REJECTS]}
