@@ -16,7 +16,10 @@ import logging
 import sys
 
 # name -> (module, one-line help, passes unknown flags to Beam)
-COMMANDS: dict[str, tuple[str, str, bool]] = {}
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "build": ("pipelines.build", "tokenize, score words against the seeds, write a versioned dataset", True),
+    "inspect": ("pipelines.inspect_dataset", "summarize and verify a dataset version, plot its mask probabilities", False),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ from pipelines.dataset_writer import (
 )
 from pipelines.embeddings import EmbedWords, ScoreWords, WordEncoderHandler
 from pipelines.mask_probability import mask_probabilities
-from pipelines.sequences import TokenizeToWindows, Window
+from pipelines.sequences import TokenizeToWindows, Window, natural_key
 from schemas.manifest import Manifest
 
 
@@ -56,7 +56,8 @@ class ScoreVocabulary(beam.PTransform):
         seed_set = set(self._seeds)
         embeddings = (
             pipeline
-            | "UniqueWordsAndSeeds" >> beam.Create(sorted(set(self._vocabulary) | seed_set))
+            # Ordered by length, so that each batch pads to about the same number of tokens.
+            | "UniqueWordsAndSeeds" >> beam.Create(sorted(set(self._vocabulary) | seed_set, key=lambda w: (len(w), w)))
             | "EmbedWords" >> EmbedWords(self._handler)
         )
         seed_embeddings = embeddings | "SeedEmbeddings" >> beam.Filter(lambda pair: pair[0] in seed_set)
@@ -81,7 +82,7 @@ def similarity_array(rows: Iterable[dict[str, Any]]) -> np.ndarray:
 def sequence_offsets(unit_counts: Iterable[tuple[str, int]]) -> dict[str, Any]:
     """First sequence id of every unit, in unit order, and the total."""
     first, total = {}, 0
-    for unit, count in sorted(unit_counts):
+    for unit, count in sorted(unit_counts, key=lambda uc: natural_key(uc[0])):
         first[unit] = total
         total += count
     return {"first": first, "total": total}

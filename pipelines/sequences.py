@@ -20,6 +20,7 @@ A window never ends inside a word unless that word alone is longer than a window
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -207,6 +208,11 @@ def make_windows(
         )
 
 
+def natural_key(name: str) -> tuple:
+    """Sort key that orders "x:line 2" before "x:line 10"."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
 def pack_group(document_id: str, groups: int) -> str:
     """A stable packing group for a document (independent of workers and of Python's hash seed)."""
     digest = hashlib.sha1(document_id.encode("utf-8")).digest()
@@ -228,7 +234,7 @@ class _WindowDocuments(beam.DoFn):
             windows = make_windows(element.document_id, [element], [], self._prefix, self._suffix, self._max_length)
         else:  # pack: a group, concatenated in document-id order
             unit, documents = element
-            documents = sorted(documents, key=lambda d: d.document_id)
+            documents = sorted(documents, key=lambda d: natural_key(d.document_id))
             windows = make_windows(unit, documents, self._suffix[-1:], self._prefix, self._suffix, self._max_length)
         yield from list(windows)
         self._ms.inc(int((time.perf_counter() - started) * 1000))
