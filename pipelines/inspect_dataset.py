@@ -67,6 +67,7 @@ def plot_histograms(probabilities, rates, path: str, title: str) -> None:
     left.set_xlabel("mask probability (non-special tokens)")
     left.set_ylabel("tokens")
     right.hist(rates, bins=50, color="tab:orange")
+    right.ticklabel_format(useOffset=False)
     right.set_xlabel("expected masked fraction per sequence")
     right.set_ylabel("sequences")
     fig.suptitle(title)
