@@ -46,6 +46,7 @@ class BuildConfig:
     row_group_rows: int = 1024
     tokenize_batch_size: int = 256
     embed_batch_size: int = 256
+    encoder_threads: int = 0
     write_embeddings: bool = False
 
 
@@ -89,6 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="target rows per shard when --num-shards is 0 (default: 50000)")
     parser.add_argument("--row-group-rows", type=int, default=1024, help="rows per Parquet row group (default: 1024)")
     parser.add_argument("--embed-batch-size", type=int, default=256, help="words per encoder call (default: 256)")
+    parser.add_argument("--encoder-threads", type=int, default=0,
+                        help="torch threads per encoder process; 0 keeps torch's default (all cores). With several "
+                             "worker processes on one machine, set cores / workers (default: 0)")
     parser.add_argument("--tokenize-batch-size", type=int, default=256, help="documents per tokenizer call (default: 256)")
     parser.add_argument("--write-embeddings", action="store_true",
                         help="also write embeddings.parquet (word, embedding) for every word and seed (default: off)")
@@ -117,6 +121,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         row_group_rows=args.row_group_rows,
         tokenize_batch_size=args.tokenize_batch_size,
         embed_batch_size=args.embed_batch_size,
+        encoder_threads=args.encoder_threads,
         write_embeddings=args.write_embeddings,
     )
 

@@ -44,8 +44,10 @@ class ScoreVocabulary(beam.PTransform):
     Returns {"word_table": dict rows of WORD_TABLE_SCHEMA, "embeddings": (word, vector)}.
     """
 
-    def __init__(self, vocabulary: Sequence[str], seeds: Sequence[str], handler: WordEncoderHandler, reduce: str):
+    def __init__(self, vocabulary: Sequence[str], seeds: Sequence[str], handler: WordEncoderHandler, reduce: str,
+                 batch_size: int = 256):
         super().__init__()
+        self._batch_size = batch_size
         self._vocabulary = list(vocabulary)
         self._seeds = list(seeds)
         self._handler = handler
@@ -54,10 +56,12 @@ class ScoreVocabulary(beam.PTransform):
     def expand(self, pipeline):
         index = {word: i for i, word in enumerate(self._vocabulary)}
         seed_set = set(self._seeds)
+        # Ordered by length, so that each batch pads to about the same number of tokens.
+        unique = sorted(set(self._vocabulary) | seed_set, key=lambda w: (len(w), w))
+        batches = [unique[i : i + self._batch_size] for i in range(0, len(unique), self._batch_size)]
         embeddings = (
             pipeline
-            # Ordered by length, so that each batch pads to about the same number of tokens.
-            | "UniqueWordsAndSeeds" >> beam.Create(sorted(set(self._vocabulary) | seed_set, key=lambda w: (len(w), w)))
+            | "UniqueWordsAndSeeds" >> beam.Create(batches)
             | "EmbedWords" >> EmbedWords(self._handler)
         )
         seed_embeddings = embeddings | "SeedEmbeddings" >> beam.Filter(lambda pair: pair[0] in seed_set)
@@ -91,8 +95,8 @@ def sequence_offsets(unit_counts: Iterable[tuple[str, int]]) -> dict[str, Any]:
 class ComputeRows(beam.DoFn):
     """Batches of windows -> dataset rows: sequence id, shard, and mask probabilities."""
 
-    def __init__(self, budget: float, alpha: float, weighting: str):
-        self._budget, self._alpha, self._weighting = budget, alpha, weighting
+    def __init__(self, budget: float, alpha: float, weighting: str, max_length: int):
+        self._budget, self._alpha, self._weighting, self._max_length = budget, alpha, weighting, max_length
         self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
         self._rows = beam.metrics.Metrics.counter("build", "sequences")
 
@@ -106,6 +110,7 @@ class ComputeRows(beam.DoFn):
             budget=self._budget,
             alpha=self._alpha,
             weighting=self._weighting,
+            width=self._max_length,
         )
         total = offsets["total"]
         for window, probability in zip(batch, probabilities):
@@ -195,8 +200,10 @@ class BuildDataset(beam.PTransform):
         pipeline = corpus["documents"].pipeline
         version_url = join(self._root, self._fields["version"])
 
-        handler = WordEncoderHandler(config.encoder, pooling=config.pooling, batch_size=config.embed_batch_size)
-        scored = pipeline | "ScoreVocabulary" >> ScoreVocabulary(self._vocabulary, self._seeds, handler, config.reduce)
+        handler = WordEncoderHandler(config.encoder, pooling=config.pooling, threads=config.encoder_threads)
+        scored = pipeline | "ScoreVocabulary" >> ScoreVocabulary(
+            self._vocabulary, self._seeds, handler, config.reduce, config.embed_batch_size
+        )
         similarity = scored["word_table"] | "SimilarityArray" >> beam.combiners.ToList() | beam.Map(similarity_array)
 
         vocabulary = pipeline | "Vocabulary" >> beam.Create([(w, i) for i, w in enumerate(self._vocabulary)])
@@ -222,7 +229,7 @@ class BuildDataset(beam.PTransform):
             | "BatchWindows" >> beam.BatchElements(min_batch_size=16, max_batch_size=512)
             | "MaskProbabilities"
             >> beam.ParDo(
-                ComputeRows(config.budget, config.alpha, config.weighting),
+                ComputeRows(config.budget, config.alpha, config.weighting, config.max_length),
                 beam.pvalue.AsSingleton(similarity),
                 beam.pvalue.AsSingleton(offsets),
                 beam.pvalue.AsSingleton(shards),

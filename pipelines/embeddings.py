@@ -2,7 +2,8 @@
 
 Every word type is encoded once, on its own (`[CLS] word [SEP]`), and pooled: `mean` over the
 word's own tokens (specials excluded; the default) or the model's `pooler` output. Encoding runs
-in Beam's `RunInference` with `WordEncoderHandler`, batched (~256 words of at most 16 tokens),
+in Beam's `RunInference` with `WordEncoderHandler`, in batches of ~256 words (sorted by length,
+at most 16 tokens each),
 so the cost grows with the vocabulary, not with the corpus.
 
 Similarity of a word to the seeds is the cosine of their embeddings, reduced by
@@ -36,13 +37,14 @@ class LoadedEncoder:
 class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
     """RunInference handler: a batch of words -> one float32 embedding per word."""
 
-    def __init__(self, model_name: str, *, pooling: str = "mean", batch_size: int = 256, max_word_tokens: int = 16):
+    def __init__(self, model_name: str, *, pooling: str = "mean", max_word_tokens: int = 16, threads: int = 0):
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-        super().__init__(min_batch_size=1, max_batch_size=batch_size)
+        super().__init__()
         self._model_name = model_name
         self._pooling = pooling
         self._max_word_tokens = max_word_tokens
+        self._threads = threads
         self._calls = beam.metrics.Metrics.counter("build", "encoder_calls")
         self._words = beam.metrics.Metrics.counter("build", "encoded_words")
         self._ms = beam.metrics.Metrics.counter("build", "encode_ms")
@@ -51,11 +53,12 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
+        if self._threads > 0:  # several worker processes on one machine: avoid oversubscribing its cores
+            torch.set_num_threads(self._threads)
+
         tokenizer = AutoTokenizer.from_pretrained(self._model_name)
         model = AutoModel.from_pretrained(self._model_name)
         model.eval()
-        # Beam runs one encoder per worker process; more intra-op threads than cores just contend.
-        torch.set_num_threads(max(1, torch.get_num_threads()))
         return LoadedEncoder(tokenizer, model)
 
     def run_inference(self, batch: Sequence[str], model, inference_args=None) -> Iterable[PredictionResult]:
@@ -93,16 +96,22 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
 
 
 class EmbedWords(beam.PTransform):
-    """PCollection[str] of unique words -> PCollection[(word, float32 embedding)]."""
+    """PCollection[list[str]] of word batches -> PCollection[(word, float32 embedding)].
+
+    The batches are made before the pipeline (fixed composition, words of similar length
+    together), not by BatchElements: a word's embedding then does not depend on which words
+    shared its batch (padding and matrix shapes), so results are identical for any number of
+    workers.
+    """
 
     def __init__(self, handler: WordEncoderHandler):
         super().__init__()
         self._handler = handler
 
-    def expand(self, words):
+    def expand(self, word_batches):
         return (
-            words
-            | "Encode" >> RunInference(self._handler)
+            word_batches
+            | "Encode" >> RunInference(self._handler.with_no_batching())
             | "ToPairs" >> beam.Map(lambda result: (result.example, np.asarray(result.inference, np.float32)))
         )
 
@@ -119,14 +128,16 @@ def nearest_seed_similarity(
     if reduce not in REDUCTIONS:
         raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
     words, seeds = _unit(np.asarray(word_embeddings, np.float64)), _unit(np.asarray(seed_embeddings, np.float64))
-    cosine = words @ seeds.T
+    # Row by row (matrix-vector), so a word's score does not depend on the batch it came in.
+    cosine = np.stack([seeds @ word for word in words]) if len(words) else np.zeros((0, len(seeds)))
     nearest = cosine.argmax(axis=1)
     if reduce == "max":
         similarity = cosine[np.arange(len(words)), nearest]
     elif reduce == "mean":
         similarity = cosine.mean(axis=1)
     else:
-        similarity = words @ _unit(seeds.mean(axis=0))
+        centroid = _unit(seeds.mean(axis=0))
+        similarity = np.array([word @ centroid for word in words])
     return similarity.astype(np.float32), nearest
 
 

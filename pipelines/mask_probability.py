@@ -28,8 +28,8 @@ import numpy as np
 WEIGHTINGS = ("similarity", "rank")
 
 
-def _pad(arrays: Sequence[np.ndarray], fill, dtype) -> np.ndarray:
-    out = np.full((len(arrays), max((len(a) for a in arrays), default=0)), fill, dtype=dtype)
+def _pad(arrays: Sequence[np.ndarray], fill, dtype, width: int) -> np.ndarray:
+    out = np.full((len(arrays), max([width, *(len(a) for a in arrays)])), fill, dtype=dtype)
     for i, a in enumerate(arrays):
         out[i, : len(a)] = a
     return out
@@ -94,19 +94,22 @@ def mask_probabilities(
     budget: float = 0.15,
     alpha: float = 1.0,
     weighting: str = "similarity",
+    width: int = 0,
 ) -> list[np.ndarray]:
     """float32 mask probability per token for a batch of sequences (ragged, unpadded).
 
     `similarity[k]` is word-table row k's similarity; `word_index` -1 means no known word.
+    Rows are padded to at least `width`: with a fixed width (the maximum sequence length) each
+    sequence's result is bit-identical whatever other sequences share its batch.
     """
     if not 0.0 < budget <= 1.0:
         raise ValueError(f"budget must be in (0, 1], got {budget}")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     lengths = [len(a) for a in word_ids]
-    ids = _pad(word_ids, -1, np.int64)
-    index = _pad(word_index, -1, np.int64)
-    valid = _pad(special_tokens_mask, 1, np.int8) == 0
+    ids = _pad(word_ids, -1, np.int64, width)
+    index = _pad(word_index, -1, np.int64, width)
+    valid = _pad(special_tokens_mask, 1, np.int8, width) == 0
     known = valid & (index >= 0)
     word_similarity = np.where(known, similarity[np.maximum(index, 0)] if len(similarity) else 0.0, 0.0)
 
