@@ -6,7 +6,10 @@ outputs were computed the same way. Change the version whenever a formula change
 - `word_normalization`: see `schemas.words`.
 - `tf_icf`: `tf_icf(w) = (tf_D(w) / sum_v tf_D(v)) * log(1 / max(f_G(w), floor))`, with
   `f_G` the word's relative frequency in general text and `floor` the frequency assumed for
-  words general text lacks (documented with its default where it is computed).
+  words general text lacks: `TF_ICF_UNSEEN_COUNT` (default 0.5) occurrences at the general
+  source's resolution, i.e. `0.5 * 1e-8 = 5e-9` for the wordfreq tables (their English list
+  stops at `WORDFREQ_RESOLUTION = 1e-8`) and `0.5 / T` for a general corpus of `T` words.
+  Computed in `pipelines/tf_icf.py`; `maskstream stats --unseen-count` changes it.
 - `mask_probability`: per sequence, weights from each word's nearest-seed similarity (or
   rank), mixed with uniform by alpha, scaled so the expected number of masked tokens equals
   the budget times the number of non-special tokens, clipped to 1 with the excess
@@ -14,6 +17,10 @@ outputs were computed the same way. Change the version whenever a formula change
 """
 
 from schemas.words import WORD_NORMALIZATION
+
+# TF-ICF's smoothing of words general text lacks (see above).
+TF_ICF_UNSEEN_COUNT = 0.5
+WORDFREQ_RESOLUTION = 1e-8
 
 FORMULA_VERSIONS: dict[str, str] = {
     "word_normalization": WORD_NORMALIZATION,

@@ -1,0 +1,222 @@
+"""Seed words: the top-K words of `maskstream stats` by TF-ICF, after filters.
+
+A word is a candidate unless a filter removes it:
+  min-df        it occurs in fewer than --min-df documents (one document's names and typos);
+  stop word     it is on the stop-word list (scikit-learn's English list by default);
+  non-alphabetic  it holds a digit (version numbers, identifiers);
+  too short     it has fewer than --min-length characters.
+
+Writes SEEDS_JSON ({"seeds": [{"word", "tf", "df", "general_frequency", "tf_icf"}, ...] best
+first, "config", "formulas", "source_fingerprint"}) and, beside it, a Markdown report
+(SEEDS_report.md: the top 50 words by TF-ICF with their counts and which filter removed which)
+and a bar chart of the seeds' scores (SEEDS.png). The stats table is small (one row per word
+type), so this reads it whole with pyarrow; no Beam pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import posixpath
+import sys
+from typing import Any
+
+DEFAULT_TOP_K = 20
+# 3: a word in at least three descriptions is a domain's word, not one package's name; on the
+# shipped sample (2,288 documents) that keeps 'scikit', drops 'freecad'.
+DEFAULT_MIN_DF = 3
+# 3: keeps domain acronyms ('dna', 'fft', 'cad') and drops 2-letter abbreviations and units.
+DEFAULT_MIN_LENGTH = 3
+REPORT_CANDIDATES = 50
+EXIT_INPUT_ERROR = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stats", required=True, metavar="STATS_DIR",
+                        help="output folder of `maskstream stats` (local or gs://)")
+    parser.add_argument("--output", required=True, metavar="SEEDS_JSON",
+                        help="where to write seeds.json; the report and chart go beside it")
+    parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
+                        help=f"number of seed words (default: {DEFAULT_TOP_K})")
+    parser.add_argument("--min-df", type=int, default=DEFAULT_MIN_DF,
+                        help=f"minimum number of documents a seed occurs in (default: {DEFAULT_MIN_DF})")
+    parser.add_argument("--min-length", type=int, default=DEFAULT_MIN_LENGTH,
+                        help=f"minimum characters of a seed (default: {DEFAULT_MIN_LENGTH})")
+    parser.add_argument("--stop-words", default="english", metavar="english|none|FILE",
+                        help="stop words: 'english' (scikit-learn's list), 'none', or a file with one word "
+                             "a line (default: english)")
+    parser.add_argument("--allow-non-alphabetic", action="store_true", default=False,
+                        help="let words with digits be seeds (default: alphabetic words only)")
+
+
+def load_stop_words(spec: str) -> frozenset[str]:
+    """The stop-word set `spec` names, in the normalized word form."""
+    from schemas.words import normalize_word
+
+    if spec == "english":
+        from pipelines.stop_words import ENGLISH_STOP_WORDS
+
+        return ENGLISH_STOP_WORDS
+    if spec == "none":
+        return frozenset()
+    import fsspec
+
+    with fsspec.open(spec, "r", encoding="utf-8") as f:
+        return frozenset(normalize_word(line.strip()) for line in f if line.strip())
+
+
+def read_word_stats(stats_dir: str) -> Any:
+    """The `word_stats-*.parquet` rows of a stats folder as one pyarrow Table (schema checked)."""
+    import fsspec
+    import pyarrow.dataset as ds
+
+    from schemas.tables import WORD_STATS_SCHEMA, check_schema
+
+    fs, path = fsspec.core.url_to_fs(stats_dir)
+    files = sorted(fs.glob(posixpath.join(path, "word_stats-*.parquet")))
+    if not files:
+        raise FileNotFoundError(f"no word_stats-*.parquet in {stats_dir} (run `maskstream stats` first)")
+    table = ds.dataset(files, filesystem=fs, format="parquet").to_table()
+    check_schema(table.schema, WORD_STATS_SCHEMA, f"word stats in {stats_dir}")
+    return table
+
+
+def filter_reasons(row: dict[str, Any], *, min_df: int, min_length: int, stop_words: frozenset[str],
+                   alphabetic_only: bool) -> list[str]:
+    """The filters that remove `row`'s word; empty when it may be a seed."""
+    word = row["word"]
+    reasons = []
+    if row["df"] < min_df:
+        reasons.append(f"df < {min_df}")
+    if word in stop_words:
+        reasons.append("stop word")
+    if alphabetic_only and not word.isalpha():
+        reasons.append("non-alphabetic")
+    if len(word) < min_length:
+        reasons.append(f"shorter than {min_length}")
+    return reasons
+
+
+def select_seeds(rows: list[dict[str, Any]], top_k: int, **filters: Any) -> tuple[list[dict], list[tuple[dict, list[str]]]]:
+    """(seeds best first, every row by descending TF-ICF with the filters that remove it)."""
+    ranked = sorted(rows, key=lambda r: (-r["tf_icf"], r["word"]))
+    judged = [(row, filter_reasons(row, **filters)) for row in ranked]
+    seeds = [row for row, reasons in judged if not reasons][:top_k]
+    return seeds, judged
+
+
+def _format_frequency(value: float) -> str:
+    return "0 (unseen)" if value == 0 else f"{value:.3g}"
+
+
+def render_report(seeds: list[dict], judged: list[tuple[dict, list[str]]], summary: dict[str, Any],
+                  config: dict[str, Any], chart_name: str) -> str:
+    seed_rank = {row["word"]: i for i, row in enumerate(seeds, start=1)}
+    lines = [
+        "# Seed words",
+        "",
+        f"{len(seeds)} seeds from `{config['stats']}`: {summary.get('documents_accepted')} documents "
+        f"({summary.get('documents_rejected')} rejected), {summary.get('distinct_words')} distinct words, "
+        f"{summary.get('total_words')} words; general frequencies from {summary.get('general_source')}.",
+        "",
+        f"Filters: df >= {config['min_df']}, stop words: {config['stop_words']}, "
+        f"{'alphabetic only' if config['alphabetic_only'] else 'digits allowed'}, "
+        f"length >= {config['min_length']}. Score: TF-ICF ({summary.get('formulas', {}).get('tf_icf')}).",
+        "",
+        f"![seed scores]({chart_name})",
+        "",
+        "## Seeds",
+        "",
+        ", ".join(f"`{row['word']}`" for row in seeds),
+        "",
+        f"## Top {REPORT_CANDIDATES} words by TF-ICF",
+        "",
+        "| rank | word | tf | df | general frequency | TF-ICF | outcome |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for rank, (row, reasons) in enumerate(judged[:REPORT_CANDIDATES], start=1):
+        outcome = f"seed {seed_rank[row['word']]}" if row["word"] in seed_rank else (
+            "removed: " + ", ".join(reasons) if reasons else "not needed (top-K full)")
+        lines.append(f"| {rank} | {row['word']} | {row['tf']} | {row['df']} | "
+                     f"{_format_frequency(row['general_frequency'])} | {row['tf_icf']:.5f} | {outcome} |")
+    removed: dict[str, int] = {}
+    for _, reasons in judged:
+        for reason in reasons:
+            removed[reason] = removed.get(reason, 0) + 1
+    lines += ["", "## Words each filter removes (all words; a word may fail several)", "",
+              "| filter | words |", "| --- | ---: |"]
+    lines += [f"| {reason} | {count} |" for reason, count in sorted(removed.items())]
+    return "\n".join(lines) + "\n"
+
+
+def plot_scores(seeds: list[dict], path: str) -> None:
+    """A horizontal bar chart of the seeds' TF-ICF, best at the top, written as PNG to `path`."""
+    import fsspec
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(seeds) + 1.2))
+    words = [row["word"] for row in reversed(seeds)]
+    ax.barh(words, [row["tf_icf"] for row in reversed(seeds)], color="#4c72b0")
+    ax.set_xlabel("TF-ICF")
+    ax.set_title(f"Top {len(seeds)} seed words")
+    fig.tight_layout()
+    with fsspec.open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    import fsspec
+
+    from schemas.formulas import FORMULA_VERSIONS
+
+    try:
+        table = read_word_stats(args.stats)
+        with fsspec.open(posixpath.join(args.stats.rstrip("/"), "summary.json"), "r", encoding="utf-8") as f:
+            summary = json.load(f)
+        stop_words = load_stop_words(args.stop_words)
+    except FileNotFoundError as e:
+        print(f"maskstream seeds: error: {e}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    config = {
+        "stats": args.stats,
+        "top_k": args.top_k,
+        "min_df": args.min_df,
+        "min_length": args.min_length,
+        "stop_words": args.stop_words,
+        "alphabetic_only": not args.allow_non_alphabetic,
+        "stats_config": summary.get("config", {}),
+    }
+    seeds, judged = select_seeds(
+        table.to_pylist(), args.top_k, min_df=args.min_df, min_length=args.min_length,
+        stop_words=stop_words, alphabetic_only=not args.allow_non_alphabetic,
+    )
+    if not seeds:
+        print(f"maskstream seeds: error: no word of {len(judged)} passes the filters", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    if len(seeds) < args.top_k:
+        print(f"maskstream seeds: warning: only {len(seeds)} words pass the filters", file=sys.stderr)
+    # The formulas the statistics were computed with, plus this version's for the rest.
+    formulas = {**FORMULA_VERSIONS, **summary.get("formulas", {})}
+    result = {
+        "seeds": seeds,
+        "config": config,
+        "formulas": formulas,
+        "source_fingerprint": summary.get("source_fingerprint", {}),
+    }
+    output = args.output
+    stem = output[: -len(".json")] if output.endswith(".json") else output
+    report_path, chart_path = f"{stem}_report.md", f"{stem}.png"
+    fs, path = fsspec.core.url_to_fs(output)
+    fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
+    plot_scores(seeds, chart_path)
+    with fsspec.open(report_path, "w", encoding="utf-8") as f:
+        f.write(render_report(seeds, judged, {**summary, "formulas": formulas}, config, posixpath.basename(chart_path)))
+    with fsspec.open(output, "w", encoding="utf-8") as f:
+        f.write(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {output}, {report_path}, {chart_path}")
+    print("seeds: " + " ".join(row["word"] for row in seeds))
+    return 0
