@@ -207,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
 
     from pipelines.corpus import expand_inputs
 
+    # Beam logs every string annotation (`from __future__ import annotations`) at INFO.
+    logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
     try:
         files = expand_inputs(args.input)
         if args.general_input:

@@ -50,3 +50,26 @@ def test_read_corpus_from_gcs_glob(gcs_emulator: str, gcs_bucket: str, sample_co
             equal_to([(part1, "line 11")]),
             label="Rejects",
         )
+
+
+def test_stats_and_seeds_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs, capsys):
+    """The whole stats -> seeds path with every input and output in the bucket (in process, so
+    that Beam's credentials cache above applies)."""
+    from maskstream.cli import main
+
+    fs, _ = fsspec.core.url_to_fs(gcs_bucket)
+    lines = sample_corpus.read_text(encoding="utf-8").splitlines()[:200]
+    fs.pipe(f"{gcs_bucket}/corpus/a.jsonl", ("\n".join(lines[:100]) + "\n").encode())
+    fs.pipe(f"{gcs_bucket}/corpus/b.jsonl", ("\n".join(lines[100:]) + "\n{broken\n").encode())
+    stats = f"{gcs_bucket}/stats"
+    assert main(["stats", "--input", f"{gcs_bucket}/corpus/*.jsonl", "--output", stats]) == 0
+    assert "documents read: 201, accepted: 200, rejected: 1" in capsys.readouterr().out
+    names = sorted(p.rsplit("/", 1)[1] for p in fs.ls(stats, detail=False))
+    assert names == ["rejects-00000-of-00001.jsonl", "summary.json", "word_stats-00000-of-00001.parquet"]
+    assert not [p for p in fs.ls(gcs_bucket, detail=False) if ".tmp-" in p]  # staging removed
+    summary = json.loads(fs.cat(f"{stats}/summary.json"))
+    assert summary["N"] == 200 and len(summary["source_fingerprint"]["files"]) == 2
+    assert main(["seeds", "--stats", stats, "--output", f"{gcs_bucket}/seeds/seeds.json"]) == 0
+    seeds = json.loads(fs.cat(f"{gcs_bucket}/seeds/seeds.json"))
+    assert len(seeds["seeds"]) == 20 and seeds["source_fingerprint"] == summary["source_fingerprint"]
+    assert fs.exists(f"{gcs_bucket}/seeds/seeds_report.md") and fs.exists(f"{gcs_bucket}/seeds/seeds.png")
