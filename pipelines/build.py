@@ -185,8 +185,8 @@ def run(args: argparse.Namespace) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.corpus import ReadCorpus, corpus_fingerprint
-    from pipelines.dataset_writer import new_version_name, prepare_version, write_atomically
     from pipelines.dataset_pipeline import BuildDataset
+    from pipelines.dataset_writer import new_version_name, prepare_version, write_atomically
     from schemas.formulas import FORMULA_VERSIONS
 
     try:

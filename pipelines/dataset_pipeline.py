@@ -113,7 +113,7 @@ class ComputeRows(beam.DoFn):
             width=self._max_length,
         )
         total = offsets["total"]
-        for window, probability in zip(batch, probabilities):
+        for window, probability in zip(batch, probabilities, strict=True):
             sequence_id = offsets["first"][window.unit] + window.window_index
             yield sequence_id * shards // total, {
                 "sequence_id": sequence_id,

@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import fsspec
-from fsspec.implementations.local import LocalFileSystem
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest, ShardEntry, sha256_file, shard_name
 from schemas.tables import SEQUENCE_SCHEMA, WORD_TABLE_SCHEMA

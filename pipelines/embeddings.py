@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -86,7 +85,7 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         self._calls.inc()
         self._words.inc(len(batch))
         self._ms.inc(int((time.perf_counter() - started) * 1000))
-        return [PredictionResult(word, embedding) for word, embedding in zip(batch, embeddings)]
+        return [PredictionResult(word, embedding) for word, embedding in zip(batch, embeddings, strict=True)]
 
     def get_num_bytes(self, batch: Sequence[str]) -> int:
         return sum(len(w.encode("utf-8")) for w in batch)
@@ -152,5 +151,5 @@ class ScoreWords(beam.DoFn):
         seed_words = [w for w, _ in seeds]
         seed_matrix = np.stack([e for _, e in seeds])
         similarity, nearest = nearest_seed_similarity(np.stack([e for _, _, e in batch]), seed_matrix, self._reduce)
-        for (index, word, _), sim, seed in zip(batch, similarity, nearest):
+        for (index, word, _), sim, seed in zip(batch, similarity, nearest, strict=True):
             yield {"word": word, "word_index": index, "similarity": float(sim), "nearest_seed": seed_words[seed]}

@@ -90,7 +90,7 @@ class TokenizeDocuments(beam.DoFn):
         started = time.perf_counter()
         texts = [d.text for d in batch]
         encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
-        for document, encoding in zip(batch, encodings):
+        for document, encoding in zip(batch, encodings, strict=True):
             ids = np.asarray(encoding.ids, np.int32)
             if len(ids) == 0:
                 self._empty.inc()
@@ -180,7 +180,7 @@ def make_windows(
     bounds = [*cuts, len(ids)]
     pre, suf = np.asarray(prefix, np.int32), np.asarray(suffix, np.int32)
     n_pre, n_suf = len(pre), len(suf)
-    for window_index, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+    for window_index, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         # A separator at either edge of a window adds nothing: the prefix/suffix are there.
         while start < end and special[start]:
             start += 1

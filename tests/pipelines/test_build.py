@@ -36,7 +36,7 @@ def make_inputs(sample_corpus: Path, folder: Path, documents: int) -> dict[str, 
     """A corpus of the first `documents` lines, its word statistics and a seeds.json."""
     folder.mkdir(parents=True, exist_ok=True)
     with open(sample_corpus, encoding="utf-8") as f:
-        lines = [line for _, line in zip(range(documents), f)]
+        lines = [line for _, line in zip(range(documents), f, strict=False)]
     corpus = folder / "corpus.jsonl"
     corpus.write_text("".join(lines), encoding="utf-8")
     tf, df = Counter(), Counter()
@@ -85,7 +85,7 @@ class EncoderSpy:
                 self.calls += 1
                 ids = kwargs["input_ids"]
                 mask = kwargs["attention_mask"]
-                self.rows.extend(row[m.bool()].tolist() for row, m in zip(ids, mask))
+                self.rows.extend(row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True))
 
             model.register_forward_pre_hook(hook, with_kwargs=True)
             return model
@@ -139,7 +139,7 @@ def test_probabilities_sum_to_the_budget_and_specials_are_zero(built):
     budget = built["manifest"].config["budget"]
     for p, special, ids in zip(table.column("mask_probability").to_pylist(),
                                table.column("special_tokens_mask").to_pylist(),
-                               table.column("input_ids").to_pylist()):
+                               table.column("input_ids").to_pylist(), strict=True):
         p, special = np.array(p, np.float64), np.array(special)
         assert len(p) == len(ids) <= 128
         assert np.all(p[special == 1] == 0) and np.all((p >= 0) & (p <= 1))

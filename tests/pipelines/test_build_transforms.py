@@ -26,7 +26,7 @@ MAX_LENGTH = 64
 @pytest.fixture(scope="module")
 def documents(sample_corpus) -> list[Document]:
     with open(sample_corpus, encoding="utf-8") as f:
-        lines = [json.loads(line)["text"] for _, line in zip(range(120), f)]
+        lines = [json.loads(line)["text"] for _, line in zip(range(120), f, strict=False)]
     return [Document(f"{sample_corpus}:line {i + 1}", str(sample_corpus), text) for i, text in enumerate(lines)]
 
 
@@ -36,7 +36,7 @@ def test_word_ids_follow_the_tokenizers_own_word_boundaries(sample_corpus, minil
     backend = load_backend_tokenizer(minilm_path)
     checked = 0
     with open(sample_corpus, encoding="utf-8") as f:
-        for _, line in zip(range(400), f):
+        for _, line in zip(range(400), f, strict=False):
             text = json.loads(line)["text"]
             if not text.isascii():
                 continue
@@ -47,7 +47,7 @@ def test_word_ids_follow_the_tokenizers_own_word_boundaries(sample_corpus, minil
             # Same partition of tokens into words (the tokenizer numbers punctuation as words too).
             assert np.array_equal(np.diff(ours) != 0, np.diff(np.array(theirs)) != 0)
             pieces = hf.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)
-            for token, occurrence_span in zip(range(len(starts)), span):
+            for token, occurrence_span in zip(range(len(starts)), span, strict=True):
                 piece, (s, e) = next(p for p in pieces if p[1][0] <= starts[token] < p[1][1])
                 assert (occurrence_span >= 0) == piece.isalnum()
             checked += 1
@@ -138,8 +138,8 @@ def test_mask_probabilities_match_a_root_finder_and_sum_to_the_budget(alpha, bud
         word_index = np.where(special == 1, -1, rng.integers(-1, 50, length)).astype(np.int32)
         word_index[1:-1][word_ids[1:-1] % 2 == 0] = word_index[1:-1][word_ids[1:-1] % 2 == 0]
         sequences.append((word_ids, word_index, special))
-    got = mask_probabilities(*zip(*sequences), similarity, budget=budget, alpha=alpha)
-    for (word_ids, word_index, special), p in zip(sequences, got):
+    got = mask_probabilities(*zip(*sequences, strict=True), similarity, budget=budget, alpha=alpha)
+    for (_, word_index, special), p in zip(sequences, got, strict=True):
         valid = special == 0
         assert p.dtype == np.float32 and np.all(p[~valid] == 0) and np.all((p >= 0) & (p <= 1))
         weights = np.where(valid & (word_index >= 0), np.maximum(similarity[np.maximum(word_index, 0)], 0), 0.0)
