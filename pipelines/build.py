@@ -189,20 +189,20 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.dataset_writer import new_version_name, prepare_version, write_atomically
     from schemas.formulas import FORMULA_VERSIONS
 
+    version = args.version or new_version_name()
     try:
         config = config_from_args(args)
         vocabulary = read_vocabulary(args.stats)
         seeds, seeds_raw = read_seeds(args.seeds)
         fingerprint = corpus_fingerprint(args.input)
-    except (ValueError, FileNotFoundError) as e:
+        version_url = prepare_version(args.output, version)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
         LOG.error("%s", e)
         return 2
     seeds_fingerprint = json.loads(seeds_raw).get("source_fingerprint", {}).get("sha256")
     if seeds_fingerprint and seeds_fingerprint != fingerprint.get("sha256"):
         LOG.warning("the seeds were computed from a different corpus (fingerprint %s, input %s)",
                     seeds_fingerprint, fingerprint.get("sha256"))
-    version = args.version or new_version_name()
-    version_url = prepare_version(args.output, version)
     write_atomically(f"{version_url}/{SEEDS_NAME}", seeds_raw)
     manifest_fields = {
         "version": version,

@@ -106,14 +106,18 @@ def run(args: argparse.Namespace) -> int:
     probabilities: list[Any] = []
     rates: list[float] = []
     shown: list[dict[str, Any]] = []
+    columns = ["input_ids", "special_tokens_mask", "mask_probability"]
     for shard in manifest.shards:
         with fsspec.open(join(version_url, shard.path), "rb") as f:
-            table = pq.read_table(f)
-        try:
-            check_schema(table.schema, SEQUENCE_SCHEMA, shard.path)
-        except SchemaMismatch as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
+            parquet = pq.ParquetFile(f)
+            try:
+                check_schema(parquet.schema_arrow, SEQUENCE_SCHEMA, shard.path)
+            except SchemaMismatch as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 1
+            if len(shown) < args.samples:
+                shown.extend(parquet.read_row_group(0).slice(0, args.samples - len(shown)).to_pylist())
+            table = parquet.read(columns=columns)
         special = np.asarray(table.column("special_tokens_mask").combine_chunks().flatten(), np.int8)
         probability = np.asarray(table.column("mask_probability").combine_chunks().flatten(), np.float32)
         probabilities.append(probability[special == 0])
@@ -122,8 +126,6 @@ def run(args: argparse.Namespace) -> int:
         expected = np.bincount(row, weights=probability, minlength=len(lengths))
         count = np.bincount(row, weights=(special == 0), minlength=len(lengths))
         rates.extend((expected / np.maximum(count, 1)).tolist())
-        if len(shown) < args.samples:
-            shown.extend(table.slice(0, args.samples - len(shown)).to_pylist())
 
     tokenizer = AutoTokenizer.from_pretrained(manifest.tokenizer["name"])
     for row in shown:
