@@ -9,7 +9,7 @@ so the cost grows with the vocabulary, not with the corpus.
 Similarity of a word to the seeds is the cosine of their embeddings, reduced by
 - `max`: to the nearest seed (the paper's default),
 - `mean`: the mean cosine over all seeds,
-- `centroid`: the cosine to the normalized mean of the seed embeddings.
+- `centroid`: the cosine to the mean of the unit-length seed embeddings.
 `nearest_seed` is always the seed with the highest cosine.
 """
 

@@ -164,3 +164,24 @@ def test_rank_weights_are_the_reference_n_minus_r_per_word_occurrence():
     expected = _reference_probabilities(token_weight, special == 0, 1.0, 0.5)
     np.testing.assert_allclose(p, expected, atol=1e-6)
     assert p[1] == p[2]  # every token of a word gets the word's weight
+
+
+@pytest.mark.parametrize("reduce", ["max", "mean", "centroid"])
+def test_nearest_seed_similarity_matches_scikit_learn(reduce):
+    from sklearn.metrics.pairwise import cosine_similarity
+    from sklearn.preprocessing import normalize
+
+    from pipelines.embeddings import nearest_seed_similarity
+
+    rng = np.random.default_rng(1)
+    words_, seeds = rng.normal(size=(40, 16)), rng.normal(size=(5, 16))
+    similarity, nearest = nearest_seed_similarity(words_, seeds, reduce)
+    cosine = cosine_similarity(words_, seeds)
+    expected = {
+        "max": cosine.max(axis=1),
+        "mean": cosine.mean(axis=1),
+        # The centroid of the unit-length seed vectors.
+        "centroid": cosine_similarity(words_, normalize(seeds).mean(axis=0, keepdims=True))[:, 0],
+    }[reduce]
+    np.testing.assert_allclose(similarity, expected, atol=1e-6)
+    assert np.array_equal(nearest, cosine.argmax(axis=1))
