@@ -47,6 +47,7 @@ class BuildConfig:
     tokenize_batch_size: int = 256
     embed_batch_size: int = 256
     encoder_threads: int = 0
+    encoder_device: str = "auto"
     write_embeddings: bool = False
 
 
@@ -90,6 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="target rows per shard when --num-shards is 0 (default: 50000)")
     parser.add_argument("--row-group-rows", type=int, default=1024, help="rows per Parquet row group (default: 1024)")
     parser.add_argument("--embed-batch-size", type=int, default=256, help="words per encoder call (default: 256)")
+    parser.add_argument("--encoder-device", default="auto",
+                        help="torch device of the word encoder: auto (cuda when available), cpu, cuda, cuda:1, ... "
+                             "(default: auto)")
     parser.add_argument("--encoder-threads", type=int, default=0,
                         help="torch threads per encoder process; 0 keeps torch's default (all cores). With several "
                              "worker processes on one machine, set cores / workers (default: 0)")
@@ -122,6 +126,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         tokenize_batch_size=args.tokenize_batch_size,
         embed_batch_size=args.embed_batch_size,
         encoder_threads=args.encoder_threads,
+        encoder_device=args.encoder_device,
         write_embeddings=args.write_embeddings,
     )
 

@@ -200,7 +200,9 @@ class BuildDataset(beam.PTransform):
         pipeline = corpus["documents"].pipeline
         version_url = join(self._root, self._fields["version"])
 
-        handler = WordEncoderHandler(config.encoder, pooling=config.pooling, threads=config.encoder_threads)
+        handler = WordEncoderHandler(
+            config.encoder, pooling=config.pooling, threads=config.encoder_threads, device=config.encoder_device
+        )
         scored = pipeline | "ScoreVocabulary" >> ScoreVocabulary(
             self._vocabulary, self._seeds, handler, config.reduce, config.embed_batch_size
         )

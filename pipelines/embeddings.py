@@ -36,7 +36,8 @@ class LoadedEncoder:
 class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
     """RunInference handler: a batch of words -> one float32 embedding per word."""
 
-    def __init__(self, model_name: str, *, pooling: str = "mean", max_word_tokens: int = 16, threads: int = 0):
+    def __init__(self, model_name: str, *, pooling: str = "mean", max_word_tokens: int = 16, threads: int = 0,
+                 device: str = "auto"):
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         super().__init__()
@@ -44,6 +45,7 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         self._pooling = pooling
         self._max_word_tokens = max_word_tokens
         self._threads = threads
+        self._device = device
         self._calls = beam.metrics.Metrics.counter("build", "encoder_calls")
         self._words = beam.metrics.Metrics.counter("build", "encoded_words")
         self._ms = beam.metrics.Metrics.counter("build", "encode_ms")
@@ -56,7 +58,8 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
             torch.set_num_threads(self._threads)
 
         tokenizer = AutoTokenizer.from_pretrained(self._model_name)
-        model = AutoModel.from_pretrained(self._model_name)
+        device = ("cuda" if torch.cuda.is_available() else "cpu") if self._device == "auto" else self._device
+        model = AutoModel.from_pretrained(self._model_name).to(device)
         model.eval()
         return LoadedEncoder(tokenizer, model)
 
@@ -73,7 +76,8 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
             return_special_tokens_mask=True,
             return_tensors="pt",
         )
-        special = inputs.pop("special_tokens_mask")
+        special = inputs.pop("special_tokens_mask").to(encoder.device)
+        inputs = inputs.to(encoder.device)
         with torch.inference_mode():
             output = encoder(**inputs)
             if self._pooling == "pooler":
@@ -81,7 +85,7 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
             else:
                 own = (inputs["attention_mask"] * (1 - special)).unsqueeze(-1).to(output.last_hidden_state.dtype)
                 pooled = (output.last_hidden_state * own).sum(1) / own.sum(1).clamp(min=1)
-        embeddings = pooled.float().numpy()
+        embeddings = pooled.float().cpu().numpy()
         self._calls.inc()
         self._words.inc(len(batch))
         self._ms.inc(int((time.perf_counter() - started) * 1000))
