@@ -5,7 +5,8 @@
 Corpora: the shipped sample (data/debian-science.jsonl) and the full Debian descriptions,
 made now with benchmarks/debian_corpus.py from the apt lists (skipped where they are missing).
 For each corpus, each contender runs as its own process (so that start-up is counted alike
-and peak memory is that process's own, from `os.wait4`):
+and peak memory is that process's, from `os.wait4`: the largest resident set of the process
+and of the worker processes it waited for, not their sum):
 
 - `Counter`: one Python process reads the JSONL, splits words with `schemas.words.words`
   (the same normalization) and counts tf and df with two `collections.Counter`s;
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((name, counts, label, wall, rss, wall / baseline))
 
     print(f"\nmaskstream stats vs a single-process collections.Counter pass ({os.cpu_count()} CPUs; "
-          "wall time of each process, start-up included)\n")
+          "wall time of each process, start-up included;\npeak RSS: the largest single process)\n")
     header = f"| {'corpus':<12} | {'documents':>9} | {'words':>10} | {'run':<34} | {'wall s':>7} | " \
              f"{'docs/s':>8} | {'words/s':>9} | {'peak RSS MiB':>12} | {'time vs Counter':>15} |"
     print(header)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import posixpath
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -60,6 +61,8 @@ def file_format(path: str) -> str | None:
 def expand_inputs(patterns: Sequence[str]) -> list[str]:
     """The sorted, de-duplicated files that `patterns` (paths or globs, local or `gs://`) match.
 
+    A local folder stands for the files directly in it; folders themselves are never inputs.
+
     Raises FileNotFoundError naming every pattern that matches no file.
     """
     if not patterns:
@@ -67,9 +70,12 @@ def expand_inputs(patterns: Sequence[str]) -> list[str]:
     files: set[str] = set()
     unmatched: list[str] = []
     for pattern in patterns:
+        local = FileSystems.get_scheme(pattern) in (None, "file")
         try:
-            (result,) = FileSystems.match([pattern])
-            paths = [m.path for m in result.metadata_list if not m.path.endswith(("/", "\\"))]
+            # A local folder stands for the files in it.
+            (result,) = FileSystems.match([posixpath.join(pattern, "*") if local and os.path.isdir(pattern) else pattern])
+            paths = [m.path for m in result.metadata_list
+                     if not m.path.endswith(("/", "\\")) and not (local and os.path.isdir(m.path))]
         except Exception:  # Beam raises BeamIOError (or an OSError) for a path it cannot list
             paths = []
         if not paths:

@@ -22,8 +22,8 @@ import sys
 from typing import Any
 
 DEFAULT_TOP_K = 20
-# 3: a word in at least three descriptions is a domain's word, not one package's name; on the
-# shipped sample (2,288 documents) that keeps 'scikit', drops 'freecad'.
+# 3: a word in at least three documents is the domain's, not one document's (a package's own
+# name, a typo); on the shipped sample (2,288 documents) df < 3 removes 8,011 of 13,131 words.
 DEFAULT_MIN_DF = 3
 # 3: keeps domain acronyms ('dna', 'fft', 'cad') and drops 2-letter abbreviations and units.
 DEFAULT_MIN_LENGTH = 3

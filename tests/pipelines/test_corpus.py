@@ -140,6 +140,9 @@ def test_expand_inputs_sorted_deduplicated_and_missing(tmp_path: Path):
         (tmp_path / name).write_text("x\n")
     assert expand_inputs([str(tmp_path / "*.txt"), str(tmp_path / "a.txt")]) == [
         str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.txt").write_text("y\n")
+    assert expand_inputs([str(tmp_path)]) == [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
         expand_inputs([str(tmp_path / "a.txt"), str(tmp_path / "nope.jsonl")])
     with pytest.raises(FileNotFoundError, match=r"\*.parquet"):

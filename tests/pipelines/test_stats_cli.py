@@ -128,6 +128,15 @@ def test_general_corpus_frequencies(tmp_path: Path, subprocess_env):
     assert summary["general"] == {"documents_read": 2, "documents_accepted": 2, "documents_rejected": 0,
                                   "total_words": 7}
     assert summary["general_source"] == "corpus"
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [
+        "general_rejects-00000-of-00001.jsonl", "rejects-00000-of-00001.jsonl", "summary.json",
+        "word_stats-00000-of-00001.parquet"]
+    # A rerun into the same folder replaces the previous run's files, leaving none behind.
+    run_cli(["stats", "--input", str(general), "--output", str(tmp_path / "s")], subprocess_env)
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [
+        "rejects-00000-of-00001.jsonl", "summary.json", "word_stats-00000-of-00001.parquet"]
+    assert {r["word"] for r in read_stats(tmp_path / "s").to_pylist()} == {"the", "cat", "dog", "and"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["domain.txt", "general.txt", "s"]  # no staging left
 
 
 def test_bad_inputs_are_rejected_and_counted(tmp_path: Path, subprocess_env):
