@@ -21,6 +21,9 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "seeds": ("pipelines.seeds", "top-K seed words by TF-ICF, with a report", False),
     "build": ("pipelines.build", "tokenize, score words against the seeds, write a versioned dataset", True),
     "inspect": ("pipelines.inspect_dataset", "summarize and verify a dataset version, plot its mask probabilities", False),
+    "update": ("pipelines.update", "stats, seeds and build in one step, redoing only what the corpus changed", True),
+    "watch": ("pipelines.watch", "rebuild a dataset whenever a corpus folder or gs:// prefix changes", True),
+    "gc": ("pipelines.gc", "remove old dataset versions and cache entries no kept version uses", False),
 }
 
 

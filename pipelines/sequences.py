@@ -91,23 +91,32 @@ class TokenizeDocuments(beam.DoFn):
         texts = [d.text for d in batch]
         encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
         for document, encoding in zip(batch, encodings, strict=True):
-            ids = np.asarray(encoding.ids, np.int32)
-            if len(ids) == 0:
+            tokenized = tokenized_document(document, encoding, vocabulary)
+            if tokenized is None:
                 self._empty.inc()
                 yield beam.pvalue.TaggedOutput(
                     "rejects",
                     {"source": document.source, "location": document.document_id, "reason": "no tokens"},
                 )
                 continue
-            spans = word_spans(document.text)
-            starts = np.fromiter((s for s, _ in encoding.offsets), np.int64, len(ids))
-            occurrence, span = align_tokens_to_words(starts, spans)
-            span_word_index = np.fromiter((vocabulary.get(w, -1) for _, _, w in spans), np.int32, len(spans))
-            word_index = np.where(span >= 0, span_word_index[np.maximum(span, 0)] if len(spans) else -1, -1)
             self._documents.inc()
-            self._tokens.inc(len(ids))
-            yield TokenizedDocument(document.document_id, ids, occurrence, word_index.astype(np.int32))
+            self._tokens.inc(len(tokenized.input_ids))
+            yield tokenized
         self._ms.inc(int((time.perf_counter() - started) * 1000))
+
+
+def tokenized_document(document: Any, encoding: Any, vocabulary: dict[str, int]) -> TokenizedDocument | None:
+    """A document and its tokenizer encoding -> TokenizedDocument (None when it has no token);
+    `word_index` is the word's row in `vocabulary`, -1 outside words and for unknown words."""
+    ids = np.asarray(encoding.ids, np.int32)
+    if len(ids) == 0:
+        return None
+    spans = word_spans(document.text)
+    starts = np.fromiter((s for s, _ in encoding.offsets), np.int64, len(ids))
+    occurrence, span = align_tokens_to_words(starts, spans)
+    span_word_index = np.fromiter((vocabulary.get(w, -1) for _, _, w in spans), np.int32, len(spans))
+    word_index = np.where(span >= 0, span_word_index[np.maximum(span, 0)] if len(spans) else -1, -1)
+    return TokenizedDocument(document.document_id, ids, occurrence, word_index.astype(np.int32))
 
 
 def load_backend_tokenizer(name: str):

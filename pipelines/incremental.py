@@ -1,0 +1,511 @@
+"""Incremental rebuilds: per-file results and word embeddings cached beside the dataset root.
+
+    ROOT/_cache/files/KEY/{words.parquet, documents.parquet, entry.json}
+        what depends on one input file only: its word counts (word, tf, df) and its tokenized
+        documents (token ids, word occurrence ids, and per token the word as an index into the
+        file's own sorted word list, since the dataset's word_index changes between versions).
+        KEY = sha256 of (the file's path, its content sha256, and FileSettings: the tokenizer's
+        full definition, the word normalization, text field, txt mode, cache format).
+        entry.json is written last: an entry without it is incomplete and is recomputed.
+    ROOT/_cache/embeddings/ENCODER_KEY/part-*.parquet
+        (word, embedding) of every word and seed encoded so far, by the encoder (name and
+        weights hash), pooling and tokens per word of ENCODER_KEY; each update appends one part.
+
+`update()` fingerprints the corpus, processes only the files without a cache entry (a Beam
+pipeline: ReadCorpus, then count and tokenize each file), merges the per-file counts, and
+recomputes everything global from them: TF-ICF (the wordfreq tables), the seeds, the word
+table (encoding only the words and seeds missing from the embedding cache), the nearest-seed
+similarities, the windows and the mask probabilities. Those steps reuse the functions of
+`maskstream stats`, `seeds` and `build`, so an update with a warm cache writes the same rows
+as one with an empty cache (a full rebuild), and as `maskstream build` in `truncate` mode.
+Packing (`--packing pack`) packs documents within each input file, in document order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import apache_beam as beam
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.dataset_writer import join, write_atomically
+from pipelines.sequences import TokenizedDocument, natural_key
+
+LOG = logging.getLogger("maskstream.update")
+
+CACHE_DIR = "_cache"
+FILES_DIR = "files"
+EMBEDDINGS_DIR = "embeddings"
+ENTRY_NAME = "entry.json"
+CACHE_FORMAT = 1  # bump when what a cache entry holds changes
+MAX_WORD_TOKENS = 16  # as the build's WordEncoderHandler
+
+
+def sha256_text(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSettings:
+    """Everything besides the file's path and content that a per-file cache entry depends on."""
+
+    tokenizer: str  # name or path
+    tokenizer_definition_sha256: str  # the fast tokenizer's whole JSON (vocab, normalizer, ...)
+    text_field: str = "text"
+    txt_mode: str = "line"
+
+    def key(self) -> str:
+        from schemas.words import WORD_NORMALIZATION
+
+        return sha256_text(json.dumps({**dataclasses.asdict(self), "tokenizer": None,
+                                       "word_normalization": WORD_NORMALIZATION, "format": CACHE_FORMAT},
+                                      sort_keys=True))
+
+    def entry_key(self, path: str, content_sha256: str) -> str:
+        return entry_key(self.key(), path, content_sha256)
+
+
+def entry_key(settings_key: str, path: str, content_sha256: str) -> str:
+    """The cache key of one input file (`maskstream gc` recomputes it from a manifest)."""
+    return sha256_text(settings_key, path, content_sha256)
+
+
+def file_settings(tokenizer: str, text_field: str, txt_mode: str) -> FileSettings:
+    from pipelines.sequences import load_backend_tokenizer
+
+    definition = load_backend_tokenizer(tokenizer).to_str()
+    return FileSettings(tokenizer, sha256_text(definition), text_field, txt_mode)
+
+
+def encoder_key(encoder: str, pooling: str) -> str:
+    """Identifies word embeddings: the encoder's name, or for a local folder the hash of its
+    weights and config (a retrained model in the same folder gets a new key)."""
+    parts = [encoder, pooling, str(MAX_WORD_TOKENS)]
+    if os.path.isdir(encoder):
+        for name in sorted(os.listdir(encoder)):
+            if name.endswith((".safetensors", ".bin", ".json", ".txt")):
+                with open(os.path.join(encoder, name), "rb") as f:
+                    parts.append(f"{name}:{hashlib.sha256(f.read()).hexdigest()}")
+        parts[0] = "local"  # the same weights anywhere are the same encoder
+    return sha256_text(*parts)[:32]
+
+
+# ---------------------------------------------------------------- per-file entries (Beam)
+
+
+class ProcessFileFn(beam.DoFn):
+    """(path, {"key", "documents", "rejects"}) -> writes the file's cache entry; yields its key.
+
+    Counts words exactly as `maskstream stats` (one Counter per document) and tokenizes exactly
+    as `maskstream build` (`tokenized_document`), in batches.
+    """
+
+    def __init__(self, cache_url: str, tokenizer: str, batch_size: int = 256):
+        self._cache_url, self._tokenizer_name, self._batch_size = cache_url, tokenizer, batch_size
+        self._files = beam.metrics.Metrics.counter("update", "files_processed")
+        self._documents = beam.metrics.Metrics.counter("update", "documents_tokenized")
+        self._ms = beam.metrics.Metrics.counter("update", "process_files_ms")
+
+    def setup(self) -> None:
+        from pipelines.sequences import load_backend_tokenizer
+
+        self._tokenizer = load_backend_tokenizer(self._tokenizer_name)
+
+    def process(self, element: tuple[str, dict[str, list]]):
+        from collections import Counter
+
+        from pipelines.counting import word_counts_of_document
+        from pipelines.sequences import tokenized_document
+
+        started = time.perf_counter()
+        path, grouped = element
+        (key,) = grouped["key"]
+        documents = sorted(grouped["documents"], key=lambda d: natural_key(d.document_id))
+        rejects = sorted(grouped["rejects"], key=lambda r: natural_key(r["location"]))
+        counts: Counter = Counter()
+        for document in documents:
+            for word, (tf, _) in word_counts_of_document(document):
+                counts[word] += tf
+                counts[(word,)] += 1  # df under a tuple key, one dict for both
+        words = sorted(w for w in counts if isinstance(w, str))
+        local = {w: i for i, w in enumerate(words)}
+        tokenized: list[TokenizedDocument] = []
+        for start in range(0, len(documents), self._batch_size):
+            batch = documents[start : start + self._batch_size]
+            encodings = self._tokenizer.encode_batch([d.text for d in batch], add_special_tokens=False)
+            for document, encoding in zip(batch, encodings, strict=True):
+                result = tokenized_document(document, encoding, local)
+                if result is None:
+                    rejects.append({"source": document.source, "location": document.document_id,
+                                    "reason": "no tokens"})
+                else:
+                    tokenized.append(result)
+        entry_url = join(self._cache_url, FILES_DIR, key)
+        write_parquet_file(pa.table({
+            "word": pa.array(words, pa.string()),
+            "tf": pa.array([counts[w] for w in words], pa.int64()),
+            "df": pa.array([counts[(w,)] for w in words], pa.int64()),
+        }), join(entry_url, "words.parquet"))
+        write_parquet_file(documents_table(tokenized), join(entry_url, "documents.parquet"))
+        entry = {"path": path, "documents": len(documents), "rejects": rejects, "format": CACHE_FORMAT}
+        write_atomically(join(entry_url, ENTRY_NAME), json.dumps(entry).encode("utf-8"))
+        self._files.inc()
+        self._documents.inc(len(documents))
+        self._ms.inc(int((time.perf_counter() - started) * 1000))
+        yield key
+
+
+class ProcessFiles(beam.PTransform):
+    """{path: cache key} -> one cache entry per file (PCollection of the keys written)."""
+
+    def __init__(self, keys: dict[str, str], cache_url: str, tokenizer: str, text_field: str, txt_mode: str):
+        super().__init__()
+        self._keys, self._cache_url, self._tokenizer = dict(keys), cache_url, tokenizer
+        self._text_field, self._txt_mode = text_field, txt_mode
+
+    def expand(self, pbegin):
+        from pipelines.corpus import ReadCorpus
+
+        corpus = pbegin | "ReadCorpus" >> ReadCorpus(sorted(self._keys), self._text_field, self._txt_mode)
+        return (
+            {
+                # Every file gets a group, also one that yields neither documents nor rejects.
+                "key": pbegin | "Files" >> beam.Create(sorted(self._keys.items())),
+                "documents": corpus["documents"] | "DocumentsBySource" >> beam.Map(lambda d: (d.source, d)),
+                "rejects": corpus["rejects"] | "RejectsBySource" >> beam.Map(lambda r: (r["source"], r)),
+            }
+            | "GroupByFile" >> beam.CoGroupByKey()
+            | "CountAndTokenize" >> beam.ParDo(ProcessFileFn(self._cache_url, self._tokenizer))
+        )
+
+
+def write_parquet_file(table: pa.Table, url: str) -> None:
+    from pipelines.dataset_writer import write_parquet
+
+    write_parquet(table, url, 100_000)
+
+
+def documents_table(documents: Sequence[TokenizedDocument]) -> pa.Table:
+    def lists(name: str) -> pa.Array:
+        arrays = [getattr(d, name) for d in documents]
+        offsets = np.concatenate([[0], np.cumsum([len(a) for a in arrays])]).astype(np.int32)
+        values = np.concatenate(arrays).astype(np.int32) if arrays else np.zeros(0, np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()))
+
+    return pa.table({
+        "document_id": pa.array([d.document_id for d in documents], pa.string()),
+        "input_ids": lists("input_ids"),
+        "word_ids": lists("word_ids"),
+        "word_index": lists("word_index"),
+    })
+
+
+@dataclasses.dataclass
+class FileEntry:
+    path: str
+    key: str
+    documents: int
+    rejects: list[dict[str, str]]
+    words: pa.Table  # word, tf, df
+    tokenized: pa.Table  # documents_table, word_index into `words`
+
+
+def read_entry(cache_url: str, path: str, key: str) -> FileEntry:
+    url = join(cache_url, FILES_DIR, key)
+    with fsspec.open(join(url, ENTRY_NAME), "rb") as f:
+        entry = json.loads(f.read())
+    tables = {}
+    for name in ("words", "documents"):
+        with fsspec.open(join(url, f"{name}.parquet"), "rb") as f:
+            tables[name] = pq.read_table(f)
+    return FileEntry(path, key, entry["documents"], entry["rejects"], tables["words"], tables["documents"])
+
+
+def complete_entries(cache_url: str) -> set[str]:
+    fs, path = fsspec.core.url_to_fs(join(cache_url, FILES_DIR))
+    return {p.rstrip("/").split("/")[-2] for p in fs.glob(f"{path}/*/{ENTRY_NAME}")}
+
+
+# ---------------------------------------------------------------- word embeddings
+
+
+def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.ndarray]:
+    fs, path = fsspec.core.url_to_fs(join(cache_url, EMBEDDINGS_DIR, key))
+    found: dict[str, np.ndarray] = {}
+    for part in sorted(fs.glob(f"{path}/part-*.parquet")):
+        with fs.open(part, "rb") as f:
+            table = pq.read_table(f)
+        words = table.column("word").to_pylist()
+        dim = table.schema.field("embedding").type.list_size
+        vectors = table.column("embedding").combine_chunks().flatten().to_numpy().reshape(-1, dim)
+        for word, vector in zip(words, vectors, strict=True):
+            if word in wanted:
+                found[word] = vector
+    return found
+
+
+def encode_words(words: Sequence[str], encoder: str, pooling: str, device: str, threads: int,
+                 batch_size: int) -> dict[str, np.ndarray]:
+    """Embeddings of `words` with the build's encoder (same pooling, batches ordered by length)."""
+    from pipelines.embeddings import WordEncoderHandler
+
+    if not words:
+        return {}
+    handler = WordEncoderHandler(encoder, pooling=pooling, max_word_tokens=MAX_WORD_TOKENS, threads=threads,
+                                 device=device)
+    model = handler.load_model()
+    ordered = sorted(words, key=lambda w: (len(w), w))
+    result: dict[str, np.ndarray] = {}
+    for start in range(0, len(ordered), batch_size):
+        for prediction in handler.run_inference(ordered[start : start + batch_size], model):
+            result[prediction.example] = np.asarray(prediction.inference, np.float32)
+    return result
+
+
+def write_embeddings_part(cache_url: str, key: str, embeddings: dict[str, np.ndarray]) -> None:
+    if not embeddings:
+        return
+    words = sorted(embeddings)
+    matrix = np.stack([embeddings[w] for w in words]).astype(np.float32)
+    table = pa.table({
+        "word": pa.array(words, pa.string()),
+        "embedding": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), matrix.shape[1]),
+    })
+    name = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    tmp = join(cache_url, EMBEDDINGS_DIR, key, f"tmp-{name}.parquet")
+    write_parquet_file(table, tmp)
+    fs, path = fsspec.core.url_to_fs(tmp)
+    fs.mv(path, path.replace("/tmp-", "/part-"))  # only complete parts match part-*
+
+
+# ---------------------------------------------------------------- the update
+
+
+@dataclasses.dataclass
+class UpdateOptions:
+    inputs: list[str]
+    root: str
+    build: Any  # pipelines.build.BuildConfig
+    text_field: str = "text"
+    txt_mode: str = "line"
+    top_k: int = 20
+    min_df: int = 3
+    min_length: int = 3
+    stop_words: str = "english"
+    alphabetic_only: bool = True
+    general_language: str = "en"
+    unseen_count: float = 0.5
+    version: str | None = None
+    beam_args: list[str] = dataclasses.field(default_factory=list)
+
+
+def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float) -> tuple[list[dict], int, int]:
+    """(WORD_STATS rows sorted by word, documents N, total words), as `maskstream stats` computes them."""
+    from wordfreq import word_frequency
+
+    from pipelines.tf_icf import word_stats_row, wordfreq_floor
+
+    tf: dict[str, int] = {}
+    df: dict[str, int] = {}
+    documents = 0
+    for entry in entries:
+        documents += entry.documents
+        for word, t, d in zip(*(entry.words.column(c).to_pylist() for c in ("word", "tf", "df")), strict=True):
+            tf[word] = tf.get(word, 0) + t
+            df[word] = df.get(word, 0) + d
+    total = sum(tf.values())
+    floor = wordfreq_floor(unseen_count)
+    rows = [word_stats_row((w, (tf[w], df[w]), word_frequency(w, language)), total, floor) for w in sorted(tf)]
+    return rows, documents, total
+
+
+def windows_of(entries: Sequence[FileEntry], index: dict[str, int], tokenizer: str, max_length: int,
+               packing: str) -> list:
+    """Every window of the corpus in sequence-id order (as the build orders them)."""
+    from pipelines.sequences import load_backend_tokenizer, make_windows, special_template
+
+    prefix, suffix = special_template(load_backend_tokenizer(tokenizer))
+    windows = []
+    for entry in entries:
+        to_global = np.array([index.get(w, -1) for w in entry.words.column("word").to_pylist()] + [-1], np.int32)
+        table = entry.tokenized
+        columns = {name: table.column(name).to_pylist() for name in ("input_ids", "word_ids", "word_index")}
+        documents = [
+            TokenizedDocument(document_id, np.asarray(ids, np.int32), np.asarray(occ, np.int32),
+                              to_global[np.asarray(local, np.int64)])  # local -1 -> the trailing -1
+            for document_id, ids, occ, local in zip(table.column("document_id").to_pylist(), columns["input_ids"],
+                                                    columns["word_ids"], columns["word_index"], strict=True)
+        ]
+        if packing == "pack":  # within the file, in document order
+            documents.sort(key=lambda d: natural_key(d.document_id))
+            if documents:
+                windows.extend(make_windows(entry.path, documents, suffix[-1:], prefix, suffix, max_length))
+        else:
+            for document in documents:
+                windows.extend(make_windows(document.document_id, [document], [], prefix, suffix, max_length))
+    windows.sort(key=lambda w: (natural_key(w.unit), w.window_index))
+    return windows
+
+
+def update(options: UpdateOptions) -> dict[str, Any]:
+    """Writes a new dataset version of `options.inputs` under `options.root`, reusing the cache.
+
+    Returns a report: the version URL, what was processed and encoded, and seconds per step.
+    Raises ValueError/FileNotFoundError/FileExistsError on bad input, before writing a version.
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.build import tokenizer_info
+    from pipelines.corpus import corpus_fingerprint
+    from pipelines.dataset_pipeline import shard_count, write_rejects
+    from pipelines.dataset_writer import (
+        new_version_name,
+        prepare_version,
+        write_manifest_and_latest,
+        write_shard,
+        write_word_table,
+    )
+    from pipelines.embeddings import nearest_seed_similarity
+    from pipelines.mask_probability import mask_probabilities
+    from pipelines.seeds import load_stop_words, select_seeds
+    from schemas.formulas import FORMULA_VERSIONS
+    from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME, Manifest
+
+    config = options.build
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[name] = round(now - clock, 3)
+        clock = now
+
+    root = options.root.rstrip("/")
+    cache_url = join(root, CACHE_DIR)
+    fingerprint = corpus_fingerprint(options.inputs)
+    settings = file_settings(config.tokenizer, options.text_field, options.txt_mode)
+    keys = {f["path"]: settings.entry_key(f["path"], f["sha256"]) for f in fingerprint["files"]}
+    version = options.version or new_version_name()
+    version_url = prepare_version(root, version)
+    lap("fingerprint")
+
+    missing = {path: key for path, key in keys.items() if key not in complete_entries(cache_url)}
+    counters: dict[str, int] = {"files": len(keys), "files_processed": 0, "documents_tokenized": 0}
+    LOG.info("%s: %d input files, %d cached, %d to count and tokenize", version_url, len(keys),
+             len(keys) - len(missing), len(missing))
+    if missing:
+        pipeline = beam.Pipeline(options=PipelineOptions(list(options.beam_args)))
+        _ = pipeline | "ProcessFiles" >> ProcessFiles(missing, cache_url, config.tokenizer, options.text_field,
+                                                      options.txt_mode)
+        result = pipeline.run()
+        result.wait_until_finish()
+        from apache_beam.metrics.metric import MetricsFilter
+
+        for counter in result.metrics().query(MetricsFilter().with_namespace("update"))["counters"]:
+            counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + counter.committed
+    lap("count_and_tokenize")
+
+    entries = [read_entry(cache_url, path, keys[path]) for path in sorted(keys)]
+    lap("read_cache")
+    rows, documents, total_words = word_stats(entries, options.general_language, options.unseen_count)
+    if not rows:
+        raise ValueError(f"no word in {' '.join(options.inputs)}")
+    stop_words = load_stop_words(options.stop_words)
+    seed_rows, _ = select_seeds(rows, options.top_k, min_df=options.min_df, min_length=options.min_length,
+                                stop_words=stop_words, alphabetic_only=options.alphabetic_only)
+    if not seed_rows:
+        raise ValueError(f"no word of {len(rows)} passes the seed filters")
+    seeds = [row["word"] for row in seed_rows]
+    vocabulary = [row["word"] for row in rows]
+    lap("stats_and_seeds")
+
+    embedding_key = encoder_key(config.encoder, config.pooling)
+    wanted = set(vocabulary) | set(seeds)
+    embeddings = read_embeddings(cache_url, embedding_key, wanted)
+    new = encode_words(sorted(wanted - embeddings.keys()), config.encoder, config.pooling, config.encoder_device,
+                       config.encoder_threads, config.embed_batch_size)
+    write_embeddings_part(cache_url, embedding_key, new)
+    embeddings.update(new)
+    counters["words_encoded"] = len(new)
+    counters["words_from_cache"] = len(wanted) - len(new)
+    lap("embed_words")
+
+    seed_words = sorted(seeds)  # the build's ScoreWords orders the seeds by word
+    similarity, nearest = nearest_seed_similarity(
+        np.stack([embeddings[w] for w in vocabulary]), np.stack([embeddings[w] for w in seed_words]), config.reduce)
+    word_rows = [{"word": w, "word_index": i, "similarity": float(s), "nearest_seed": seed_words[n]}
+                 for i, (w, s, n) in enumerate(zip(vocabulary, similarity, nearest, strict=True))]
+    lap("similarity")
+
+    index = {w: i for i, w in enumerate(vocabulary)}
+    windows = windows_of(entries, index, config.tokenizer, config.max_length, config.packing)
+    total = len(windows)
+    shards = shard_count({"total": total}, config.num_shards, config.shard_rows)
+    lap("windows")
+    by_shard: list[list[dict]] = [[] for _ in range(shards)]
+    for start in range(0, total, 512):
+        batch = windows[start : start + 512]
+        probabilities = mask_probabilities(
+            [w.word_ids for w in batch], [w.word_index for w in batch], [w.special_tokens_mask for w in batch],
+            similarity, budget=config.budget, alpha=config.alpha, weighting=config.weighting,
+            width=config.max_length)
+        for offset, (window, probability) in enumerate(zip(batch, probabilities, strict=True)):
+            sequence_id = start + offset
+            by_shard[sequence_id * shards // total].append({
+                "sequence_id": sequence_id, "document_id": window.document_id, "input_ids": window.input_ids,
+                "word_ids": window.word_ids, "word_index": window.word_index,
+                "special_tokens_mask": window.special_tokens_mask, "mask_probability": probability,
+            })
+    lap("mask_probability")
+    shard_entries = [write_shard(version_url, i, shards, rows_, config.row_group_rows)
+                     for i, rows_ in enumerate(by_shard)]
+    del by_shard
+    write_word_table(version_url, WORD_TABLE_NAME, word_rows)
+    rejects = [r for entry in entries for r in entry.rejects]
+    rejected = write_rejects(version_url, rejects)
+    no_tokens = sum(1 for r in rejects if r["reason"] == "no tokens")
+    seeds_json = {
+        "seeds": seed_rows,
+        "config": {"top_k": options.top_k, "min_df": options.min_df, "min_length": options.min_length,
+                   "stop_words": options.stop_words, "alphabetic_only": options.alphabetic_only},
+        "formulas": dict(FORMULA_VERSIONS),
+        "source_fingerprint": fingerprint,
+    }
+    write_atomically(join(version_url, SEEDS_NAME), (json.dumps(seeds_json, indent=2) + "\n").encode("utf-8"))
+    read_corpus_rejects = rejected - no_tokens
+    fingerprint = {**fingerprint, "documents": {"read": documents + read_corpus_rejects,
+                                                "accepted": documents - no_tokens, "rejected": rejected}}
+    manifest = Manifest(
+        version=version,
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        tokenizer=tokenizer_info(config.tokenizer),
+        encoder={"name": config.encoder, "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS},
+        seeds=seeds,
+        formulas=dict(FORMULA_VERSIONS),
+        config={**dataclasses.asdict(config), "input": list(options.inputs), "seeds_config": seeds_json["config"],
+                "general_language": options.general_language, "unseen_count": options.unseen_count,
+                "text_field": options.text_field, "txt_mode": options.txt_mode,
+                "word_types": len(vocabulary), "documents": documents, "total_words": total_words,
+                "file_cache_settings": settings.key(), "embedding_cache": embedding_key,
+                "beam_args": list(options.beam_args), "extra_files": []},
+        source_fingerprint=fingerprint,
+        shards=shard_entries,
+        word_table=WORD_TABLE_NAME,
+    )
+    write_manifest_and_latest(root, manifest)
+    lap("write")
+    return {"version": version_url, "rows": total, "shards": shards, "word_types": len(vocabulary),
+            "seeds": seeds, "counts": counters, "seconds": seconds}

@@ -1,0 +1,109 @@
+"""Stats, seeds and build in one step, reusing what earlier runs cached: a new dataset version.
+
+Counts and tokenizes only the input files that changed since any earlier run into the same
+DATASET_ROOT (added or edited files; removed files simply drop out), encodes only the words and
+seeds never encoded before, and recomputes everything global from the cached per-file results:
+word statistics and TF-ICF, the seeds, nearest-seed similarities, mask probabilities. Writes
+DATASET_ROOT/VERSION/ like `maskstream build` (shards, words.parquet, seeds.json, rejects.jsonl,
+manifest.json last) and moves DATASET_ROOT/latest to it. The cache lives in DATASET_ROOT/_cache/;
+`maskstream gc` prunes it with old versions. The first run into an empty root is a full build.
+
+Rows equal those of `maskstream stats` + `seeds` + `build` with the same options in `truncate`
+mode; with `--packing pack`, documents are packed within each input file.
+
+Example:
+  maskstream update --input 'corpus/*.jsonl' --output out/dataset
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+LOG = logging.getLogger("maskstream.update")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", nargs="+", required=True, metavar="PATTERN",
+                        help="domain corpus files or globs (.txt, .jsonl, .parquet; local or gs://)")
+    parser.add_argument("--output", required=True, metavar="DATASET_ROOT",
+                        help="dataset root (local or gs://); the cache lives in DATASET_ROOT/_cache")
+    parser.add_argument("--version", default=None,
+                        help="version folder name (default: UTC time plus a random suffix); must not exist")
+    add_update_options(parser)
+
+
+def add_update_options(parser: argparse.ArgumentParser) -> None:
+    """The options `update` and `watch` share (everything but the input and the output)."""
+    from pipelines import seeds
+    from schemas.models import default_model
+
+    model = default_model()
+    parser.add_argument("--text-field", default="text", help="JSONL field / Parquet column with the text (default: text)")
+    parser.add_argument("--txt-mode", choices=("line", "file"), default="line",
+                        help=".txt files: a document per line or per file (default: line)")
+    parser.add_argument("--top-k", type=int, default=seeds.DEFAULT_TOP_K,
+                        help=f"number of seed words (default: {seeds.DEFAULT_TOP_K})")
+    parser.add_argument("--min-df", type=int, default=seeds.DEFAULT_MIN_DF,
+                        help=f"minimum documents a seed occurs in (default: {seeds.DEFAULT_MIN_DF})")
+    parser.add_argument("--min-length", type=int, default=seeds.DEFAULT_MIN_LENGTH,
+                        help=f"minimum characters of a seed (default: {seeds.DEFAULT_MIN_LENGTH})")
+    parser.add_argument("--stop-words", default="english", metavar="english|none|FILE",
+                        help="stop words that cannot be seeds (default: english, scikit-learn's list)")
+    parser.add_argument("--allow-non-alphabetic", action="store_true", default=False,
+                        help="let words with digits be seeds (default: alphabetic words only)")
+    parser.add_argument("--model", default=model, help=f"tokenizer and encoder, a name or path (default: {model})")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer only, if different from --model (default: --model)")
+    parser.add_argument("--max-length", type=int, default=128, help="tokens per sequence incl. specials, <= 512 (default: 128)")
+    parser.add_argument("--packing", choices=("truncate", "pack"), default="truncate",
+                        help="truncate: each document into consecutive windows; pack: the documents of each "
+                             "input file packed into full sequences (default: truncate)")
+    parser.add_argument("--pooling", choices=("mean", "pooler"), default="mean",
+                        help="word embedding: mean over the word's own tokens, or the pooler (default: mean)")
+    parser.add_argument("--reduce", choices=("max", "mean", "centroid"), default="max",
+                        help="similarity to the seeds: nearest seed, mean, or seed centroid (default: max)")
+    parser.add_argument("--weighting", choices=("similarity", "rank"), default="similarity",
+                        help="token weights: the word's similarity or the rank weight N - r (default: similarity)")
+    parser.add_argument("--alpha", type=float, default=1.0,
+                        help="p = alpha * p_sim + (1 - alpha) * uniform (default: 1.0)")
+    parser.add_argument("--budget", type=float, default=0.15,
+                        help="expected fraction of non-special tokens masked per sequence (default: 0.15)")
+    parser.add_argument("--num-shards", type=int, default=0,
+                        help="number of shards; 0 derives it from --shard-rows (default: 0)")
+    parser.add_argument("--shard-rows", type=int, default=50_000, help="target rows per shard (default: 50000)")
+    parser.add_argument("--row-group-rows", type=int, default=1024, help="rows per Parquet row group (default: 1024)")
+    parser.add_argument("--embed-batch-size", type=int, default=256, help="words per encoder call (default: 256)")
+    parser.add_argument("--encoder-device", default="auto",
+                        help="torch device of the word encoder: auto, cpu, cuda, ... (default: auto)")
+    parser.add_argument("--encoder-threads", type=int, default=0,
+                        help="torch threads of the encoder; 0 keeps torch's default (default: 0)")
+
+
+def options_from_args(args: argparse.Namespace, inputs: list[str], root: str):
+    from pipelines.build import config_from_args
+    from pipelines.incremental import UpdateOptions
+
+    build_args = argparse.Namespace(**vars(args), pack_group_size=0, tokenize_batch_size=256,
+                                    write_embeddings=False)
+    return UpdateOptions(
+        inputs=list(inputs), root=root, build=config_from_args(build_args), text_field=args.text_field,
+        txt_mode=args.txt_mode, top_k=args.top_k, min_df=args.min_df, min_length=args.min_length,
+        stop_words=args.stop_words, alphabetic_only=not args.allow_non_alphabetic,
+        version=getattr(args, "version", None), beam_args=list(getattr(args, "beam_args", [])),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipelines.incremental import update
+
+    logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
+    try:
+        options = options_from_args(args, args.input, args.output)
+        report = update(options)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        LOG.error("%s", e)
+        return 2
+    print(json.dumps(report, indent=2))
+    print(f"dataset version: {report['version']}\ninspect it with: maskstream inspect {args.output}")
+    return 0
