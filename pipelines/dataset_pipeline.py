@@ -28,7 +28,7 @@ from pipelines.dataset_writer import (
     write_shard,
     write_word_table,
 )
-from pipelines.embeddings import EmbedWords, ScoreWords, WordEncoderHandler
+from pipelines.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
 from pipelines.mask_probability import mask_probabilities
 from pipelines.sequences import TokenizeToWindows, Window, natural_key
 from schemas.manifest import Manifest
@@ -56,9 +56,8 @@ class ScoreVocabulary(beam.PTransform):
     def expand(self, pipeline):
         index = {word: i for i, word in enumerate(self._vocabulary)}
         seed_set = set(self._seeds)
-        # Ordered by length, so that each batch pads to about the same number of tokens.
-        unique = sorted(set(self._vocabulary) | seed_set, key=lambda w: (len(w), w))
-        batches = [unique[i : i + self._batch_size] for i in range(0, len(unique), self._batch_size)]
+        # Words of one token count per batch, batches of a fixed shape: see `word_batches`.
+        batches = word_batches(set(self._vocabulary) | seed_set, self._handler.model_name, self._batch_size)
         embeddings = (
             pipeline
             | "UniqueWordsAndSeeds" >> beam.Create(batches)
@@ -201,7 +200,8 @@ class BuildDataset(beam.PTransform):
         version_url = join(self._root, self._fields["version"])
 
         handler = WordEncoderHandler(
-            config.encoder, pooling=config.pooling, threads=config.encoder_threads, device=config.encoder_device
+            config.encoder, pooling=config.pooling, threads=config.encoder_threads, device=config.encoder_device,
+            batch_rows=config.embed_batch_size,
         )
         scored = pipeline | "ScoreVocabulary" >> ScoreVocabulary(
             self._vocabulary, self._seeds, handler, config.reduce, config.embed_batch_size

@@ -3,7 +3,7 @@
 Every word type is encoded once, on its own (`[CLS] word [SEP]`), and pooled: `mean` over the
 word's own tokens (specials excluded; the default) or the model's `pooler` output. Encoding runs
 in Beam's `RunInference` with `WordEncoderHandler`, in batches of ~256 words (sorted by length,
-at most 16 tokens each),
+at most 16 tokens each, words of one token count per batch),
 so the cost grows with the vocabulary, not with the corpus.
 
 Similarity of a word to the seeds is the cosine of their embeddings, reduced by
@@ -37,7 +37,7 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
     """RunInference handler: a batch of words -> one float32 embedding per word."""
 
     def __init__(self, model_name: str, *, pooling: str = "mean", max_word_tokens: int = 16, threads: int = 0,
-                 device: str = "auto"):
+                 device: str = "auto", batch_rows: int = 0):
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         super().__init__()
@@ -46,6 +46,9 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         self._max_word_tokens = max_word_tokens
         self._threads = threads
         self._device = device
+        # > 0: every batch is padded to this many rows (repeating its last word), so that with
+        # `word_batches` each word is always encoded in a batch of the same shape.
+        self._batch_rows = batch_rows
         self._calls = beam.metrics.Metrics.counter("build", "encoder_calls")
         self._words = beam.metrics.Metrics.counter("build", "encoded_words")
         self._ms = beam.metrics.Metrics.counter("build", "encode_ms")
@@ -68,8 +71,9 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
 
         started = time.perf_counter()
         tokenizer, encoder = model.tokenizer, model.model
+        rows = list(batch) + list(batch[-1:]) * max(self._batch_rows - len(batch), 0)
         inputs = tokenizer(
-            list(batch),
+            rows,
             padding=True,
             truncation=True,
             max_length=self._max_word_tokens,
@@ -85,17 +89,40 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
             else:
                 own = (inputs["attention_mask"] * (1 - special)).unsqueeze(-1).to(output.last_hidden_state.dtype)
                 pooled = (output.last_hidden_state * own).sum(1) / own.sum(1).clamp(min=1)
-        embeddings = pooled.float().cpu().numpy()
+        embeddings = pooled.float().cpu().numpy()[: len(batch)]
         self._calls.inc()
         self._words.inc(len(batch))
         self._ms.inc(int((time.perf_counter() - started) * 1000))
         return [PredictionResult(word, embedding) for word, embedding in zip(batch, embeddings, strict=True)]
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
 
     def get_num_bytes(self, batch: Sequence[str]) -> int:
         return sum(len(w.encode("utf-8")) for w in batch)
 
     def get_metrics_namespace(self) -> str:
         return "maskstream_encoder"
+
+
+def word_batches(words: Sequence[str], tokenizer_name: str, batch_size: int, max_word_tokens: int = 16) -> list[list[str]]:
+    """`words` in batches of words with the same number of tokens (so nothing is padded), in a
+    fixed order. With a handler whose `batch_rows` is `batch_size`, every word is encoded in a
+    batch of the same shape whichever other words are encoded with it, which keeps its embedding
+    the same bit for bit in a full build and in an incremental one (small batches and padding can
+    change the last bits of a float32 result)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+    ordered = sorted(set(words))
+    lengths = [min(len(ids), max_word_tokens) for ids in tokenizer(ordered, add_special_tokens=True)["input_ids"]] \
+        if ordered else []
+    by_length: dict[int, list[str]] = {}
+    for word, length in zip(ordered, lengths, strict=True):
+        by_length.setdefault(length, []).append(word)
+    return [group[i : i + batch_size] for _, group in sorted(by_length.items())
+            for i in range(0, len(group), batch_size)]
 
 
 class EmbedWords(beam.PTransform):

@@ -258,18 +258,17 @@ def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.
 
 def encode_words(words: Sequence[str], encoder: str, pooling: str, device: str, threads: int,
                  batch_size: int) -> dict[str, np.ndarray]:
-    """Embeddings of `words` with the build's encoder (same pooling, batches ordered by length)."""
-    from pipelines.embeddings import WordEncoderHandler
+    """Embeddings of `words` with the build's encoder, batched as the build batches them."""
+    from pipelines.embeddings import WordEncoderHandler, word_batches
 
     if not words:
         return {}
     handler = WordEncoderHandler(encoder, pooling=pooling, max_word_tokens=MAX_WORD_TOKENS, threads=threads,
-                                 device=device)
+                                 device=device, batch_rows=batch_size)
     model = handler.load_model()
-    ordered = sorted(words, key=lambda w: (len(w), w))
     result: dict[str, np.ndarray] = {}
-    for start in range(0, len(ordered), batch_size):
-        for prediction in handler.run_inference(ordered[start : start + batch_size], model):
+    for batch in word_batches(words, encoder, batch_size, MAX_WORD_TOKENS):
+        for prediction in handler.run_inference(batch, model):
             result[prediction.example] = np.asarray(prediction.inference, np.float32)
     return result
 

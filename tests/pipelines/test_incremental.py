@@ -1,0 +1,202 @@
+"""`maskstream update`, `watch` and `gc`: only changed files are redone, and the result equals a
+full rebuild's (and `maskstream stats` + `seeds` + `build`'s)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from maskstream.cli import build_parser
+from pipelines.dataset_writer import verify_shard
+from schemas.manifest import MANIFEST_NAME, load_manifest
+
+FILES, DOCUMENTS_PER_FILE = 100, 2
+NEW_DOCUMENT = {"package": "new", "text": "Zymurgical quixotry: a flibbertigibbet toolkit for sequence analysis."}
+
+
+def make_corpus(sample_corpus: Path, folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    lines = sample_corpus.read_text(encoding="utf-8").splitlines()[: FILES * DOCUMENTS_PER_FILE]
+    for i in range(FILES):
+        chunk = lines[i * DOCUMENTS_PER_FILE : (i + 1) * DOCUMENTS_PER_FILE]
+        (folder / f"part-{i:03d}.jsonl").write_text("\n".join(chunk) + "\n", encoding="utf-8")
+    return folder
+
+
+def change_one_file(folder: Path) -> Path:
+    path = folder / "part-042.jsonl"
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(NEW_DOCUMENT) + "\n")
+    return path
+
+
+def run_update(inputs: str, root: str) -> dict:
+    from pipelines.incremental import update
+    from pipelines.update import options_from_args
+
+    args, _ = build_parser().parse_known_args(["update", "--input", inputs, "--output", root, "--shard-rows", "100"])
+    return update(options_from_args(args, args.input, args.output))
+
+
+def read_version(url: str) -> tuple[pa.Table, pa.Table, list[str]]:
+    url, manifest = load_manifest(url)
+    rows = pa.concat_tables([pq.read_table(f"{url}/{s.path}") for s in manifest.shards])
+    return rows, pq.read_table(f"{url}/words.parquet"), manifest.seeds
+
+
+def assert_same_dataset(a: str, b: str) -> None:
+    (rows_a, words_a, seeds_a), (rows_b, words_b, seeds_b) = read_version(a), read_version(b)
+    assert seeds_a == seeds_b
+    assert words_a.equals(words_b)
+    assert rows_a.num_rows == rows_b.num_rows
+    for column in rows_a.column_names:
+        assert rows_a.column(column).equals(rows_b.column(column)), column
+    # Byte-identical shards.
+    assert [s.sha256 for s in load_manifest(a)[1].shards] == [s.sha256 for s in load_manifest(b)[1].shards]
+
+
+@pytest.fixture(scope="module")
+def first_build(sample_corpus: Path, tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("incremental")
+    corpus = make_corpus(sample_corpus, base / "corpus")
+    root = base / "root"
+    report = run_update(f"{corpus}/*.jsonl", str(root))
+    return {"base": base, "corpus": corpus, "root": root, "report": report}
+
+
+def test_change_one_file_redoes_only_that_file_and_equals_a_full_rebuild(first_build, sample_corpus) -> None:
+    corpus, root = first_build["corpus"], first_build["root"]
+    first = first_build["report"]
+    assert first["counts"]["files_processed"] == FILES
+    assert first["counts"]["documents_tokenized"] == FILES * DOCUMENTS_PER_FILE
+    before = load_manifest(first["version"])[1]
+    old_words = set(pq.read_table(f"{first['version']}/words.parquet").column("word").to_pylist()) | set(before.seeds)
+
+    change_one_file(corpus)
+    second = run_update(f"{corpus}/*.jsonl", str(root))
+    assert second["counts"]["files_processed"] == 1
+    assert second["counts"]["documents_tokenized"] == DOCUMENTS_PER_FILE + 1
+    new_words = set(pq.read_table(f"{second['version']}/words.parquet").column("word").to_pylist()) | set(second["seeds"])
+    assert second["counts"]["words_encoded"] == len(new_words - old_words) > 0
+    assert {"zymurgical", "quixotry", "flibbertigibbet"} <= new_words - old_words
+
+    full = run_update(f"{corpus}/*.jsonl", str(first_build["base"] / "fresh"))
+    assert full["counts"]["files_processed"] == FILES
+    assert_same_dataset(second["version"], full["version"])
+    # The earlier version stays readable and intact.
+    url, manifest = load_manifest(first["version"])
+    assert manifest.version == before.version
+    assert all(verify_shard(url, shard) is None for shard in manifest.shards)
+    first_build["second"] = second
+
+
+def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) -> None:
+    from tests.conftest import run_cli
+
+    second = first_build.get("second") or pytest.skip("needs the incremental test")
+    corpus = f"{first_build['corpus']}/*.jsonl"
+    run_cli(["stats", "--input", corpus, "--output", str(tmp_path / "stats")], subprocess_env)
+    run_cli(["seeds", "--stats", str(tmp_path / "stats"), "--output", str(tmp_path / "seeds.json")], subprocess_env)
+    run_cli(["build", "--input", corpus, "--stats", str(tmp_path / "stats"), "--seeds", str(tmp_path / "seeds.json"),
+             "--output", str(tmp_path / "dataset"), "--shard-rows", "100"], subprocess_env)
+    assert_same_dataset(second["version"], str(tmp_path / "dataset"))
+
+
+def test_gc_keeps_latest_and_removes_unused_cache(first_build, subprocess_env) -> None:
+    from tests.conftest import run_cli
+
+    root = first_build["root"]
+    copy = first_build["base"] / "gc-root"
+    shutil.copytree(root, copy)
+    (copy / "20000101T000000Z-broken").mkdir()  # an old incomplete version
+    (copy / "20000101T000000Z-broken" / "shard-00000-of-00001.parquet").write_bytes(b"half")
+    versions = sorted(p.name for p in copy.iterdir() if (p / MANIFEST_NAME).exists())
+    latest = (copy / "latest").read_text().strip()
+    entries = len(list((copy / "_cache" / "files").iterdir()))
+    result = run_cli(["gc", str(copy), "--keep", "1", "--grace-minutes", "0"], subprocess_env)
+    removed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert removed == {"versions": len(versions) - 1, "incomplete": 1, "files": 1, "embeddings": 0}
+    assert sorted(p.name for p in copy.iterdir()) == ["_cache", latest, "latest"]
+    assert len(list((copy / "_cache" / "files").iterdir())) == entries - 1
+    url, manifest = load_manifest(str(copy))
+    assert all(verify_shard(url, shard) is None for shard in manifest.shards)
+    # Nothing the current corpus needs was removed: a rerun redoes no file and encodes no word.
+    rerun = run_update(f"{first_build['corpus']}/*.jsonl", str(copy))
+    assert rerun["counts"]["files_processed"] == 0 and rerun["counts"]["words_encoded"] == 0
+    # A young incomplete version (maybe being written) is left alone.
+    (copy / "99990101T000000Z-writing").mkdir()
+    (copy / "99990101T000000Z-writing" / "words.parquet").write_bytes(b"x")
+    run_cli(["gc", str(copy), "--keep", "1"], subprocess_env)
+    assert (copy / "99990101T000000Z-writing").exists()
+
+
+def watched_copy(first_build, name: str) -> tuple[Path, Path]:
+    """A copy of the corpus and of the root (its embedding cache makes the next build quick)."""
+    base = first_build["base"] / name
+    corpus = base / "corpus"
+    shutil.copytree(first_build["corpus"], corpus)
+    root = base / "root"
+    shutil.copytree(first_build["root"] / "_cache" / "embeddings", root / "_cache" / "embeddings")
+    return corpus, root
+
+
+def test_watch_builds_when_the_folder_changes(first_build) -> None:
+    from pipelines.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
+
+    corpus, root = watched_copy(first_build, "watch")
+    args, _ = build_parser().parse_known_args(["watch", str(corpus), "--output", str(root)])
+    watcher = Watcher(str(corpus), str(root), args, interval=0.2, settle=0.4)
+    assert watcher.check() == EXIT_BUILT
+    first_version = load_manifest(str(root))[1].version
+    assert watcher.check() == EXIT_UNCHANGED
+
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    change_one_file(corpus)
+    deadline = time.monotonic() + 120
+    while load_manifest(str(root))[1].version == first_version and time.monotonic() < deadline:
+        time.sleep(0.2)
+    watcher.stop.set()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    url, manifest = load_manifest(str(root))
+    assert manifest.version != first_version
+    assert any(f["path"].endswith("part-042.jsonl") and f["bytes"] > 0 for f in manifest.source_fingerprint["files"])
+    assert manifest.source_fingerprint["documents"]["accepted"] == FILES * DOCUMENTS_PER_FILE + 1
+
+
+def test_killed_watch_leaves_a_consistent_root(first_build, subprocess_env) -> None:
+    corpus, root = watched_copy(first_build, "killed")
+    from pipelines.incremental import update  # noqa: F401  (the first version, in-process)
+
+    first = run_update(f"{corpus}/*.jsonl", str(root))
+    change_one_file(corpus)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "maskstream", "watch", str(corpus), "--output", str(root), "--interval", "0.2",
+         "--settle", "0.2"], env=subprocess_env, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if "building" in line:
+            break
+    time.sleep(0.3)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    url, manifest = load_manifest(str(root))
+    assert url == first["version"]  # latest did not move
+    assert all(verify_shard(url, shard) is None for shard in manifest.shards)
+    incomplete = [p for p in root.iterdir() if p.name not in ("_cache", "latest") and not (p / MANIFEST_NAME).exists()]
+    assert len(incomplete) == 1  # the killed build's folder: no manifest, so no reader takes it
+    # The next run picks up where the killed one left off.
+    after = run_update(f"{corpus}/*.jsonl", str(root))
+    assert after["counts"]["files_processed"] <= 1
+    assert load_manifest(str(root))[0] == after["version"]
