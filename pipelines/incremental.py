@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import io
 import json
 import logging
 import os
@@ -283,10 +284,13 @@ def write_embeddings_part(cache_url: str, key: str, embeddings: dict[str, np.nda
         "embedding": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), matrix.shape[1]),
     })
     name = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
-    tmp = join(cache_url, EMBEDDINGS_DIR, key, f"tmp-{name}.parquet")
-    write_parquet_file(table, tmp)
-    fs, path = fsspec.core.url_to_fs(tmp)
-    fs.mv(path, path.replace("/tmp-", "/part-"))  # only complete parts match part-*
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    folder = join(cache_url, EMBEDDINGS_DIR, key)
+    fs, path = fsspec.core.url_to_fs(folder)
+    fs.makedirs(path, exist_ok=True)
+    # Atomic, so readers (which list part-*) never see half a part.
+    write_atomically(join(folder, f"part-{name}.parquet"), buffer.getvalue())
 
 
 # ---------------------------------------------------------------- the update
