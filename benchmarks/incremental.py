@@ -1,0 +1,115 @@
+"""Wall time of a rebuild after 1% of the corpus files changed, side by side with full builds.
+
+    python benchmarks/incremental.py [--corpus DEBIAN.jsonl] [--docs N] [--files 100] [--work DIR]
+
+Makes the Debian descriptions corpus (benchmarks/debian_corpus.py, about 62k documents) unless
+--corpus is given, keeps its first --docs documents (default: all) and splits them into --files
+files of consecutive documents. Then, each as a fresh process (DirectRunner, one worker):
+
+1. the peer, a full build the classic way: `maskstream stats`, `seeds`, `build`;
+2. a full build with `maskstream update` into an empty dataset root (which fills the cache);
+3. 1% of the files (at least one) are changed: their documents are replaced by as many documents
+   of the corpus that were not used yet (new text, new words);
+4. the incremental rebuild: the same `maskstream update` command again.
+
+Prints one table: wall seconds of each, the incremental rebuild's share of each full build
+(target: at most 0.15), and from the update's report how many files it counted and tokenized
+and how many words it encoded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def maskstream(*args: str, env: dict[str, str]) -> tuple[float, str]:
+    """(wall seconds, stdout) of `maskstream ARGS` in a fresh process."""
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "maskstream", "--log-level", "WARNING", *args], env=env,
+                            capture_output=True, text=True, cwd=REPO_ROOT)
+    if result.returncode != 0:
+        sys.exit(f"maskstream {args[0]} failed:\n{result.stderr[-4000:]}")
+    return time.perf_counter() - started, result.stdout
+
+
+def update_report(stdout: str) -> dict:
+    """The JSON report `maskstream update` prints before its last two lines."""
+    return json.loads(stdout[: stdout.rindex("}") + 1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", default=None, help="Debian JSONL corpus (default: made with debian_corpus.py)")
+    parser.add_argument("--docs", type=int, default=0, help="use the first N documents (default: all)")
+    parser.add_argument("--files", type=int, default=100, help="files to split the documents into (default: 100)")
+    parser.add_argument("--work", default=None, help="working folder (default: a temporary one)")
+    args = parser.parse_args()
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-incremental-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    corpus = Path(args.corpus) if args.corpus else work / "debian.jsonl"
+    if not corpus.exists():
+        subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "debian_corpus.py"), str(corpus)], check=True)
+    lines = corpus.read_text(encoding="utf-8").splitlines()
+    used = lines[: args.docs] if args.docs else lines
+    spare = lines[len(used) :] or lines[: len(used) // 10]  # new text for the changed files
+    folder = work / "corpus"
+    folder.mkdir(exist_ok=True)
+    per_file = -(-len(used) // args.files)
+    paths = []
+    for i in range(args.files):
+        path = folder / f"part-{i:03d}.jsonl"
+        path.write_text("\n".join(used[i * per_file : (i + 1) * per_file]) + "\n", encoding="utf-8")
+        paths.append(path)
+    pattern = f"{folder}/*.jsonl"
+    print(f"corpus: {len(used)} documents in {args.files} files under {folder}", flush=True)
+
+    rows = []
+    stats, seeds, classic = work / "stats", work / "seeds" / "seeds.json", work / "classic"
+    seconds = maskstream("stats", "--input", pattern, "--output", str(stats), env=env)[0]
+    seconds += maskstream("seeds", "--stats", str(stats), "--output", str(seeds), env=env)[0]
+    seconds += maskstream("build", "--input", pattern, "--stats", str(stats), "--seeds", str(seeds),
+                          "--output", str(classic), env=env)[0]
+    rows.append(("full: stats + seeds + build (peer)", seconds, None))
+    print(f"{rows[-1][0]}: {seconds:.1f} s", flush=True)
+    root = work / "root"
+    seconds, stdout = maskstream("update", "--input", pattern, "--output", str(root), env=env)
+    rows.append(("full: update into an empty root", seconds, update_report(stdout)))
+    print(f"{rows[-1][0]}: {seconds:.1f} s", flush=True)
+
+    changed = max(1, round(args.files * 0.01))
+    for i, path in enumerate(paths[:: max(1, args.files // changed)][:changed]):
+        count = len(path.read_text(encoding="utf-8").splitlines())
+        path.write_text("\n".join(spare[i * count : (i + 1) * count]) + "\n", encoding="utf-8")
+    seconds, stdout = maskstream("update", "--input", pattern, "--output", str(root), env=env)
+    rows.append((f"incremental: update after {changed} of {args.files} files changed", seconds,
+                 update_report(stdout)))
+
+    peer, full = rows[0][1], rows[1][1]
+    print()
+    print(f"| {'run':<52} | {'wall s':>7} | {'/ peer':>6} | {'/ full update':>13} | {'files counted':>13} "
+          f"| {'words encoded':>13} |")
+    print(f"| {'-' * 52} | {'-' * 7}: | {'-' * 5}: | {'-' * 12}: | {'-' * 12}: | {'-' * 12}: |")
+    for name, seconds, report in rows:
+        counts = report["counts"] if report else {}
+        print(f"| {name:<52} | {seconds:7.1f} | {seconds / peer:6.3f} | {seconds / full:13.3f} "
+              f"| {counts.get('files_processed', '-'):>13} | {counts.get('words_encoded', '-'):>13} |")
+    incremental = rows[2][2]
+    print(f"\nincremental update, seconds per step: {json.dumps(incremental['seconds'])}")
+    print(f"target: incremental <= 0.15 of the full build: {rows[2][1] / peer:.3f} of the peer, "
+          f"{rows[2][1] / full:.3f} of the full update")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
