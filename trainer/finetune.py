@@ -20,6 +20,7 @@ evaluation.json, confusion-SPLIT.png, rejects.jsonl (rows not used, with the rea
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
 import json
 import logging
@@ -86,7 +87,7 @@ class LabeledSet:
     texts: list[str] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
-    rows: list[int] = field(default_factory=list)  # 1-based row numbers in the source
+    locations: list[str] = field(default_factory=list)  # "line N" (JSONL) or "row N", 1-based
 
     def subset(self, keep: list[bool]) -> LabeledSet:
         picked = [i for i, k in enumerate(keep) if k]
@@ -95,46 +96,72 @@ class LabeledSet:
             [self.texts[i] for i in picked],
             [self.labels[i] for i in picked],
             [self.keys[i] for i in picked],
-            [self.rows[i] for i in picked],
+            [self.locations[i] for i in picked],
         )
 
 
-def read_labeled(url: str, text_column: str, label_column: str, split_key: str | None,
-                 rejects: list[dict[str, str]]) -> LabeledSet:
-    """Reads a labeled file; rows with an empty text or a missing label go to `rejects`."""
+def read_records(url: str, rejects: list[dict[str, str]]) -> list[tuple[str, dict[str, Any]]]:
+    """(location, record) for every record of a JSONL, Parquet or CSV file; JSONL lines that are not
+    JSON objects go to `rejects`."""
     import fsspec
     import pyarrow.csv
-    import pyarrow.json
     import pyarrow.parquet
 
     suffix = posixpath.splitext(url.rstrip("/"))[1].lower()
     if suffix not in FORMATS:
         raise ValueError(f"{url}: unknown labeled-data format {suffix!r}; use one of {sorted(FORMATS)}")
+    if FORMATS[suffix] == "jsonl":
+        # Line by line, not pyarrow.json: one bad line or a label that is a number in some rows
+        # and a string in others must cost that line, not the file.
+        records = []
+        with fsspec.open(url, "r", encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    record = None
+                if isinstance(record, dict):
+                    records.append((f"line {number}", record))
+                else:
+                    rejects.append({"source": url, "location": f"line {number}", "reason": "not a JSON object"})
+        return records
     with fsspec.open(url, "rb") as f:
-        if FORMATS[suffix] == "jsonl":
-            table = pyarrow.json.read_json(f)
-        elif FORMATS[suffix] == "parquet":
+        if FORMATS[suffix] == "parquet":
             table = pyarrow.parquet.read_table(f)
         else:
-            table = pyarrow.csv.read_csv(f)
+            # Every column as text: labels like "01" keep their spelling, and empty cells stay "".
+            names = next(csv.reader([f.readline().decode("utf-8-sig")]), [])
+            f.seek(0)
+            table = pyarrow.csv.read_csv(
+                f, convert_options=pyarrow.csv.ConvertOptions(column_types={n: pyarrow.string() for n in names},
+                                                              strings_can_be_null=True))
+    return [(f"row {number}", record) for number, record in enumerate(table.to_pylist(), start=1)]
+
+
+def read_labeled(url: str, text_column: str, label_column: str, split_key: str | None,
+                 rejects: list[dict[str, str]]) -> LabeledSet:
+    """Reads a labeled file; records with an empty text or a missing label go to `rejects`."""
+    records = read_records(url, rejects)
     key_column = split_key or text_column
-    for column in {text_column, label_column, key_column}:
-        if column not in table.column_names:
-            raise ValueError(f"{url}: no column {column!r}; it has {table.column_names}")
-    texts = table.column(text_column).to_pylist()
-    labels = table.column(label_column).to_pylist()
-    keys = table.column(key_column).to_pylist()
+    if records:
+        present = set().union(*(record.keys() for _, record in records))
+        for column in (text_column, label_column, key_column):
+            if column not in present:
+                raise ValueError(f"{url}: no column {column!r}; it has {sorted(present)}")
     data = LabeledSet(url)
-    for row, (text, label, key) in enumerate(zip(texts, labels, keys, strict=True), start=1):
+    for location, record in records:
+        text, label = record.get(text_column), record.get(label_column)
         if not isinstance(text, str) or not text.strip():
-            rejects.append({"source": url, "location": f"row {row}", "reason": f"empty or non-text {text_column!r}"})
+            rejects.append({"source": url, "location": location, "reason": f"empty or non-text {text_column!r}"})
         elif label is None or str(label).strip() == "":
-            rejects.append({"source": url, "location": f"row {row}", "reason": f"missing {label_column!r}"})
+            rejects.append({"source": url, "location": location, "reason": f"missing {label_column!r}"})
         else:
             data.texts.append(text)
             data.labels.append(str(label))
-            data.keys.append(str(key))
-            data.rows.append(row)
+            data.keys.append(str(record.get(key_column)))
+            data.locations.append(location)
     return data
 
 
@@ -145,9 +172,9 @@ def hash_fraction(key: str) -> float:
 
 def drop_unknown_labels(data: LabeledSet, label_ids: dict[str, int], rejects: list[dict[str, str]]) -> LabeledSet:
     known = [label in label_ids for label in data.labels]
-    for row, label, ok in zip(data.rows, data.labels, known, strict=True):
+    for location, label, ok in zip(data.locations, data.labels, known, strict=True):
         if not ok:
-            rejects.append({"source": data.source, "location": f"row {row}",
+            rejects.append({"source": data.source, "location": location,
                             "reason": f"label {label!r} does not occur in the training data"})
     return data.subset(known)
 
