@@ -312,17 +312,6 @@ def predict(model, samples: list[dict[str, Any]], batch_size: int, pad_token_id:
     return np.concatenate(predictions) if predictions else np.zeros(0, dtype=np.int64)
 
 
-def tmr_masking_config(tokenizer, probability: float):
-    from trainer.masking import MaskingConfig
-
-    return MaskingConfig(
-        tmr_probability=probability,
-        mask_token_id=tokenizer.mask_token_id,
-        vocab_size=len(tokenizer),
-        special_token_ids=tuple(sorted(set(tokenizer.all_special_ids))),
-    )
-
-
 def fit(model, tokenizer, train_samples, validation_samples, label_names: list[str], args,
         weights: np.ndarray | None, logger) -> dict[str, Any]:
     """Trains with TMR and early stopping on validation macro-F1; leaves the best weights in `model`
@@ -330,7 +319,7 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from trainer.masking import apply_masking
+    from trainer.masking import MaskingConfig, apply_masking
 
     device = next(model.parameters()).device
     steps_per_epoch = math.ceil(len(train_samples) / args.batch_size)
@@ -346,7 +335,8 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
     optimizer = torch.optim.AdamW(groups, lr=args.learning_rate)
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(args.warmup_ratio * total_steps), total_steps)
     loss_weights = None if weights is None else torch.tensor(weights, dtype=torch.float32, device=device)
-    tmr = tmr_masking_config(tokenizer, args.tmr_probability) if args.tmr_probability > 0 else None
+    tmr = MaskingConfig.from_tokenizer(tokenizer, tmr_probability=args.tmr_probability) if args.tmr_probability > 0 \
+        else None
     pad = tokenizer.pad_token_id
 
     best: dict[str, Any] = {"macro_f1": -1.0}

@@ -3,7 +3,7 @@
 Loads a masked-LM from a model name or path (a model without an MLM head, like the offline
 MiniLM, gets a new head whose decoder is tied to the input embeddings; the log says which
 weights are new), streams the dataset's shards, draws a fresh mask per epoch with any
-strategy (`difference` by default when the dataset has mask probabilities), and trains with
+strategy (`difference`, drawn from the dataset's stored mask probabilities, by default), and trains with
 AdamW, linear warm-up then linear decay, gradient accumulation and clipping, bf16 autocast
 on CUDA and optionally torch.compile. Several GPUs: launch with `torchrun`; each rank reads
 its own share of the rows. On a GPU, masks are drawn on the device after the transfer; on
@@ -48,10 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, help="dataset root or version folder (local or gs://)")
     parser.add_argument("--output", required=True, help="output folder (checkpoints, logs, final model)")
     parser.add_argument("--model", default=None, help="model name or path (default: the offline MiniLM)")
-    parser.add_argument("--objective", default="mlm", choices=sorted(OBJECTIVES), help="training objective (default: mlm)")
-    parser.add_argument("--strategy", default=None, choices=STRATEGIES,
-                        help="masking strategy (default: difference when the dataset has mask probabilities, "
-                             "else random)")
+    parser.add_argument("--objective", default="mlm",
+                        help="training objective, a name in trainer.objectives.OBJECTIVES (default: mlm)")
+    parser.add_argument("--strategy", default="difference", choices=STRATEGIES,
+                        help="masking strategy; `difference` draws from the dataset's mask probabilities "
+                             "(default: difference)")
+    parser.add_argument("--whole-word", action="store_true",
+                        help="with --strategy difference, mask whole words (default: off)")
     parser.add_argument("--mask-budget", type=float, default=0.15, help="share of tokens masked (default: 0.15)")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per batch per device (default: 32)")
     parser.add_argument("--grad-accumulation", type=int, default=1,
@@ -84,42 +87,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (default: off)")
 
 
-# --- the model and its objective ------------------------------------------------------------
-
-
-def load_mlm_model(model_name: str):
-    """A masked-LM from `model_name`. A checkpoint without an MLM head (an encoder saved as
-    `BertModel`, like the offline MiniLM) gets a newly initialized head whose output projection is
-    the input embedding matrix itself (tied), so only the small transform and bias are new."""
-    from transformers import AutoModelForMaskedLM
-
-    model, info = AutoModelForMaskedLM.from_pretrained(model_name, output_loading_info=True)
-    new = sorted(info["missing_keys"])
-    if new:
-        log.info("%s has no (complete) MLM head: newly initialized %s", model_name, new)
-    if model.get_output_embeddings() is not None and model.config.tie_word_embeddings:
-        model.tie_weights()
-        tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
-        log.info("MLM decoder weight %s the input word embeddings", "is tied to" if tied else "is NOT tied to")
-    return model
-
-
-def mlm_loss(model, batch: dict[str, Any]) -> dict[str, Any]:
-    """Masked-LM cross-entropy, averaged over the masked positions (`labels` != -100), and the counts
-    for masked-token accuracy. Another objective is another function with this signature."""
-    import torch
-
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    labels = batch["labels"]
-    masked = labels != -100
-    masked_logits = logits[masked].float()
-    loss = torch.nn.functional.cross_entropy(masked_logits, labels[masked])
-    return {"loss": loss, "correct": (masked_logits.argmax(-1) == labels[masked]).sum(), "masked": masked.sum()}
-
-
-OBJECTIVES = {"mlm": mlm_loss}
-
-
 # --- held-out split -------------------------------------------------------------------------
 
 
@@ -150,27 +117,27 @@ def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id
             for i in range(0, len(rows), batch_size)]
 
 
-def evaluate(model, eval_batches, objective, strategy: str, masking, device) -> dict[str, float]:
+def evaluate(objective, eval_batches, strategy: str, masking, device) -> dict[str, float]:
     """Loss (mean over all masked tokens), perplexity = exp(loss) and masked-token accuracy on the
     held-out batches, masked with the fixed EVAL_SEED."""
     import torch
 
     from trainer.masking import apply_masking
 
-    was_training = model.training
-    model.eval()
+    was_training = objective.training
+    objective.eval()
     total_loss, correct, masked = 0.0, 0, 0
     with torch.no_grad():
         for batch in eval_batches:
             batch = apply_masking({k: v.to(device) for k, v in batch.items()}, strategy, masking,
                                   seed=EVAL_SEED, epoch=0)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                out = objective(model, batch)
+                out = objective(batch["input_ids"], batch["attention_mask"], batch["labels"])
             n = int(out["masked"])
             total_loss += float(out["loss"]) * n
             correct += int(out["correct"])
             masked += n
-    model.train(was_training)
+    objective.train(was_training)
     loss = total_loss / max(masked, 1)
     return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "accuracy": correct / max(masked, 1),
             "masked_tokens": masked}
@@ -179,7 +146,7 @@ def evaluate(model, eval_batches, objective, strategy: str, masking, device) -> 
 # --- the run ---------------------------------------------------------------------------------
 
 
-RESUME_CRITICAL = ("dataset_version", "model", "objective", "strategy", "mask_budget", "batch_size",
+RESUME_CRITICAL = ("dataset_version", "model", "objective", "strategy", "mask_budget", "whole_word", "batch_size",
                    "grad_accumulation", "total_steps", "seed", "world_size", "held_out_fraction")
 
 
@@ -189,11 +156,12 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
-    from trainer.checkpoint import load_checkpoint, save_checkpoint
+    from trainer.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
     from trainer.dataset import StreamingSequenceDataset
     from trainer.loader import build_dataloader
     from trainer.masking import MaskingConfig, apply_masking
     from trainer.metrics import MetricsLogger
+    from trainer.objectives import OBJECTIVES, load_mlm_model
 
     # Distributed set-up: torchrun sets RANK, LOCAL_RANK and WORLD_SIZE.
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -219,8 +187,8 @@ def run(args: argparse.Namespace) -> int:
     if manifest_vocab is not None and manifest_vocab != len(tokenizer):
         raise SystemExit(f"{dataset.version_url} was tokenized with a vocabulary of {manifest_vocab} tokens, "
                          f"{model_name}'s tokenizer has {len(tokenizer)}: build the dataset with this model's tokenizer")
-    strategy = args.strategy or ("difference" if dataset.manifest.seeds else "random")
-    masking = MaskingConfig.from_manifest(dataset.manifest, budget=args.mask_budget)
+    strategy = args.strategy
+    masking = MaskingConfig.from_manifest(dataset.manifest, budget=args.mask_budget, whole_word=args.whole_word)
     mask_in_workers = device.type == "cpu"
     loader = build_dataloader(dataset, batch_size=args.batch_size, num_workers=args.num_workers,
                               strategy=strategy, masking=masking, seed=args.seed, mask_in_workers=mask_in_workers,
@@ -234,54 +202,59 @@ def run(args: argparse.Namespace) -> int:
     warmup_steps = math.ceil(args.warmup_ratio * total_steps)
     run_config = {
         "dataset_version": dataset.version_url, "model": model_name, "objective": args.objective,
-        "strategy": strategy, "mask_budget": args.mask_budget, "batch_size": args.batch_size,
+        "strategy": strategy, "mask_budget": args.mask_budget, "whole_word": args.whole_word, "batch_size": args.batch_size,
         "grad_accumulation": args.grad_accumulation, "total_steps": total_steps, "warmup_steps": warmup_steps,
         "learning_rate": args.learning_rate, "seed": args.seed, "world_size": world_size,
         "held_out_fraction": args.held_out_fraction, "eval_strategy": args.eval_strategy,
     }
 
-    # Model, optimizer (no weight decay on biases and norms), schedule.
-    model = load_mlm_model(model_name).to(device)
+    # Model in its objective, optimizer (no weight decay on biases and norms), schedule.
+    if args.objective not in OBJECTIVES:
+        raise SystemExit(f"unknown --objective {args.objective!r}; choose one of {sorted(OBJECTIVES)}")
+    mlm_model = load_mlm_model(model_name)
+    objective = OBJECTIVES[args.objective](mlm_model).to(device)
     no_decay = ("bias", "LayerNorm.weight", "layernorm.weight", "norm.weight")
     optimizer = torch.optim.AdamW(
-        [{"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
+        [{"params": [p for n, p in objective.named_parameters() if not n.endswith(no_decay)],
           "weight_decay": args.weight_decay},
-         {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0}],
+         {"params": [p for n, p in objective.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0}],
         lr=args.learning_rate, fused=device.type == "cuda",
     )
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
 
-    step, epoch = 0, 0
+    step, epoch, resume_rng = 0, 0, None
     if args.resume:
-        state = load_checkpoint(checkpoints if args.resume == "latest" else args.resume, model, optimizer, scheduler)
+        state = load_checkpoint(checkpoints if args.resume == "latest" else args.resume, objective, optimizer,
+                                scheduler, restore_rng=False)
+        resume_rng = state["rng"]
         changed = {k: (state["config"].get(k), run_config[k]) for k in RESUME_CRITICAL
                    if state["config"].get(k) != run_config[k]}
         if changed:
             raise SystemExit(f"cannot resume {state['path']} exactly: settings changed (was, now): {changed}")
         step = state["step"]
-        dataset.load_state_dict(state["loader"][rank] if world_size > 1 else state["loader"][0])
-        epoch = dataset.state_dict().get("epoch", 0)
+        dataset.load_state_dict(state["loader"][rank])
         log.info("resumed from %s at step %d", state["path"], step)
-    raw_model = model
+    model = objective  # what the loop calls: the objective, wrapped for DDP and compiled if asked
     if world_size > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda"
                                                           else None)
     if args.compile:
         model = torch.compile(model)
-    objective = OBJECTIVES[args.objective]
     logger = MetricsLogger(out, resume_step=step if args.resume else None, enabled=is_main)
     if is_main:
         log.info("training %s on %s: %d steps (%d warm-up), strategy %s, %d rank(s) x batch %d x accumulation %d",
                  model_name, dataset.version_url, total_steps, warmup_steps, strategy, world_size,
                  args.batch_size, args.grad_accumulation)
 
-    def batch_stream(epoch: int):
-        """(epoch, batch) forever, one epoch after the other; a resumed dataset starts mid-epoch."""
+    def batch_stream():
+        """(epoch, batch) forever. Each pass over the loader continues from the dataset's position
+        (mid-epoch after a resume) and a finished epoch moves on to the next. Held-out rows are
+        dropped here, so batches may be a little smaller than --batch-size."""
         while True:
-            dataset.set_epoch(epoch)
             for batch in loader:
-                yield epoch, batch
-            epoch += 1
+                keep = ~torch.from_numpy(held_out(batch["sample_index"].numpy(), args.held_out_fraction))
+                if keep.any():
+                    yield dataset.epoch, select_rows(batch, keep)
 
     def gather_loader_state() -> list[dict]:
         """Every rank's dataset state, so a resumed run (same world size) can restore each."""
@@ -293,8 +266,13 @@ def run(args: argparse.Namespace) -> int:
         return states
 
     # The training loop.
-    batches = batch_stream(epoch)
+    batches = batch_stream()
     held: dict[str, float] = {}
+    if is_main and eval_batches and not args.resume:
+        held = evaluate(objective, eval_batches, args.eval_strategy, masking, device)
+        logger.log(0, "held_out", held)
+        log.info("before training: held-out loss %.4f, perplexity %.2f, masked-token accuracy %.4f",
+                 held["loss"], held["perplexity"], held["accuracy"])
     model.train()
     progress = tqdm(total=total_steps, initial=step, disable=not is_main, desc="train", unit="step")
     window = {"loss": 0.0, "correct": 0, "masked": 0, "tokens": 0, "micro": 0, "wait": 0.0,
@@ -303,16 +281,20 @@ def run(args: argparse.Namespace) -> int:
         for micro in range(args.grad_accumulation):
             wait_start = time.perf_counter()
             epoch, batch = next(batches)
-            keep = ~torch.from_numpy(held_out(batch["sample_index"].numpy(), args.held_out_fraction))
-            batch = {k: v.to(device, non_blocking=True) for k, v in select_rows(batch, keep).items()}
+            if resume_rng is not None:
+                # Starting an iteration, the DataLoader draws its workers' base seed from the global
+                # generator; restoring after that makes dropout continue exactly where it stopped.
+                set_rng_state(resume_rng)
+                resume_rng = None
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             if not mask_in_workers:
                 batch = apply_masking(batch, strategy, masking, seed=args.seed, epoch=epoch)
             window["wait"] += time.perf_counter() - wait_start
+            # DDP averages gradients across ranks on the last micro-batch of a step only.
             last_micro = micro == args.grad_accumulation - 1
-            sync_context = model.no_sync() if world_size > 1 and not last_micro else contextlib.nullcontext()
-            with sync_context, torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                out_step = objective(model, batch)
-            with sync_context:
+            with model.no_sync() if world_size > 1 and not last_micro else contextlib.nullcontext():
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                    out_step = model(batch["input_ids"], batch["attention_mask"], batch["labels"])
                 (out_step["loss"] / args.grad_accumulation).backward()
             window["loss"] += out_step["loss"].detach()
             window["correct"] += out_step["correct"]
@@ -341,18 +323,18 @@ def run(args: argparse.Namespace) -> int:
             window = {"loss": 0.0, "correct": 0, "masked": 0, "tokens": 0, "micro": 0, "wait": 0.0,
                       "start": time.perf_counter()}
         if is_main and eval_batches and (step % args.eval_every == 0 or step == total_steps):
-            held = evaluate(raw_model, eval_batches, objective, args.eval_strategy, masking, device)
+            held = evaluate(objective, eval_batches, args.eval_strategy, masking, device)
             logger.log(step, "held_out", held)
             log.info("step %d: held-out loss %.4f, perplexity %.2f, masked-token accuracy %.4f", step,
                      held["loss"], held["perplexity"], held["accuracy"])
         if step % args.save_every == 0 or step == total_steps:
             loader_states = gather_loader_state()
             if is_main:
-                save_checkpoint(checkpoints, step, raw_model, optimizer, scheduler, loader_states, run_config)
+                save_checkpoint(checkpoints, step, objective, optimizer, scheduler, loader_states, run_config)
     progress.close()
 
     if is_main:
-        raw_model.save_pretrained(out / "model")
+        mlm_model.save_pretrained(out / "model")
         tokenizer.save_pretrained(out / "model")
         summary = {"steps": step, "config": run_config, "held_out": held if eval_batches else None}
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
