@@ -123,3 +123,22 @@ def test_held_out_split_is_a_fixed_share_of_sample_indices():
     assert chosen.mean() == pytest.approx(0.02, abs=0.002)
     assert (held_out(indices[::-1], 0.02) == chosen[::-1]).all()  # a function of the index alone
     assert not held_out(indices, 0.0).any() and held_out(indices, 1.0).all()
+
+
+def test_finetune_starts_from_a_train_output(sample_dataset, tiny_bert, sample_corpus, tmp_path):
+    pretrained = tmp_path / "pretrained"
+    _train(sample_dataset, pretrained, tiny_bert, "--batch-size", "8", "--max-steps", "2", "--num-workers", "0")
+    out = tmp_path / "classifier"
+    assert main(["finetune", "--train", str(sample_corpus), "--model", str(pretrained / "model"), "--output", str(out),
+                 "--label-column", "section", "--split-key", "package", "--validation-fraction", "0.05",
+                 "--max-steps", "2", "--max-length", "32"]) == 0
+    from transformers import AutoModelForSequenceClassification
+
+    classifier, info = AutoModelForSequenceClassification.from_pretrained(out / "model", output_loading_info=True)
+    assert not info["missing_keys"] and classifier.config.num_labels == 3
+    # Starting from a `train` output only the classifier and BERT's pooler (a masked-LM has none) are
+    # new: the encoder's embeddings and layers are the ones `train` wrote.
+    _, start_info = AutoModelForSequenceClassification.from_pretrained(pretrained / "model", num_labels=3,
+                                                                       output_loading_info=True)
+    assert sorted(start_info["missing_keys"]) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight",
+                                                  "classifier.bias", "classifier.weight"]
