@@ -27,20 +27,18 @@ def collate_sequences(
     (bool) and `sample_index`. Padding: pad id, attention 0, probability 0, word id -1, special."""
     if not samples:
         raise ValueError("cannot collate an empty batch")
-    lengths = np.fromiter((len(s["input_ids"]) for s in samples), dtype=np.int64, count=len(samples))
-    width = int(lengths.max())
+    lengths = [len(s["input_ids"]) for s in samples]
+    width = max(lengths)
     if pad_to_multiple_of:
         width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
-    # One flat copy per column into a preallocated array: no per-sample tensors.
-    rows = np.repeat(np.arange(len(samples)), lengths)
-    cols = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    batch: dict[str, torch.Tensor] = {}
-    for name, (dtype, pad) in PADDED_COLUMNS.items():
-        out = np.full((len(samples), width), pad_token_id if pad is None else pad, dtype=dtype)
-        if name == "attention_mask":
-            out[rows, cols] = 1
-        else:
-            out[rows, cols] = np.concatenate([np.asarray(s[name]) for s in samples]).astype(dtype, copy=False)
-        batch[name] = torch.from_numpy(out)
+    arrays = {
+        name: np.full((len(samples), width), pad_token_id if pad is None else pad, dtype=dtype)
+        for name, (dtype, pad) in PADDED_COLUMNS.items()
+    }
+    for i, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
+        arrays["attention_mask"][i, :length] = 1
+        for name in ("input_ids", "mask_probability", "word_ids", "special_tokens_mask"):
+            arrays[name][i, :length] = sample[name]
+    batch = {name: torch.from_numpy(array) for name, array in arrays.items()}
     batch["sample_index"] = torch.tensor([int(s["sample_index"]) for s in samples], dtype=torch.int64)
     return batch

@@ -37,9 +37,11 @@ steps is exact. `load_state_dict(state)` on a dataset built with the same argume
 loader with the same `batch_size` and `num_workers`, yields exactly the batches an uninterrupted
 run would have yielded next (mid-epoch too): whole windows before the position are skipped
 without being read, and the DataLoader's round robin over workers is rotated to resume where it
-stopped. Iterating the loader always continues from the dataset's position; iterating a finished
-epoch starts the next one; `set_epoch(e)` with a different epoch starts `e` from its beginning
-(with the current epoch it keeps the position, so a trainer may call it after `load_state_dict`).
+stopped. Iterating the loader always continues from the dataset's position. `set_epoch(e)` with a
+different epoch starts `e` from its beginning; with the current epoch it keeps the position (so a
+trainer may call it after `load_state_dict`; a finished epoch then yields nothing). Iterating a
+finished epoch without calling `set_epoch` starts the next epoch, so step-based loops that just
+iterate the loader again need no epoch bookkeeping.
 The epoch and position live in a small shared-memory tensor, so persistent workers see them.
 """
 
@@ -65,6 +67,8 @@ from schemas.tables import SEQUENCE_SCHEMA, check_schema
 LOG = logging.getLogger(__name__)
 
 LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability")
+# What is read, cast to the contract (so that writers differing only in nullability still concat).
+READ_SCHEMA = pa.schema([SEQUENCE_SCHEMA.field(name) for name in LIST_COLUMNS])
 
 
 class ChecksumMismatch(ManifestError):
@@ -136,9 +140,12 @@ class StreamingSequenceDataset(IterableDataset):
         self.total_rows = self.manifest.total_rows
         if self.total_rows == 0:
             raise ManifestError(f"{self.version_url} holds no rows")
-        # [epoch, samples consumed this epoch on this rank]; shared with (persistent) workers.
-        self._position = torch.zeros(2, dtype=torch.int64).share_memory_()
+        # [epoch, samples consumed this epoch on this rank, and both as they were when the loader
+        # last started an iteration]; shared with (persistent) workers, which read the latter two:
+        # the live count moves while they start.
+        self._position = torch.zeros(4, dtype=torch.int64).share_memory_()
         self._verified: set[int] = set()
+        self._epoch_pinned = False  # set_epoch chose the epoch the next iteration reads
         self._resume_loader: tuple[int | None, int] | None = None  # (batch_size, num_workers) saved
         self._open: tuple[int, pq.ParquetFile, Any] | None = None
 
@@ -213,10 +220,12 @@ class StreamingSequenceDataset(IterableDataset):
 
     # ----------------------------------------------------------------------------- state
     def set_epoch(self, epoch: int) -> None:
-        """Starts `epoch` from its beginning, unless it is already the current epoch."""
+        """The next iteration reads `epoch`: from its beginning, or from the current position if
+        `epoch` is already the current epoch (e.g. after `load_state_dict`)."""
         if epoch != self.epoch:
             self._position[0] = epoch
             self._position[1] = 0
+        self._epoch_pinned = True
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank is: epoch and samples consumed, plus what must match on resume."""
@@ -246,17 +255,20 @@ class StreamingSequenceDataset(IterableDataset):
         self._position[1] = int(state["samples_consumed"])
 
     def begin_iteration(self) -> None:
-        """Called by the loader before it starts workers: a finished epoch moves on to the next;
-        a mid-epoch resume needs the batch size and worker count it was saved with."""
-        if int(self._position[1]) >= self.rows_per_rank():
+        """Called by the loader before it starts workers: a finished epoch moves on to the next
+        unless `set_epoch` asked for it; a mid-epoch resume needs the batch size and worker count
+        it was saved with."""
+        if int(self._position[1]) >= self.rows_per_rank() and not self._epoch_pinned:
             self._position[0] += 1
             self._position[1] = 0
+        self._epoch_pinned = False
         saved = self._resume_loader
         current = (self.batch_size, self.num_workers)
         if saved is not None and int(self._position[1]) > 0 and tuple(saved) != current:
             raise ValueError(
                 f"cannot resume mid-epoch with (batch_size, num_workers) {current}: the state was saved with {saved}"
             )
+        self._position[2:] = self._position[:2].clone()
 
     def count_consumed(self, samples: int) -> None:
         self._position[1] += samples
@@ -280,7 +292,7 @@ class StreamingSequenceDataset(IterableDataset):
             self._close()
             handle = fsspec.open(self.shard_url(block.shard), "rb").open()
             self._open = (block.shard, pq.ParquetFile(handle), handle)
-        return self._open[1].read_row_group(block.row_group, columns=list(LIST_COLUMNS))
+        return self._open[1].read_row_group(block.row_group, columns=list(LIST_COLUMNS)).cast(READ_SCHEMA)
 
     def _close(self) -> None:
         if self._open is not None:
@@ -311,7 +323,8 @@ class StreamingSequenceDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        epoch, consumed = int(self._position[0]), int(self._position[1])
+        snapshot = self._position[:2] if info is None else self._position[2:]
+        epoch, consumed = int(snapshot[0]), int(snapshot[1])
         if consumed >= self.rows_per_rank():
             return
         windows = self._windows(num_workers)

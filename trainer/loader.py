@@ -42,7 +42,7 @@ def _collate_and_mask(
     batch = collate_sequences(samples, pad_token_id)
     if strategy is None:
         return batch
-    return apply_masking(batch, strategy, masking, seed=seed, epoch=int(epoch[0]))
+    return apply_masking(batch, strategy, masking, seed=seed, epoch=int(epoch[2]))
 
 
 class StreamingDataLoader(DataLoader):
@@ -86,7 +86,7 @@ def build_dataloader(
         strategy=strategy if mask_in_workers else None,
         masking=masking,
         seed=seed,
-        # The shared position tensor: workers read the current epoch from it at collate time.
+        # The shared position tensor: collation reads the epoch of the iteration it belongs to.
         epoch=dataset._position,
     )
     return StreamingDataLoader(

@@ -37,6 +37,7 @@ unchanged with probabilities `mask_replace` / `random_replace` / the rest (0.8 /
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import torch
@@ -59,9 +60,8 @@ _MIX2 = _int64(0x94D049BB133111EB)
 # One constant per use of randomness, so that the streams are independent.
 _STREAM_CHOOSE = 1
 _STREAM_ORDER = 2
-_STREAM_START = 3
 _STREAM_ACTION = 4
-_STREAM_TOKEN = 5
+_STREAM_SPAN_ACTION = 5
 _STREAM_SPAN_START = 6
 _STREAM_SPAN_LENGTH = 7
 
@@ -100,10 +100,14 @@ def _hash(keys: torch.Tensor, stream: int, counters: torch.Tensor) -> torch.Tens
     return mix64(stream_keys[:, None] + counters * _GOLDEN)
 
 
+def _unit(bits: torch.Tensor, width: int) -> torch.Tensor:
+    """float64 in (0, 1) from `width` (<= 53) random bits held in a non-negative int64."""
+    return (bits.to(torch.float64) + 0.5) * (2.0**-width)
+
+
 def _uniform(keys: torch.Tensor, stream: int, counters: torch.Tensor) -> torch.Tensor:
     """float64 uniforms in (0, 1), 53 random bits each."""
-    bits = _shift_right(_hash(keys, stream, counters), 11)
-    return (bits.to(torch.float64) + 0.5) * (2.0**-53)
+    return _unit(_shift_right(_hash(keys, stream, counters), 11), 53)
 
 
 def _positions(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -174,13 +178,13 @@ def budget_counts(can_mask: torch.Tensor, budget: float) -> torch.Tensor:
     return torch.round(can_mask.sum(dim=1).to(torch.float64) * budget).to(torch.int64)
 
 
-def random_tokens(keys: torch.Tensor, counters: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
-    """Uniform draws from the non-special vocabulary: draw an index among the allowed ids, then
-    step over the special ids below it (sorted specials minus their rank give the shift points)."""
-    specials = torch.tensor(sorted(set(config.special_token_ids)), dtype=torch.int64, device=keys.device)
-    allowed = config.vocab_size - specials.numel()
-    draws = _shift_right(_hash(keys, _STREAM_TOKEN, counters), 1) % allowed
-    shift_points = specials - torch.arange(specials.numel(), device=keys.device)
+def _random_tokens(bits: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
+    """Uniform draws from the non-special vocabulary, from 32 random bits each: an index among the
+    allowed ids, then stepped over the special ids below it (sorted specials minus their rank
+    are the points where one more special id has been passed)."""
+    specials = torch.tensor(sorted(set(config.special_token_ids)), dtype=torch.int64, device=bits.device)
+    draws = bits % (config.vocab_size - specials.numel())
+    shift_points = specials - torch.arange(specials.numel(), device=bits.device)
     return draws + torch.searchsorted(shift_points, draws.contiguous(), right=True)
 
 
@@ -191,14 +195,18 @@ def corrupt(
     config: MaskingConfig,
     action_counters: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """80/10/10: chosen tokens become [MASK], a random token, or stay. One uniform per position
-    (or per `action_counters` value, e.g. a span id) decides among the three."""
+    """80/10/10: chosen tokens become [MASK], a random token, or stay. One hash per position gives
+    the uniform that decides among the three (its high 32 bits; or a hash of `action_counters`,
+    e.g. a span id, to decide per span) and the random token (its low 32 bits)."""
     input_ids = batch["input_ids"]
-    positions = _positions(batch)
-    action = _uniform(keys, _STREAM_ACTION, positions if action_counters is None else action_counters)
+    bits = _hash(keys, _STREAM_ACTION, _positions(batch))
+    if action_counters is None:
+        action = _unit(_shift_right(bits, 32), 32)
+    else:
+        action = _uniform(keys, _STREAM_SPAN_ACTION, action_counters)
     to_mask = chosen & (action < config.mask_replace)
     to_random = chosen & ~to_mask & (action < config.mask_replace + config.random_replace)
-    replacements = random_tokens(keys, positions, config).to(input_ids.dtype)
+    replacements = _random_tokens(bits & 0xFFFFFFFF, config).to(input_ids.dtype)
     corrupted = torch.where(to_mask, torch.full_like(input_ids, config.mask_token_id), input_ids)
     corrupted = torch.where(to_random, replacements, corrupted)
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
@@ -237,12 +245,43 @@ def choose_words(
         word_weight = torch.where(present, word_weight, 0.0)
     word_counter = torch.arange(length, device=word_ids.device, dtype=torch.int64)[None, :]
     race = -torch.log(_uniform(keys, _STREAM_ORDER, word_counter)) / word_weight  # inf where weight 0
-    order = torch.argsort(race, dim=1, stable=True)
+    # Each word holds >= 1 token, so no sequence takes more words than its budget: the first
+    # max(budget) words of the race suffice (topk, cheaper than a full sort; the same words
+    # whatever the other sequences of the batch).
+    first = min(int(budget.max()) if budget.numel() else 0, length)
+    race_in_order, order = torch.topk(race, first, dim=1, largest=False, sorted=True)
     tokens_in_order = word_tokens.gather(1, order)
     before = torch.cumsum(tokens_in_order, dim=1) - tokens_in_order
-    take_in_order = (before < budget[:, None]) & torch.isfinite(race.gather(1, order))
-    chosen_words = torch.zeros_like(take_in_order).scatter(1, order, take_in_order)
+    take_in_order = (before < budget[:, None]) & torch.isfinite(race_in_order)
+    chosen_words = torch.zeros(word_ids.shape, dtype=torch.bool, device=word_ids.device).scatter(1, order, take_in_order)
     return can_mask & chosen_words.gather(1, slots)
+
+
+ORDER_TABLE_ROWS = 4096
+
+
+@functools.lru_cache(maxsize=64)
+def _order_table(length: int, device: torch.device) -> torch.Tensor:
+    """ORDER_TABLE_ROWS random permutations of range(length), each written twice in a row (so that
+    a rotation is a slice), built once from the hash on the CPU (a stable sort of hash keys, so
+    the same table on every device). Flattened."""
+    table_keys = mix64(torch.arange(ORDER_TABLE_ROWS, dtype=torch.int64) * _GOLDEN + 0x0DE7)
+    counters = torch.arange(length, dtype=torch.int64)[None, :]
+    order_keys = _shift_right(_hash(table_keys, _STREAM_ORDER, counters), 33)
+    table = torch.argsort(order_keys, dim=1, stable=True)
+    return torch.cat([table, table], dim=1).reshape(-1).to(device)
+
+
+def random_order(bits: torch.Tensor, input_length: int) -> torch.Tensor:
+    """A random permutation of range(input_length) per sample from 32 random bits (a [batch] int64):
+    one of ORDER_TABLE_ROWS fixed random permutations (12 bits), rotated by a random offset
+    (20 bits), so 4096 x length orders. A gather instead of a per-row sort, which on a CPU costs
+    2-3x the whole `random` strategy."""
+    row = bits & (ORDER_TABLE_ROWS - 1)
+    rotation = (_shift_right(bits, 12) & 0xFFFFF) % input_length
+    first = row * (2 * input_length) + rotation
+    positions = torch.arange(input_length, device=bits.device)
+    return torch.take(_order_table(input_length, bits.device), first[:, None] + positions)
 
 
 def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
@@ -251,31 +290,38 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
     `config.whole_word`."""
     can_mask = maskable(batch)
     budget = budget_counts(can_mask, config.budget)
-    weights = torch.where(can_mask, batch["mask_probability"].to(torch.float64).clamp(min=0.0), 0.0)
-    # A sequence whose stored probabilities are all 0 falls back to uniform weights.
+    weights = batch["mask_probability"].clamp(min=0.0).to(torch.float64).masked_fill_(~can_mask, 0.0)
     total = weights.sum(dim=1, keepdim=True)
-    weights = torch.where(total > 0, weights, can_mask.to(torch.float64))
+    if not bool((total > 0).all()):
+        # A sequence whose stored probabilities are all 0 falls back to uniform weights.
+        weights = torch.where(total > 0, weights, can_mask.to(torch.float64))
+        total = weights.sum(dim=1, keepdim=True)
     if config.whole_word:
         return choose_words(batch, keys, budget, weights)
-    # Inclusion probabilities summing to the budget, each at most 1 (a fixed number of rounds of
-    # clipping and redistributing the excess keeps this a branch-free tensor program).
-    inclusion = weights * (budget[:, None] / weights.sum(dim=1, keepdim=True))
-    for _ in range(4):
-        excess = (inclusion - 1.0).clamp(min=0.0).sum(dim=1, keepdim=True)
+    # Inclusion probabilities summing to the budget, each at most 1: the excess over 1 is given to
+    # the other tokens in proportion, a fixed number of rounds (a no-op on rows without excess, so
+    # it is skipped when no row has any).
+    inclusion = weights * (budget[:, None] / total)
+    if bool(inclusion.max() > 1.0):
+        for _ in range(4):
+            excess = (inclusion - 1.0).clamp(min=0.0).sum(dim=1, keepdim=True)
+            inclusion = inclusion.clamp(max=1.0)
+            room = torch.where(inclusion < 1.0, inclusion, 0.0)
+            inclusion = inclusion + room * (excess / room.sum(dim=1, keepdim=True).clamp(min=1e-300))
         inclusion = inclusion.clamp(max=1.0)
-        room = torch.where(inclusion < 1.0, inclusion, 0.0)
-        inclusion = inclusion + room * (excess / room.sum(dim=1, keepdim=True).clamp(min=1e-300))
-    inclusion = inclusion.clamp(max=1.0)
     # Random order, then the points start + 0, 1, 2, ... on the cumulative inclusion line: token i
-    # is chosen iff a point falls in its interval, which happens with probability inclusion[i].
-    positions = _positions(batch)
-    order = torch.argsort(_uniform(keys, _STREAM_ORDER, positions), dim=1)
+    # is chosen iff a point falls in its interval, which happens with probability inclusion[i]
+    # whatever the order (the order only decides which tokens tend to be chosen together).
+    bits = _hash(keys, _STREAM_ORDER, torch.zeros((1, 1), dtype=torch.int64, device=keys.device))[:, 0]
+    order = random_order(bits & 0xFFFFFFFF, input_length=inclusion.shape[1])
     cumulative = torch.cumsum(inclusion.gather(1, order), dim=1)
-    start = _uniform(keys, _STREAM_START, torch.zeros_like(positions))
+    # The start is kept 1e-9 away from 0 and 1 so that float rounding of the cumulative sums
+    # (~1e-15) can neither add nor lose a point: exactly `budget` points fall on the line.
+    start = _unit(_shift_right(bits, 32), 32).clamp(min=1e-9, max=1.0 - 1e-9)[:, None]
     points_up_to = torch.ceil(cumulative - start)
-    points_before = torch.cat([torch.zeros_like(points_up_to[:, :1]), points_up_to[:, :-1]], dim=1)
-    chosen_in_order = (points_up_to > points_before) & (points_up_to <= budget[:, None])
-    return can_mask & torch.zeros_like(chosen_in_order).scatter(1, order, chosen_in_order)
+    chosen_in_order = torch.diff(points_up_to, dim=1, prepend=torch.zeros_like(points_up_to[:, :1])) > 0
+    # Tokens with inclusion 0 (specials, padding) have empty intervals: never chosen.
+    return torch.zeros_like(chosen_in_order).scatter(1, order, chosen_in_order)
 
 
 def _span_length_thresholds(config: MaskingConfig) -> list[float]:
@@ -294,26 +340,28 @@ def choose_spans(
     word_ids = torch.where(can_mask, batch["word_ids"].to(torch.int64), torch.full_like(batch["word_ids"], -1, dtype=torch.int64))
     words = word_ids.max(dim=1).values + 1  # word ids are 0, 1, 2, ... within a sequence
     rounds = 2 * budget + 10  # spans tried per sequence: a function of the sequence alone
-    thresholds = _span_length_thresholds(config)
+    max_rounds = int(rounds.max()) if rounds.numel() else 0
+    # Every candidate span's start word and length, drawn at once: [batch, round].
+    counters = torch.arange(max_rounds, dtype=torch.int64, device=word_ids.device)[None, :]
+    starts = torch.floor(_uniform(keys, _STREAM_SPAN_START, counters) * words[:, None]).to(torch.int64)
+    u = _uniform(keys, _STREAM_SPAN_LENGTH, counters)
+    ends = starts + 1
+    for threshold in _span_length_thresholds(config):
+        ends += (u >= threshold).to(torch.int64)
     chosen = torch.zeros_like(can_mask)
     span_id = torch.full_like(word_ids, -1)
     counts = torch.zeros_like(budget)
-    max_rounds = int(rounds.max()) if rounds.numel() else 0
     for round_index in range(max_rounds):
-        counter = torch.full((1, 1), round_index, dtype=torch.int64, device=word_ids.device)
-        start = torch.floor(_uniform(keys, _STREAM_SPAN_START, counter)[:, 0] * words).to(torch.int64)
-        u = _uniform(keys, _STREAM_SPAN_LENGTH, counter)[:, 0]
-        span_words = 1 + sum((u >= t).to(torch.int64) for t in thresholds)
-        in_span = (word_ids >= start[:, None]) & (word_ids < (start + span_words)[:, None])
-        new = in_span & ~chosen
+        start, end = starts[:, round_index : round_index + 1], ends[:, round_index : round_index + 1]
+        new = (word_ids >= start) & (word_ids < end) & ~chosen
         new_count = new.sum(dim=1)
         accept = (counts + new_count <= budget) & (round_index < rounds) & (new_count > 0)
-        new = new & accept[:, None]
-        chosen = chosen | new
-        span_id = torch.where(new, torch.full_like(span_id, round_index), span_id)
-        counts = counts + torch.where(accept, new_count, 0)
+        new &= accept[:, None]
+        chosen |= new
+        span_id.masked_fill_(new, round_index)
+        counts += torch.where(accept, new_count, 0)
         # Rows that are full cannot change any more; stopping early keeps results identical.
-        if round_index % 8 == 7 and bool(((counts >= budget) | (round_index + 1 >= rounds)).all()):
+        if round_index % 4 == 3 and bool(((counts >= budget) | (round_index + 1 >= rounds)).all()):
             break
     return chosen, span_id
 
@@ -334,7 +382,7 @@ def apply_masking(
         return corrupt(batch, choose_words(batch, keys, budget_counts(can_mask, config.budget), None), keys, config)
     if strategy == "span":
         chosen, span_id = choose_spans(batch, keys, config)
-        return corrupt(batch, chosen, keys, config, action_counters=span_id + (1 << 20))
+        return corrupt(batch, chosen, keys, config, action_counters=span_id)
     if strategy == "difference":
         return corrupt(batch, choose_difference(batch, keys, config), keys, config)
     if strategy == "tmr":
