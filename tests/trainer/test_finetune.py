@@ -17,19 +17,19 @@ from trainer.metrics import read_metrics
 
 
 @pytest.fixture(scope="module")
-def debian_rows(sample_corpus):
+def labeled_rows(sample_corpus):
     rows = [json.loads(line) for line in sample_corpus.read_text().splitlines()]
     rng = np.random.default_rng(0)
     return [rows[i] for i in rng.permutation(len(rows))]
 
 
-def test_finetune_with_tmr_and_class_weights_writes_model_evaluation_and_transfer(tmp_path, debian_rows, minilm_path):
+def test_finetune_with_tmr_and_class_weights_writes_model_evaluation_and_transfer(tmp_path, labeled_rows, minilm_path):
     from sklearn.metrics import accuracy_score, f1_score
 
     train = tmp_path / "train.jsonl"
-    train.write_text("".join(json.dumps(r) + "\n" for r in debian_rows[:60]) + '{"package": "x", "text": ""}\n')
+    train.write_text("".join(json.dumps(r) + "\n" for r in labeled_rows[:60]) + '{"package": "x", "text": ""}\n')
     transfer = tmp_path / "transfer.parquet"  # another format, and a label the model never saw
-    pq.write_table(pa.Table.from_pylist(debian_rows[100:130] + [{"package": "y", "section": "games", "text": "a game"}]),
+    pq.write_table(pa.Table.from_pylist(labeled_rows[100:130] + [{"package": "y", "section": "games", "text": "a game"}]),
                    transfer)
     out = tmp_path / "out"
     assert main(["finetune", "--train", str(train), "--transfer", str(transfer), "--output", str(out),
@@ -40,7 +40,7 @@ def test_finetune_with_tmr_and_class_weights_writes_model_evaluation_and_transfe
     evaluation = json.loads((out / "evaluation.json").read_text())
     labels = ["electronics", "math", "science"]
     assert evaluation["validation"]["labels"] == labels
-    kept = [r for r in debian_rows[:60] if finetune.hash_fraction(r["package"]) >= 0.2]
+    kept = [r for r in labeled_rows[:60] if finetune.hash_fraction(r["package"]) >= 0.2]
     counts = [sum(r["section"] == label for r in kept) for label in labels]
     assert list(evaluation["class_weights"].values()) == pytest.approx(finetune.class_weights(counts).tolist())
     validation_size = 60 - len(kept)
@@ -67,7 +67,7 @@ def test_finetune_with_tmr_and_class_weights_writes_model_evaluation_and_transfe
     assert reloaded["id2label"] == {"0": "electronics", "1": "math", "2": "science"}
 
 
-def test_tmr_masks_about_p_of_the_non_special_tokens_in_training_and_none_at_evaluation(debian_rows, minilm_path):
+def test_tmr_masks_about_p_of_the_non_special_tokens_in_training_and_none_at_evaluation(labeled_rows, minilm_path):
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
@@ -76,7 +76,7 @@ def test_tmr_masks_about_p_of_the_non_special_tokens_in_training_and_none_at_eva
                                                      num_attention_heads=2, intermediate_size=64, num_labels=3))
     labels = ["electronics", "math", "science"]
     label_ids = {label: i for i, label in enumerate(labels)}
-    rows = debian_rows[:64]
+    rows = labeled_rows[:64]
     data = finetune.LabeledSet("rows", [r["text"] for r in rows], [r["section"] for r in rows],
                                [r["package"] for r in rows], [f"row {i}" for i in range(64)])
     samples = finetune.encode(tokenizer, data, label_ids, max_length=64)
