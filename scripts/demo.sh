@@ -9,15 +9,15 @@ MASKSTREAM="${MASKSTREAM:-maskstream}"
 CORPUS="data/debian-science.jsonl"
 
 # --- train and finetune (issue 5): expects the dataset `maskstream build` wrote to $OUT/dataset ---
-echo "== maskstream train: 40 steps of continued MLM pretraining on CPU, difference masking -> $OUT/train"
+echo "== maskstream train: 30 steps of continued MLM pretraining on CPU, difference masking -> $OUT/train"
 $MASKSTREAM train --dataset "$OUT/dataset" --output "$OUT/train" --strategy difference \
-  --batch-size 8 --max-steps 40 --warmup-ratio 0.1 --learning-rate 5e-4 --num-workers 1 \
-  --log-every 5 --eval-every 20 --save-every 20 --eval-samples 64
+  --batch-size 8 --max-steps 30 --warmup-ratio 0.1 --learning-rate 5e-4 --num-workers 1 \
+  --log-every 5 --eval-every 15 --save-every 15 --eval-samples 64
 
 echo "== maskstream finetune: Debian section (science/math/electronics) from the trained model, TMR p=0.1, class weights"
 $MASKSTREAM finetune --train "$CORPUS" --text-column text --label-column section --split-key package \
   --validation-fraction 0.1 --model "$OUT/train/model" --output "$OUT/finetune" --class-weights \
-  --epochs 1 --max-steps 60 --batch-size 16 --max-length 64
+  --epochs 1 --max-steps 40 --batch-size 16 --max-length 64
 
 echo
 echo "Training outputs:"

@@ -240,7 +240,7 @@ def plot_confusion(metrics: dict[str, Any], title: str, path: Path) -> None:
 
     confusion = np.asarray(metrics["confusion_matrix"])
     labels = metrics["labels"]
-    size = 1.2 + 0.6 * len(labels)
+    size = 2.5 + 0.6 * len(labels)
     fig, ax = plt.subplots(figsize=(size + 1.5, size))
     image = ax.imshow(confusion, cmap="Blues")
     fig.colorbar(image, ax=ax)
@@ -248,7 +248,7 @@ def plot_confusion(metrics: dict[str, Any], title: str, path: Path) -> None:
     ax.set_yticks(range(len(labels)), labels)
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
-    ax.set_title(f"{title}: accuracy {metrics['accuracy']:.3f}, macro-F1 {metrics['macro_f1']:.3f}")
+    ax.set_title(f"{title}\naccuracy {metrics['accuracy']:.3f}, macro-F1 {metrics['macro_f1']:.3f}", fontsize=10)
     threshold = confusion.max() / 2 if confusion.size else 0
     for (i, j), count in np.ndenumerate(confusion):
         ax.text(j, i, str(count), ha="center", va="center", color="white" if count > threshold else "black")
@@ -413,10 +413,9 @@ def run(args: argparse.Namespace) -> int:
     label_ids = {label: i for i, label in enumerate(label_names)}
     counts = np.bincount([label_ids[label] for label in train_set.labels], minlength=len(label_names))
     weights = class_weights(counts) if args.class_weights else None
-    log.info("labels (training count%s): %s", ", class weight" if weights is not None else "",
-             ", ".join(f"{name} ({n}{f', {w:.3f}' if weights is not None else ''})"
-                       for name, n, w in zip(label_names, counts, weights if weights is not None else counts,
-                                             strict=True)))
+    log.info("training examples per label: %s", dict(zip(label_names, counts.tolist(), strict=True)))
+    if weights is not None:
+        log.info("class weights: %s", {name: round(w, 4) for name, w in zip(label_names, weights.tolist(), strict=True)})
 
     model_name = args.model or default_model()
     tokenizer = AutoTokenizer.from_pretrained(model_name)

@@ -12,8 +12,8 @@ CPU, in the loader workers.
 Held-out split: a row is held out (never trained on) when its sample index, hashed with
 `held_out_fraction`'s rule below, falls under --held-out-fraction. Evaluation masks the
 first --eval-samples held-out rows in dataset order with --eval-strategy (`random` by default,
-whatever the training strategy) and a fixed seed, so loss, perplexity and masked-token
-accuracy are comparable between runs and strategies.
+whatever the training strategy), the default budget (15%, 80/10/10) and a fixed seed, so loss,
+perplexity and masked-token accuracy are comparable between runs and strategies.
 
 Outputs in --output: checkpoints/ (every --save-every steps and at the end; `--resume`
 continues from the newest exactly), metrics.jsonl and tensorboard/ (loss, masked-token
@@ -189,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
                          f"{model_name}'s tokenizer has {len(tokenizer)}: build the dataset with this model's tokenizer")
     strategy = args.strategy
     masking = MaskingConfig.from_manifest(dataset.manifest, budget=args.mask_budget, whole_word=args.whole_word)
+    eval_masking = MaskingConfig.from_manifest(dataset.manifest)  # the defaults, whatever this run's settings
     mask_in_workers = device.type == "cpu"
     loader = build_dataloader(dataset, batch_size=args.batch_size, num_workers=args.num_workers,
                               strategy=strategy, masking=masking, seed=args.seed, mask_in_workers=mask_in_workers,
@@ -269,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
     batches = batch_stream()
     held: dict[str, float] = {}
     if is_main and eval_batches and not args.resume:
-        held = evaluate(objective, eval_batches, args.eval_strategy, masking, device)
+        held = evaluate(objective, eval_batches, args.eval_strategy, eval_masking, device)
         logger.log(0, "held_out", held)
         log.info("before training: held-out loss %.4f, perplexity %.2f, masked-token accuracy %.4f",
                  held["loss"], held["perplexity"], held["accuracy"])
@@ -322,8 +323,9 @@ def run(args: argparse.Namespace) -> int:
             progress.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['learning_rate']:.2e}")
             window = {"loss": 0.0, "correct": 0, "masked": 0, "tokens": 0, "micro": 0, "wait": 0.0,
                       "start": time.perf_counter()}
+        paused = time.perf_counter()  # evaluation and checkpoints do not count in tokens/s
         if is_main and eval_batches and (step % args.eval_every == 0 or step == total_steps):
-            held = evaluate(objective, eval_batches, args.eval_strategy, masking, device)
+            held = evaluate(objective, eval_batches, args.eval_strategy, eval_masking, device)
             logger.log(step, "held_out", held)
             log.info("step %d: held-out loss %.4f, perplexity %.2f, masked-token accuracy %.4f", step,
                      held["loss"], held["perplexity"], held["accuracy"])
@@ -331,6 +333,7 @@ def run(args: argparse.Namespace) -> int:
             loader_states = gather_loader_state()
             if is_main:
                 save_checkpoint(checkpoints, step, objective, optimizer, scheduler, loader_states, run_config)
+        window["start"] += time.perf_counter() - paused
     progress.close()
 
     if is_main:
