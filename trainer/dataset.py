@@ -19,8 +19,12 @@ Contract (what each rank and worker reads), for epoch `e`, `T` rows, `W` ranks, 
    `shuffle_buffer` rows (rounded up to a multiple of `B`, and made small enough that every
    DataLoader worker gets one). Window `i` is read by worker `i % num_workers`, as one slice per
    block it overlaps, and its rows are yielded in a random order drawn from
-   `(seed, e, window start)` (or in order with `shuffle=False`). Memory is bounded by the window:
-   at most `shuffle_buffer` decoded rows (+ one batch of rounding) per worker.
+   `(seed, e, window start)` (or in order with `shuffle=False`). Only the last window can hold a
+   short batch; with several workers it can come before the end of the epoch. Memory is bounded
+   by the window: at most `shuffle_buffer` decoded rows (+ one batch of rounding, + one record
+   batch of READ_BATCH_ROWS being decoded) per worker, whatever the size of the dataset or of
+   its row groups. Row groups of a few thousand rows shuffle best: a window that starts inside a large
+   row group decodes it from its beginning.
 4. Every yielded sample is a dict of the SEQUENCE_SCHEMA list columns (`input_ids`, `word_ids`,
    `word_index`, `special_tokens_mask`, `mask_probability`) as 1-D numpy arrays and
    `sample_index`, the row's position in the version (shards in manifest order): the key of the
@@ -30,9 +34,9 @@ Checks: the manifest's schema version (`Manifest.from_json`); each shard's Arrow
 count when its footer is read (at construction); each shard's sha256, streamed, the first time a
 process reads the shard (`verify_checksums=False` turns it off). Failures name the shard.
 
-State and resume: the position is the number of samples of the current epoch that the training
-loop has received on this rank. The DataLoader of `trainer.loader.build_dataloader` counts the
-samples of every batch it hands out into its dataset, so `dataset.state_dict()` taken between two
+State and resume: the position is the number of samples and batches of the current epoch that the
+training loop has received on this rank. The DataLoader of `trainer.loader.build_dataloader`
+counts every batch it hands out into its dataset, so `dataset.state_dict()` taken between two
 steps is exact. `load_state_dict(state)` on a dataset built with the same arguments, used with a
 loader with the same `batch_size` and `num_workers`, yields exactly the batches an uninterrupted
 run would have yielded next (mid-epoch too): whole windows before the position are skipped
@@ -48,7 +52,6 @@ The epoch and position live in a small shared-memory tensor, so persistent worke
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import os
 from collections.abc import Iterator
@@ -64,11 +67,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 from schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
 from schemas.tables import SEQUENCE_SCHEMA, check_schema
 
-LOG = logging.getLogger(__name__)
-
 LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability")
 # What is read, cast to the contract (so that writers differing only in nullability still concat).
 READ_SCHEMA = pa.schema([SEQUENCE_SCHEMA.field(name) for name in LIST_COLUMNS])
+READ_BATCH_ROWS = 1024  # rows decoded at a time within a row group
 
 
 class ChecksumMismatch(ManifestError):
@@ -140,10 +142,10 @@ class StreamingSequenceDataset(IterableDataset):
         self.total_rows = self.manifest.total_rows
         if self.total_rows == 0:
             raise ManifestError(f"{self.version_url} holds no rows")
-        # [epoch, samples consumed this epoch on this rank, and both as they were when the loader
-        # last started an iteration]; shared with (persistent) workers, which read the latter two:
-        # the live count moves while they start.
-        self._position = torch.zeros(4, dtype=torch.int64).share_memory_()
+        # [epoch, samples and batches consumed this epoch on this rank, and the three as they were
+        # when the loader last started an iteration]; shared with (persistent) workers, which read
+        # the latter three: the live counts move while they start.
+        self._position = torch.zeros(6, dtype=torch.int64).share_memory_()
         self._verified: set[int] = set()
         self._epoch_pinned = False  # set_epoch chose the epoch the next iteration reads
         self._resume_loader: tuple[int | None, int] | None = None  # (batch_size, num_workers) saved
@@ -223,8 +225,7 @@ class StreamingSequenceDataset(IterableDataset):
         """The next iteration reads `epoch`: from its beginning, or from the current position if
         `epoch` is already the current epoch (e.g. after `load_state_dict`)."""
         if epoch != self.epoch:
-            self._position[0] = epoch
-            self._position[1] = 0
+            self._position[:3] = torch.tensor([epoch, 0, 0])
         self._epoch_pinned = True
 
     def state_dict(self) -> dict[str, Any]:
@@ -232,6 +233,7 @@ class StreamingSequenceDataset(IterableDataset):
         return {
             "epoch": self.epoch,
             "samples_consumed": int(self._position[1]),
+            "batches_consumed": int(self._position[2]),
             "version": self.manifest.version,
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -251,16 +253,15 @@ class StreamingSequenceDataset(IterableDataset):
         if different:
             raise ValueError(f"cannot resume: saved vs current {different}")
         self._resume_loader = (state.get("batch_size"), state.get("num_workers"))
-        self._position[0] = int(state["epoch"])
-        self._position[1] = int(state["samples_consumed"])
+        self._position[:3] = torch.tensor([int(state["epoch"]), int(state["samples_consumed"]),
+                                           int(state["batches_consumed"])])
 
     def begin_iteration(self) -> None:
         """Called by the loader before it starts workers: a finished epoch moves on to the next
         unless `set_epoch` asked for it; a mid-epoch resume needs the batch size and worker count
         it was saved with."""
         if int(self._position[1]) >= self.rows_per_rank() and not self._epoch_pinned:
-            self._position[0] += 1
-            self._position[1] = 0
+            self._position[:3] = torch.tensor([self.epoch + 1, 0, 0])
         self._epoch_pinned = False
         saved = self._resume_loader
         current = (self.batch_size, self.num_workers)
@@ -268,10 +269,12 @@ class StreamingSequenceDataset(IterableDataset):
             raise ValueError(
                 f"cannot resume mid-epoch with (batch_size, num_workers) {current}: the state was saved with {saved}"
             )
-        self._position[2:] = self._position[:2].clone()
+        self._position[3:] = self._position[:3].clone()
 
     def count_consumed(self, samples: int) -> None:
+        """Called by the loader for every batch it hands out."""
         self._position[1] += samples
+        self._position[2] += 1
 
     # ----------------------------------------------------------------------------- reading
     def _check_shard(self, shard: int) -> None:
@@ -286,13 +289,24 @@ class StreamingSequenceDataset(IterableDataset):
             )
         self._verified.add(shard)
 
-    def _read_block(self, block: Block) -> pa.Table:
+    def _read_rows(self, block: Block, lo: int, hi: int) -> pa.Table:
+        """Rows [lo, hi) of a block, streamed in record batches so that memory stays at what is
+        kept even when row groups are large."""
         self._check_shard(block.shard)
         if self._open is None or self._open[0] != block.shard:
             self._close()
             handle = fsspec.open(self.shard_url(block.shard), "rb").open()
             self._open = (block.shard, pq.ParquetFile(handle), handle)
-        return self._open[1].read_row_group(block.row_group, columns=list(LIST_COLUMNS)).cast(READ_SCHEMA)
+        kept, offset = [], 0
+        batches = self._open[1].iter_batches(READ_BATCH_ROWS, row_groups=[block.row_group], columns=list(LIST_COLUMNS))
+        for batch in batches:
+            end = offset + batch.num_rows
+            if end > lo:
+                kept.append(batch.slice(max(lo - offset, 0), min(hi, end) - max(lo, offset)))
+            offset = end
+            if offset >= hi:
+                break
+        return pa.Table.from_batches(kept).cast(READ_SCHEMA)
 
     def _close(self) -> None:
         if self._open is not None:
@@ -303,7 +317,7 @@ class StreamingSequenceDataset(IterableDataset):
         """The rows of `pieces` as (flat values, offsets) per list column, plus sample indices."""
         tables, indices = [], []
         for block, lo, hi in pieces:
-            tables.append(self._read_block(block).slice(lo, hi - lo))
+            tables.append(self._read_rows(block, lo, hi))
             indices.append(np.arange(block.first_row + lo, block.first_row + hi, dtype=np.int64))
         table = pa.concat_tables(tables).combine_chunks()
         columns: dict[str, Any] = {"sample_index": np.concatenate(indices)}
@@ -323,8 +337,8 @@ class StreamingSequenceDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        snapshot = self._position[:2] if info is None else self._position[2:]
-        epoch, consumed = int(snapshot[0]), int(snapshot[1])
+        snapshot = self._position[:3] if info is None else self._position[3:]
+        epoch, consumed, consumed_batches = (int(v) for v in snapshot)
         if consumed >= self.rows_per_rank():
             return
         windows = self._windows(num_workers)
@@ -335,7 +349,7 @@ class StreamingSequenceDataset(IterableDataset):
             batches[owner] += math.ceil((stop - start) / batch)
         # Resume: batches each worker already delivered, and the worker whose batch is next; the
         # DataLoader asks worker 0 first, so worker ids are rotated to make that worker first.
-        delivered, next_worker = round_robin_counts(batches, consumed // batch)
+        delivered, next_worker = round_robin_counts(batches, consumed_batches)
         logical = (worker + next_worker) % num_workers
         skip = delivered[logical] * batch
         try:

@@ -22,8 +22,11 @@ Strategies (the budget is `round(budget * non-special tokens)` per sequence, hal
   `2 * budget + 10` spans are tried per sequence. 80/10/10 is decided per span, as in SpanBERT.
 - `difference`: exactly the budget of tokens, drawn without replacement so that each token's
   inclusion probability is its stored `mask_probability` (rescaled to sum to the budget):
-  randomized systematic sampling (random order, then one uniform start on the cumulative
-  probabilities), one vectorized step. With `whole_word=True`, words are ranked by an
+  randomized systematic sampling (a random order from `random_order`, no sort, then one uniform
+  start on the cumulative probabilities), one vectorized step. Token-level Gumbel top-k (the
+  reference code's `np.random.choice(replace=False, p=...)` distribution) also draws exactly the
+  budget, but its inclusion probabilities are not proportional to the weights (up to 14% off
+  on real sequences); the stored probabilities are expected masking rates. With `whole_word=True`, words are ranked by an
   exponential race on their summed probability (Gumbel top-k over log weights, in its
   equivalent form `-log(u) / weight`) and taken in that order until they hold at least the
   budget of tokens; all tokens of a chosen word are masked.
@@ -60,6 +63,7 @@ _MIX2 = _int64(0x94D049BB133111EB)
 # One constant per use of randomness, so that the streams are independent.
 _STREAM_CHOOSE = 1
 _STREAM_ORDER = 2
+_STREAM_WORD_RACE = 3
 _STREAM_ACTION = 4
 _STREAM_SPAN_ACTION = 5
 _STREAM_SPAN_START = 6
@@ -239,12 +243,11 @@ def choose_words(
     if token_weights is None:
         word_weight = present.to(torch.float64)
     else:
+        # A word whose tokens all have weight 0 is never chosen (its race time is infinite).
         word_weight = torch.zeros(word_ids.shape, dtype=torch.float64, device=word_ids.device)
-        word_weight.scatter_add_(1, slots, torch.where(can_mask, token_weights.to(torch.float64), 0.0))
-        # A word whose tokens all have probability 0 is never chosen.
-        word_weight = torch.where(present, word_weight, 0.0)
+        word_weight.scatter_add_(1, slots, token_weights.to(torch.float64).masked_fill(~can_mask, 0.0))
     word_counter = torch.arange(length, device=word_ids.device, dtype=torch.int64)[None, :]
-    race = -torch.log(_uniform(keys, _STREAM_ORDER, word_counter)) / word_weight  # inf where weight 0
+    race = -torch.log(_uniform(keys, _STREAM_WORD_RACE, word_counter)) / word_weight  # inf where weight 0
     # Each word holds >= 1 token, so no sequence takes more words than its budget: the first
     # max(budget) words of the race suffice (topk, cheaper than a full sort; the same words
     # whatever the other sequences of the batch).
@@ -257,31 +260,32 @@ def choose_words(
     return can_mask & chosen_words.gather(1, slots)
 
 
-ORDER_TABLE_ROWS = 4096
+ORDER_TABLE_ROWS = 1024
 
 
 @functools.lru_cache(maxsize=64)
 def _order_table(length: int, device: torch.device) -> torch.Tensor:
     """ORDER_TABLE_ROWS random permutations of range(length), each written twice in a row (so that
     a rotation is a slice), built once from the hash on the CPU (a stable sort of hash keys, so
-    the same table on every device). Flattened."""
+    the same table on every device). Flattened, int16 or int32: small enough to stay in cache."""
     table_keys = mix64(torch.arange(ORDER_TABLE_ROWS, dtype=torch.int64) * _GOLDEN + 0x0DE7)
     counters = torch.arange(length, dtype=torch.int64)[None, :]
     order_keys = _shift_right(_hash(table_keys, _STREAM_ORDER, counters), 33)
     table = torch.argsort(order_keys, dim=1, stable=True)
-    return torch.cat([table, table], dim=1).reshape(-1).to(device)
+    dtype = torch.int16 if length <= torch.iinfo(torch.int16).max else torch.int32
+    return torch.cat([table, table], dim=1).reshape(-1).to(device=device, dtype=dtype)
 
 
 def random_order(bits: torch.Tensor, input_length: int) -> torch.Tensor:
     """A random permutation of range(input_length) per sample from 32 random bits (a [batch] int64):
-    one of ORDER_TABLE_ROWS fixed random permutations (12 bits), rotated by a random offset
-    (20 bits), so 4096 x length orders. A gather instead of a per-row sort, which on a CPU costs
+    one of ORDER_TABLE_ROWS fixed random permutations (10 bits), rotated by a random offset
+    (20 more bits), so 1024 x length orders. A gather instead of a per-row sort, which on a CPU costs
     2-3x the whole `random` strategy."""
     row = bits & (ORDER_TABLE_ROWS - 1)
     rotation = (_shift_right(bits, 12) & 0xFFFFF) % input_length
     first = row * (2 * input_length) + rotation
     positions = torch.arange(input_length, device=bits.device)
-    return torch.take(_order_table(input_length, bits.device), first[:, None] + positions)
+    return torch.take(_order_table(input_length, bits.device), first[:, None] + positions).to(torch.int64)
 
 
 def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
@@ -301,7 +305,7 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
     # Inclusion probabilities summing to the budget, each at most 1: the excess over 1 is given to
     # the other tokens in proportion, a fixed number of rounds (a no-op on rows without excess, so
     # it is skipped when no row has any).
-    inclusion = weights * (budget[:, None] / total)
+    inclusion = weights * (budget[:, None] / total.clamp(min=1e-300))  # total 0: nothing to mask
     if bool(inclusion.max() > 1.0):
         for _ in range(4):
             excess = (inclusion - 1.0).clamp(min=0.0).sum(dim=1, keepdim=True)

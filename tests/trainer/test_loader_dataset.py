@@ -4,6 +4,7 @@ exact resume, checksums, schema versions and gs://."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import sequence_dataset_factory as factory
 import torch
 
 from schemas.manifest import ManifestError
@@ -63,12 +65,22 @@ def test_remainder_is_padded_from_the_epoch_start(odd_dataset):
     assert unshuffled[0] == list(range(51)) and unshuffled[1] == list(range(51, 101)) + [0]
 
 
-def test_rows_are_the_stored_rows(local_dataset, debian_rows):
-    ds = StreamingSequenceDataset(local_dataset, shuffle_buffer=50)
+@pytest.mark.parametrize("one_row_group_per_shard", [False, True])
+def test_rows_are_the_stored_rows(local_dataset, debian_rows, tmp_path, monkeypatch, one_row_group_per_shard):
+    root = local_dataset
+    if one_row_group_per_shard:  # windows start inside row groups decoded 7 rows at a time
+        root = str(tmp_path / "big-groups")
+        factory.write_dataset(root, debian_rows, shards=2, row_group_size=1000)
+        monkeypatch.setattr("trainer.dataset.READ_BATCH_ROWS", 7)
+    ds = StreamingSequenceDataset(root, shuffle_buffer=50)
+    assert len(ds.blocks) == (2 if one_row_group_per_shard else 12)
+    seen = []
     for sample in ds:
+        seen.append(sample["sample_index"])
         row = debian_rows[sample["sample_index"]]
         for name in ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability"):
             assert sample[name].tolist() == pytest.approx(list(row[name])), name
+    assert sorted(seen) == list(range(400))
 
 
 @pytest.mark.parametrize("num_workers,stop_after", [(0, 11), (2, 11), (2, 24), (2, 25)])
@@ -110,6 +122,34 @@ def test_resume_mid_epoch_reproduces_the_following_batches(local_dataset, num_wo
         assert got[0] == want[0]
         for g, w in zip(got[1:], want[1:], strict=True):
             assert torch.equal(g, w)
+
+
+def test_resume_after_a_short_batch_in_mid_epoch(odd_dataset):
+    """3 workers, rank 1 of 2 (51 rows), batch 8: the short batch of the last window is the 3rd of
+    the epoch. Resuming at every step reproduces the rest of epochs 0 and 1."""
+    def make():
+        ds = StreamingSequenceDataset(odd_dataset, seed=5, shuffle_buffer=20, rank=1, world_size=2)
+        return ds, build_dataloader(ds, batch_size=8, num_workers=3, strategy=None, masking=None)
+
+    ds, loader = make()
+    full = []
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        full += [b["sample_index"].tolist() for b in loader]
+    assert len(full[2]) == 3 and len(full) == 2 * ds.steps_per_epoch(8)
+    for stop in (3, 5):
+        ds, loader = make()
+        for step, _ in enumerate(loader):
+            if step + 1 == stop:
+                break
+        state = ds.state_dict()
+        resumed, loader = make()
+        resumed.load_state_dict(state)
+        replay = []
+        for epoch in range(resumed.epoch, 2):
+            resumed.set_epoch(epoch)
+            replay += [b["sample_index"].tolist() for b in loader]
+        assert replay == full[stop:], stop
 
 
 def test_loops_without_set_epoch_move_on_to_the_next_epoch(local_dataset):
@@ -164,6 +204,21 @@ def test_a_sample_gets_the_same_mask_on_any_number_of_ranks_and_workers(local_da
 
     one = masks(1, 0, 32)
     assert len(one) == 400 and masks(2, 2, 16) == one
+
+
+def test_masking_config_from_the_manifest(local_dataset):
+    from transformers import AutoTokenizer
+
+    from schemas.models import default_model
+
+    ds = StreamingSequenceDataset(local_dataset)
+    tok = AutoTokenizer.from_pretrained(default_model())
+    config = MaskingConfig.from_manifest(ds.manifest, whole_word=True)
+    assert config == MaskingConfig.from_tokenizer(tok, whole_word=True)
+    assert config.mask_token_id == tok.mask_token_id and config.vocab_size == 30522
+    broken = dataclasses.replace(ds.manifest, tokenizer={"name": "x"})
+    with pytest.raises(ValueError, match="mask_token_id"):
+        MaskingConfig.from_manifest(broken)
 
 
 def copy_dataset(src: str, dst: Path) -> Path:
