@@ -146,6 +146,11 @@ def evaluate(objective, eval_batches, strategy: str, masking, device) -> dict[st
 # --- the run ---------------------------------------------------------------------------------
 
 
+def masks_in_loader_workers(device) -> bool:
+    """On CPU the loader workers draw the masks; on a GPU the device does, after the transfer."""
+    return device.type == "cpu"
+
+
 RESUME_CRITICAL = ("dataset_version", "model", "objective", "strategy", "mask_budget", "whole_word", "batch_size",
                    "grad_accumulation", "total_steps", "seed", "world_size", "held_out_fraction")
 
@@ -190,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     strategy = args.strategy
     masking = MaskingConfig.from_manifest(dataset.manifest, budget=args.mask_budget, whole_word=args.whole_word)
     eval_masking = MaskingConfig.from_manifest(dataset.manifest)  # the defaults, whatever this run's settings
-    mask_in_workers = device.type == "cpu"
+    mask_in_workers = masks_in_loader_workers(device)
     loader = build_dataloader(dataset, batch_size=args.batch_size, num_workers=args.num_workers,
                               strategy=strategy, masking=masking, seed=args.seed, mask_in_workers=mask_in_workers,
                               pin_memory=device.type == "cuda")

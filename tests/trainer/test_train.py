@@ -13,6 +13,7 @@ import torch
 from sequence_dataset_factory import read_texts, sequence_rows, write_dataset
 
 from maskstream.cli import main
+from trainer import train as train_module
 from trainer.metrics import read_metrics
 from trainer.train import held_out
 
@@ -76,7 +77,7 @@ def test_short_minilm_run_lowers_the_held_out_loss_and_warm_up_peaks(sample_data
     assert json.loads((out / "summary.json").read_text())["held_out"]["loss"] == held[1]["loss"]
 
 
-def test_resume_continues_exactly_like_the_uninterrupted_run(sample_dataset, tiny_bert, tmp_path):
+def test_resume_continues_exactly_like_the_uninterrupted_run(sample_dataset, tiny_bert, tmp_path, monkeypatch):
     # 120 rows - held-out ones, batch 8: 15 steps per epoch, so the resumed part crosses an epoch.
     args = ["--batch-size", "8", "--max-steps", "20", "--save-every", "10", "--num-workers", "2",
             "--learning-rate", "1e-3", "--eval-samples", "8", "--eval-every", "1000"]
@@ -94,6 +95,12 @@ def test_resume_continues_exactly_like_the_uninterrupted_run(sample_dataset, tin
     assert [losses[s] for s in range(11, 21)] == [expected[s] for s in range(11, 21)]  # exactly, not approx
     epochs = {r["step"]: r["epoch"] for r in read_metrics(resumed) if r["split"] == "train"}
     assert epochs[11] == 0 and epochs[20] == 1
+
+    # Masks drawn after the transfer (the GPU path) are the ones the workers draw: same losses.
+    monkeypatch.setattr(train_module, "masks_in_loader_workers", lambda device: False)
+    on_device = tmp_path / "masked-on-device"
+    _train(sample_dataset, on_device, tiny_bert, *args)
+    assert _train_losses(on_device) == expected
 
     with pytest.raises(SystemExit, match="batch_size"):
         _train(sample_dataset, tmp_path / "changed", tiny_bert, *args, "--batch-size", "4", "--resume",
