@@ -317,6 +317,7 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
     """Trains with TMR and early stopping on validation macro-F1; leaves the best weights in `model`
     and returns the best validation metrics (with `epoch`)."""
     import torch
+    from tqdm import tqdm
     from transformers import get_linear_schedule_with_warmup
 
     from trainer.masking import MaskingConfig, apply_masking
@@ -342,6 +343,7 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
     best: dict[str, Any] = {"macro_f1": -1.0}
     best_state = None
     epochs_without_gain, step = 0, 0
+    progress = tqdm(total=total_steps, desc="finetune", unit="step")
     for epoch in range(args.epochs):
         model.train()
         for batch in batches(train_samples, args.batch_size, pad, shuffle_seed=args.seed * 1_000_003 + epoch):
@@ -360,6 +362,7 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
+            progress.update(1)
             logger.log(step, "train", {"loss": loss.item(), "learning_rate": scheduler.get_last_lr()[0],
                                        "epoch": epoch})
         predictions = predict(model, validation_samples, args.eval_batch_size, pad, device)
@@ -379,6 +382,7 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
                 break
         if step >= total_steps:
             break
+    progress.close()
     if best_state is not None:
         model.load_state_dict(best_state)
     return best
