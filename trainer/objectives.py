@@ -1,8 +1,9 @@
 """Training objectives of `maskstream train`, and loading the masked-LM they train.
 
 An objective is a `torch.nn.Module` wrapping the masked-LM; `forward(input_ids, attention_mask,
-labels)` returns `{"loss", "correct", "masked"}` (the loss to minimize, and the masked-token
-accuracy counts). Because it is a module, an objective may own parameters of its own; the
+labels)` returns `{"loss", "nll", "correct", "masked"}`: the loss to minimize, and for held-out
+metrics the summed negative log-likelihood of the masked tokens, the correctly predicted masked
+tokens and the masked tokens (perplexity = exp(sum nll / sum masked)). Because it is a module, an objective may own parameters of its own; the
 training loop wraps it in DDP / torch.compile, gives all its parameters to the optimizer and
 checkpoints its whole state. Another objective (e.g. ExLM) is one more entry in `OBJECTIVES`.
 """
@@ -61,8 +62,9 @@ class MaskedLM(torch.nn.Module):
         targets = labels[masked]
         count = masked.sum()
         # A sum over no masked token is 0 (not nan), and every parameter still takes part.
-        loss = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum") / count.clamp(min=1)
-        return {"loss": loss, "correct": (logits.argmax(-1) == targets).sum(), "masked": count}
+        nll = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+        return {"loss": nll / count.clamp(min=1), "nll": nll.detach(), "correct": (logits.argmax(-1) == targets).sum(),
+                "masked": count}
 
 
 OBJECTIVES = {"mlm": MaskedLM}

@@ -126,19 +126,18 @@ def evaluate(objective, eval_batches, strategy: str, masking, device) -> dict[st
 
     was_training = objective.training
     objective.eval()
-    total_loss, correct, masked = 0.0, 0, 0
+    total_nll, correct, masked = 0.0, 0, 0
     with torch.no_grad():
         for batch in eval_batches:
             batch = apply_masking({k: v.to(device) for k, v in batch.items()}, strategy, masking,
                                   seed=EVAL_SEED, epoch=0)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                 out = objective(batch["input_ids"], batch["attention_mask"], batch["labels"])
-            n = int(out["masked"])
-            total_loss += float(out["loss"]) * n
+            total_nll += float(out["nll"])
             correct += int(out["correct"])
-            masked += n
+            masked += int(out["masked"])
     objective.train(was_training)
-    loss = total_loss / max(masked, 1)
+    loss = total_nll / max(masked, 1)
     return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "accuracy": correct / max(masked, 1),
             "masked_tokens": masked}
 
