@@ -9,8 +9,9 @@ on CUDA and optionally torch.compile. Several GPUs: launch with `torchrun`; each
 its own share of the rows. On a GPU, masks are drawn on the device after the transfer; on
 CPU, in the loader workers.
 
-Held-out split: a row is held out (never trained on) when its sample index, hashed with
-`held_out_fraction`'s rule below, falls under --held-out-fraction. Evaluation masks the
+Held-out split: a row is held out (never trained on) when the top 24 bits of (its sample
+index x 0x9E3779B97F4A7C15 mod 2^64), read as a number in [0, 1), fall below
+--held-out-fraction: the same rows for every run, rank count and strategy. Evaluation masks the
 first --eval-samples held-out rows in dataset order with --eval-strategy (`random` by default,
 whatever the training strategy), the default budget (15%, 80/10/10) and a fixed seed, so loss,
 perplexity and masked-token accuracy are comparable between runs and strategies.
@@ -166,6 +167,17 @@ def run(args: argparse.Namespace) -> int:
     from trainer.masking import MaskingConfig, apply_masking
     from trainer.metrics import MetricsLogger
     from trainer.objectives import OBJECTIVES, load_mlm_model
+
+    for name, value, ok in (("--batch-size", args.batch_size, args.batch_size >= 1),
+                            ("--grad-accumulation", args.grad_accumulation, args.grad_accumulation >= 1),
+                            ("--held-out-fraction", args.held_out_fraction, 0 <= args.held_out_fraction < 1),
+                            ("--warmup-ratio", args.warmup_ratio, 0 <= args.warmup_ratio <= 1),
+                            ("--max-steps", args.max_steps, args.max_steps >= 0),
+                            ("--log-every", args.log_every, args.log_every >= 1),
+                            ("--eval-every", args.eval_every, args.eval_every >= 1),
+                            ("--save-every", args.save_every, args.save_every >= 1)):
+        if not ok:
+            raise SystemExit(f"{name} {value} is out of range (see --help)")
 
     # Distributed set-up: torchrun sets RANK, LOCAL_RANK and WORLD_SIZE.
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
