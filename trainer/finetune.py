@@ -394,8 +394,15 @@ def run(args: argparse.Namespace) -> int:
 
     from trainer.metrics import MetricsLogger
 
-    if not 0 <= args.tmr_probability < 1:
-        raise SystemExit(f"--tmr-probability must be in [0, 1), got {args.tmr_probability}")
+    for name, value, ok in (("--tmr-probability", args.tmr_probability, 0 <= args.tmr_probability < 1),
+                            ("--validation-fraction", args.validation_fraction, 0 < args.validation_fraction < 1),
+                            ("--epochs", args.epochs, args.epochs >= 1),
+                            ("--patience", args.patience, args.patience >= 1),
+                            ("--batch-size", args.batch_size, args.batch_size >= 1),
+                            ("--eval-batch-size", args.eval_batch_size, args.eval_batch_size >= 1),
+                            ("--max-steps", args.max_steps, args.max_steps >= 0)):
+        if not ok:
+            raise SystemExit(f"{name} {value} is out of range (see --help)")
     torch.manual_seed(args.seed)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
