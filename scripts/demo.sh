@@ -17,7 +17,7 @@ $MASKSTREAM train --dataset "$OUT/dataset" --output "$OUT/train" --strategy diff
 echo "== maskstream finetune: Debian section (science/math/electronics) from the trained model, TMR p=0.1, class weights"
 $MASKSTREAM finetune --train "$CORPUS" --text-column text --label-column section --split-key package \
   --validation-fraction 0.1 --model "$OUT/train/model" --output "$OUT/finetune" --class-weights \
-  --epochs 1 --max-steps 40 --batch-size 16 --max-length 64
+  --epochs 1 --max-steps 60 --batch-size 16 --max-length 64 --learning-rate 1e-4
 
 echo
 echo "Training outputs:"
