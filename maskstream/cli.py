@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "update": ("pipelines.update", "stats, seeds and build in one step, redoing only what the corpus changed", True),
     "watch": ("pipelines.watch", "rebuild a dataset whenever a corpus folder or gs:// prefix changes", True),
     "gc": ("pipelines.gc", "remove old dataset versions and cache entries no kept version uses", False),
+    "train": ("trainer.train", "continued MLM pretraining on a dataset's streamed shards", False),
+    "finetune": ("trainer.finetune", "fine-tune a classifier with TMR, evaluate, zero-shot transfer", False),
 }
 
 
