@@ -34,7 +34,9 @@ class LatestVersionFollower:
         self.manifest = manifest
         self._skipped: str | None = None
 
-    def poll(self) -> VersionSwitch | None:
+    def newest_compatible(self) -> str | None:
+        """The URL of the version `latest` names if it is newer than the one in use and has the same
+        tokenizer, else None."""
         try:
             version_url, manifest = load_manifest(self.root)
         except (ManifestError, FileNotFoundError, OSError) as e:
@@ -50,6 +52,11 @@ class LatestVersionFollower:
                             self.manifest.version)
                 self._skipped = manifest.version
             return None
+        return version_url
+
+    def switch_to(self, version_url: str) -> VersionSwitch:
+        """Makes `version_url` the version in use; logs the switch and the seeds that changed."""
+        version_url, manifest = load_manifest(version_url)
         old, new = set(self.manifest.seeds), set(manifest.seeds)
         switch = VersionSwitch(version_url, manifest, sorted(new - old), sorted(old - new))
         LOG.info("switching from dataset version %s to %s (%d sequences); seeds added: %s; removed: %s",
@@ -57,3 +64,24 @@ class LatestVersionFollower:
                  " ".join(switch.seeds_added) or "none", " ".join(switch.seeds_removed) or "none")
         self.version_url, self.manifest = version_url, manifest
         return switch
+
+    def poll(self) -> VersionSwitch | None:
+        version_url = self.newest_compatible()
+        return self.switch_to(version_url) if version_url else None
+
+
+def poll_all_ranks(follower: LatestVersionFollower, world_size: int) -> VersionSwitch | None:
+    """`follower.poll()`, decided by rank 0 and the same on every rank (they must read one version)."""
+    if world_size == 1:
+        return follower.poll()
+    import torch.distributed as dist
+
+    choice = [follower.newest_compatible() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(choice, src=0)
+    return follower.switch_to(choice[0]) if choice[0] else None
+
+
+def dataset_root(dataset: str, version_url: str) -> str:
+    """The root to follow: `dataset` itself, or the root holding it when it names a version folder."""
+    dataset = dataset.rstrip("/")
+    return dataset.rsplit("/", 1)[0] if dataset == version_url.rstrip("/") else dataset

@@ -86,6 +86,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="continue from a checkpoint folder, or with no value from the newest in "
                              "OUTPUT/checkpoints (default: start fresh)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (default: off)")
+    parser.add_argument("--follow-latest", action="store_true",
+                        help="at each epoch boundary move on to the newest complete version of the dataset root "
+                             "(--dataset, or the root holding the version it names) when its tokenizer matches; "
+                             "logs the switch and the seeds that changed (default: off)")
 
 
 # --- held-out split -------------------------------------------------------------------------
@@ -163,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
 
     from trainer.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
     from trainer.dataset import StreamingSequenceDataset
+    from trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
     from trainer.loader import build_dataloader
     from trainer.masking import MaskingConfig, apply_masking
     from trainer.metrics import MetricsLogger
@@ -207,9 +212,15 @@ def run(args: argparse.Namespace) -> int:
     masking = MaskingConfig.from_manifest(dataset.manifest, budget=args.mask_budget, whole_word=args.whole_word)
     eval_masking = MaskingConfig.from_manifest(dataset.manifest)  # the defaults, whatever this run's settings
     mask_in_workers = masks_in_loader_workers(device)
-    loader = build_dataloader(dataset, batch_size=args.batch_size, num_workers=args.num_workers,
-                              strategy=strategy, masking=masking, seed=args.seed, mask_in_workers=mask_in_workers,
-                              pin_memory=device.type == "cuda")
+
+    def make_loader(dataset):
+        return build_dataloader(dataset, batch_size=args.batch_size, num_workers=args.num_workers,
+                                strategy=strategy, masking=masking, seed=args.seed, mask_in_workers=mask_in_workers,
+                                pin_memory=device.type == "cuda")
+
+    loader = make_loader(dataset)
+    follower = LatestVersionFollower(dataset_root(args.dataset, dataset.version_url), dataset.version_url,
+                                     dataset.manifest) if args.follow_latest else None
     pad_token_id = dataset.manifest.tokenizer["pad_token_id"]
     eval_batches = collect_held_out(args.dataset, args.held_out_fraction, args.eval_samples, pad_token_id,
                                     args.batch_size) if is_main else []
@@ -266,12 +277,20 @@ def run(args: argparse.Namespace) -> int:
     def batch_stream():
         """(epoch, batch) forever. Each pass over the loader continues from the dataset's position
         (mid-epoch after a resume) and a finished epoch moves on to the next. Held-out rows are
-        dropped here, so batches may be a little smaller than --batch-size."""
+        dropped here, so batches may be a little smaller than --batch-size. With --follow-latest,
+        an epoch boundary may move on to a newer dataset version (the schedule stays as planned)."""
+        nonlocal dataset, loader
         while True:
             for batch in loader:
                 keep = ~torch.from_numpy(held_out(batch["sample_index"].numpy(), args.held_out_fraction))
                 if keep.any():
                     yield dataset.epoch, select_rows(batch, keep)
+            switch = poll_all_ranks(follower, world_size) if follower is not None else None
+            if switch is not None:
+                next_epoch = dataset.epoch + 1
+                dataset = StreamingSequenceDataset(switch.version_url, seed=args.seed, rank=rank, world_size=world_size)
+                dataset.set_epoch(next_epoch)
+                loader = make_loader(dataset)
 
     def gather_loader_state() -> list[dict]:
         """Every rank's dataset state, so a resumed run (same world size) can restore each."""

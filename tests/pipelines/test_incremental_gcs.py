@@ -22,7 +22,20 @@ def beam_anonymous_gcs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(auth._Credentials, "_credentials", None)
 
 
-def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs, caplog) -> None:
+def tiny_bert(path: Path, minilm_path: str) -> str:
+    """A 2-layer, 32-wide BERT with MiniLM's tokenizer: quick to train on CPU."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    BertForMaskedLM(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, max_position_embeddings=128)).save_pretrained(path)
+    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(path)
+    return str(path)
+
+
+def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs, caplog,
+                                        minilm_path, tmp_path) -> None:
     from pipelines.incremental import update
     from pipelines.update import options_from_args
     from pipelines.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
@@ -61,3 +74,18 @@ def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, be
     assert set(switch.seeds_removed) == set(manifest.seeds) - set(switch.manifest.seeds)
     assert "switching from dataset version" in caplog.text
     assert follower.poll() is None
+
+    # Training from the bucket starts on the first version and moves to the newest at the epoch boundary.
+    from maskstream.cli import main
+    from trainer.metrics import read_metrics
+
+    model = tiny_bert(tmp_path / "tiny-bert", minilm_path)
+    out = tmp_path / "train"
+    with caplog.at_level(logging.INFO):
+        assert main(["train", "--dataset", url, "--follow-latest", "--output", str(out), "--model", model,
+                     "--batch-size", "16", "--epochs", "3", "--num-workers", "0", "--held-out-fraction", "0",
+                     "--log-every", "1", "--eval-every", "1000", "--save-every", "1000"]) == 0
+    assert f"switching from dataset version {manifest.version} to {switch.manifest.version}" in caplog.text
+    epochs = {r["epoch"] for r in read_metrics(out) if r["split"] == "train"}
+    assert epochs >= {0, 1}
+
