@@ -58,6 +58,7 @@ RUN pip install "pyarrow>=14" "fsspec>=2023.6" "gcsfs>=2023.6" "transformers>=4.
     "numpy>=1.24" "scipy>=1.10" "matplotlib>=3.7" "tqdm>=4.65" "safetensors>=0.4" "tensorboard>=2.14"
 COPY --from=wheel /wheels /wheels
 RUN pip install --no-deps /wheels/maskstream-*.whl && rm -rf /wheels
+COPY deploy/train_torchrun.sh /opt/maskstream/deploy/train_torchrun.sh
 WORKDIR /workspace
 ENTRYPOINT ["maskstream"]
 CMD ["--help"]
