@@ -20,11 +20,11 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 from maskstream.cli import COMMANDS
@@ -97,7 +97,7 @@ def beam_options() -> set[str]:
     """Every flag Beam's PipelineOptions (all option classes, Dataflow's included) understands."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")  # options two classes declare
     seen: set[type] = set()
     pending = list(PipelineOptions.__subclasses__())
     while pending:
@@ -106,10 +106,7 @@ def beam_options() -> set[str]:
             continue
         seen.add(cls)
         pending.extend(cls.__subclasses__())
-        try:
-            cls._add_argparse_args(parser)
-        except argparse.ArgumentError:  # an option two classes both declare
-            pass
+        cls._add_argparse_args(parser)
     return set(parser._option_string_actions)
 
 
