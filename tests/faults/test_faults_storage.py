@@ -180,7 +180,6 @@ def start_proxy(upstream: str, failures: dict[str, int]) -> FailingProxy:
 def test_gcs_503s_are_retried_end_to_end(gcs_emulator: str, gcs_bucket: str, fault_rows, monkeypatch) -> None:
     """A dataset in an (emulated) bucket read through a proxy that fails the first shard requests."""
     import gcsfs
-
     import sequence_dataset_factory as factory
 
     root = f"{gcs_bucket}/datasets/faults"
