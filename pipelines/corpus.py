@@ -5,7 +5,8 @@
 each record that cannot become a document (bytes that are not UTF-8, an empty document, a
 JSONL line that is not a JSON object or lacks the text field, a Parquet file without the text
 column, a file of unknown type) becomes a reject `{"source", "location", "reason"}`, so that
-documents read = accepted + rejected.
+documents read = accepted + rejected. A file without any record, and a compressed file that ends
+early (truncated) or is damaged, are rejects too (location `file`).
 
 A file is read by one worker, streamed record by record (its line and row numbers need a
 sequential pass); a corpus is parallel across its files, so shard large corpora into many.
@@ -13,11 +14,16 @@ sequential pass); a corpus is parallel across its files, so shard large corpora 
 
 from __future__ import annotations
 
+import bz2
+import contextlib
+import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
 import posixpath
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -115,6 +121,36 @@ def _utf8_reason(error: UnicodeDecodeError) -> str:
     return f"not UTF-8: byte 0x{error.object[error.start]:02x} at offset {error.start}"
 
 
+# Python's decompressors raise these where a compressed stream ends early (a truncated file) or is
+# damaged; Beam's own decompressing reader stops silently at the end of the bytes.
+TRUNCATED_STREAM_ERRORS = (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
+PYTHON_DECOMPRESSORS = {
+    ".gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+    ".bz2": bz2.BZ2File,
+    ".xz": lzma.LZMAFile,
+    ".lzma": lzma.LZMAFile,
+}
+
+
+@contextlib.contextmanager
+def _open_binary(readable: fileio.ReadableFile) -> Iterator[io.IOBase]:
+    """The file's content as a binary stream: gzip, bzip2 and xz decompressed by Python's modules,
+    which report truncation (TRUNCATED_STREAM_ERRORS); other compressions by Beam's reader."""
+    name = readable.metadata.path.lower()
+    decompressor = next((d for suffix, d in PYTHON_DECOMPRESSORS.items() if name.endswith(suffix)), None)
+    if decompressor is None:
+        with readable.open(mime_type="application/octet-stream") as f:
+            yield f
+        return
+    uncompressed = CompressionTypes.UNCOMPRESSED
+    with readable.open(mime_type="application/octet-stream", compression_type=uncompressed) as raw, decompressor(raw) as f:
+        yield f
+
+
+def _location(record: Document | dict[str, str]) -> str:
+    return record["location"] if isinstance(record, dict) else record.document_id.rsplit(":", 1)[1]
+
+
 def _lines(f: io.IOBase) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, line without its end-of-line) for every line of a binary stream."""
     for number, raw in enumerate(iter(f.readline, b""), start=1):
@@ -143,8 +179,19 @@ class ParseFileFn(beam.DoFn):
             records = self._parquet(readable, source)
         else:
             records = iter([_reject(source, "file", "unsupported file type (expected .txt, .jsonl or .parquet)")])
-        for record in records:
-            yield record if isinstance(record, Document) else beam.pvalue.TaggedOutput(REJECTS, record)
+        last = None
+        try:
+            for record in records:
+                last = record
+                yield record if isinstance(record, Document) else beam.pvalue.TaggedOutput(REJECTS, record)
+        except TRUNCATED_STREAM_ERRORS as e:
+            where = "at its start" if last is None else f"after {_location(last)}"
+            reason = f"compressed data ends early or is corrupt {where}, the rest is lost: {type(e).__name__}: {e}"
+            yield beam.pvalue.TaggedOutput(REJECTS, _reject(source, "file", reason))
+            return
+        if last is None:
+            # A file with no records at all: not an error, but never silent.
+            yield beam.pvalue.TaggedOutput(REJECTS, _reject(source, "file", "empty file (no documents)"))
 
     @staticmethod
     def _document(source: str, location: str, text: str) -> Document | dict[str, str]:
@@ -153,7 +200,7 @@ class ParseFileFn(beam.DoFn):
         return Document(f"{source}:{location}", source, text)
 
     def _txt_file(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
-        with readable.open(mime_type="application/octet-stream") as f:
+        with _open_binary(readable) as f:
             raw = f.read()
         try:
             yield self._document(source, "file", _decode(raw, first=True))
@@ -161,7 +208,7 @@ class ParseFileFn(beam.DoFn):
             yield _reject(source, "file", _utf8_reason(e))
 
     def _txt_lines(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
-        with readable.open(mime_type="application/octet-stream") as f:
+        with _open_binary(readable) as f:
             for number, raw in _lines(f):
                 location = f"line {number}"
                 try:
@@ -171,7 +218,7 @@ class ParseFileFn(beam.DoFn):
 
     def _jsonl(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
         field = self.text_field
-        with readable.open(mime_type="application/octet-stream") as f:
+        with _open_binary(readable) as f:
             for number, raw in _lines(f):
                 location = f"line {number}"
                 try:
