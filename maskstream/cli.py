@@ -47,13 +47,20 @@ EXIT_OS_ERROR = 74  # sysexits.h EX_IOERR
 
 
 def _os_error_in(error: BaseException) -> OSError | None:
-    """The OSError behind `error` (runners such as Beam's re-raise it wrapped in their own)."""
+    """The most telling OSError behind `error` (runners such as Beam's re-raise it wrapped in their
+    own, sometimes as a new OSError of the message alone): one naming a file, else one with an
+    errno, else any."""
+    chain: list[OSError] = []
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if isinstance(error, OSError):
-            return error
+            chain.append(error)
         error = error.__cause__ or error.__context__
+    for telling in (lambda e: e.filename, lambda e: e.errno is not None, lambda e: True):
+        found = next((e for e in chain if telling(e)), None)
+        if found is not None:
+            return found
     return None
 
 
