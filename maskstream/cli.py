@@ -19,6 +19,8 @@ import sys
 COMMANDS: dict[str, tuple[str, str, bool]] = {
     "stats": ("pipelines.stats", "word statistics and TF-ICF of a domain corpus (Beam)", True),
     "seeds": ("pipelines.seeds", "top-K seed words by TF-ICF, with a report", False),
+    "build": ("pipelines.build", "tokenize, score words against the seeds, write a versioned dataset", True),
+    "inspect": ("pipelines.inspect_dataset", "summarize and verify a dataset version, plot its mask probabilities", False),
 }
 
 

@@ -1,0 +1,145 @@
+"""End-to-end throughput of `maskstream build`, side by side with the HF fast tokenizer alone.
+
+    python benchmarks/build.py [--corpus DEBIAN.jsonl] [--docs N] [--repeat 4] [--work DIR]
+
+Makes the Debian descriptions corpus (benchmarks/debian_corpus.py, about 62k documents) unless
+--corpus is given, optionally keeps its first --docs documents, runs `maskstream stats` and
+`maskstream seeds` on it once, then for the corpus as is and repeated --repeat times:
+
+- the peer: the model's HF fast tokenizer alone over the same texts, batched (1000 documents a
+  call, special tokens added, no truncation), on the same cores (the Rust tokenizer uses them all);
+- ours: `maskstream build` (DirectRunner, one worker process) as a subprocess, its wall time,
+  its per-stage CPU seconds (Beam counters), and its peak resident memory.
+
+Throughput is tokens/s over the tokens each side produced (the build's are the manifest's total,
+specials included). The repeated corpus has the same vocabulary, so the encoder's work (once per
+unique word) stays flat while tokenization grows with the text. Prints one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MEASURE = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.run(sys.argv[1:]).returncode\n"
+    "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+def maskstream(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Runs `maskstream ARGS` in a fresh process; its peak RSS is printed on stderr as PEAK_RSS_KB."""
+    command = [sys.executable, "-c", MEASURE, sys.executable, "-m", "maskstream", "--log-level", "WARNING", *args]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
+    if result.returncode != 0:
+        sys.exit(f"maskstream {args[0]} failed:\n{result.stderr[-4000:]}")
+    return result
+
+
+def peak_rss_gb(result: subprocess.CompletedProcess) -> float:
+    line = next(x for x in result.stderr.splitlines() if x.startswith("PEAK_RSS_KB"))
+    return int(line.split()[1]) / 1024**2
+
+
+def tokenizer_alone(texts: list[str], model: str) -> tuple[int, float]:
+    """(tokens, seconds) of the HF fast tokenizer over `texts`, batched."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokens = 0
+    started = time.perf_counter()
+    for i in range(0, len(texts), 1000):
+        encoded = tokenizer(texts[i : i + 1000], add_special_tokens=True, truncation=False)
+        tokens += sum(len(ids) for ids in encoded["input_ids"])
+    return tokens, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", default=None, help="Debian JSONL corpus (default: made with debian_corpus.py)")
+    parser.add_argument("--docs", type=int, default=0, help="keep the first N documents (default: all)")
+    parser.add_argument("--repeat", type=int, default=4, help="also build the corpus repeated this many times (default: 4)")
+    parser.add_argument("--work", default=None, help="working folder (default: a temporary one)")
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(REPO_ROOT))
+    from schemas.manifest import load_manifest
+    from schemas.models import default_model
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-bench-build-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    source = Path(args.corpus) if args.corpus else work / "debian-full.jsonl"
+    if not args.corpus:
+        subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "debian_corpus.py"), str(source)], check=True)
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    if args.docs:
+        lines = lines[: args.docs]
+    corpus = work / "corpus-x1.jsonl"
+    corpus.write_text("".join(lines), encoding="utf-8")
+    texts = [json.loads(line)["text"] for line in lines]
+    print(f"corpus: {len(lines)} documents, {sum(map(len, texts)) / 1e6:.1f} M characters, {os.cpu_count()} cores")
+
+    started = time.perf_counter()
+    maskstream("stats", "--input", str(corpus), "--output", str(work / "stats"), env=env)
+    maskstream("seeds", "--stats", str(work / "stats"), "--output", str(work / "seeds.json"), env=env)
+    print(f"stats + seeds: {time.perf_counter() - started:.1f} s (once; the repeated corpus has the same words)")
+
+    rows = []
+    for repeat in sorted({1, args.repeat}):
+        path = corpus if repeat == 1 else work / f"corpus-x{repeat}.jsonl"
+        if repeat > 1:
+            path.write_text("".join(lines) * repeat, encoding="utf-8")
+        peer_tokens, peer_s = tokenizer_alone(texts * repeat, default_model())
+        root = work / f"dataset-x{repeat}"
+        started = time.perf_counter()
+        result = maskstream("build", "--input", str(path), "--stats", str(work / "stats"),
+                            "--seeds", str(work / "seeds.json"), "--output", str(root), env=env)
+        wall = time.perf_counter() - started
+        report = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+        _, manifest = load_manifest(str(root))
+        stages = report["stage_cpu_s"]
+        rows.append({
+            "corpus": f"x{repeat}",
+            "documents": len(lines) * repeat,
+            "tokens": manifest.total_tokens,
+            "words": report["counts"].get("encoded_words", 0),
+            "peer_tok_s": peer_tokens / peer_s,
+            "build_tok_s": manifest.total_tokens / wall,
+            "wall_s": wall,
+            "pipeline_s": report["elapsed_s"],
+            "encode_s": stages.get("encode", 0.0),
+            "tokenize_s": stages.get("tokenize", 0.0) + stages.get("windows", 0.0),
+            "probability_s": stages.get("mask_probability", 0.0),
+            "write_s": stages.get("write", 0.0),
+            "peak_gb": peak_rss_gb(result),
+        })
+        print(json.dumps(rows[-1]), flush=True)
+
+    print("\n| corpus | docs | tokens | unique words encoded | HF tokenizer alone tok/s | build tok/s | ratio "
+          "| build wall s | encode s | tokenize+windows s | probabilities s | write s | peak RSS GB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['corpus']} | {r['documents']} | {r['tokens']} | {r['words']} | {r['peer_tok_s']:,.0f} "
+              f"| {r['build_tok_s']:,.0f} | {r['build_tok_s'] / r['peer_tok_s']:.3f} | {r['wall_s']:.1f} "
+              f"| {r['encode_s']:.1f} | {r['tokenize_s']:.1f} | {r['probability_s']:.1f} | {r['write_s']:.1f} "
+              f"| {r['peak_gb']:.2f} |")
+    if len(rows) == 2:
+        a, b = rows
+        print(f"\nx{args.repeat} / x1: tokens {b['tokens'] / a['tokens']:.2f}, encode time {b['encode_s'] / max(a['encode_s'], 1e-9):.2f}, "
+              f"tokenize time {b['tokenize_s'] / max(a['tokenize_s'], 1e-9):.2f}, build wall {b['wall_s'] / a['wall_s']:.2f}")
+    print("targets: build tok/s >= 0.5 x the tokenizer's; peak RSS <= 4 GB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

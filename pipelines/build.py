@@ -1,0 +1,248 @@
+"""Build a training dataset: tokens, word ids, nearest-seed similarity and mask probabilities.
+
+Reads the domain corpus, the word statistics (`maskstream stats`) and the seeds
+(`maskstream seeds`); tokenizes with a Hugging Face fast tokenizer into sequences of at most
+--max-length tokens (no padding stored); encodes every word type and seed once and scores each
+word by its similarity to the seeds; computes each token's mask probability; and writes
+DATASET_ROOT/VERSION/ (Parquet shards, words.parquet, seeds.json, rejects.jsonl and, last,
+manifest.json), then points DATASET_ROOT/latest at the new version.
+
+Example:
+  maskstream build --input data/debian-science.jsonl --stats out/stats \\
+      --seeds out/seeds/seeds.json --output out/dataset
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import logging
+import time
+from typing import Any
+
+from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME
+
+LOG = logging.getLogger("maskstream.build")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+    """Everything that decides a dataset version's content; stored in its manifest."""
+
+    tokenizer: str
+    encoder: str
+    max_length: int = 128
+    packing: str = "truncate"
+    pack_group_size: int = 2000
+    pooling: str = "mean"
+    reduce: str = "max"
+    weighting: str = "similarity"
+    alpha: float = 1.0
+    budget: float = 0.15
+    num_shards: int = 0
+    shard_rows: int = 50_000
+    row_group_rows: int = 1024
+    tokenize_batch_size: int = 256
+    embed_batch_size: int = 256
+    encoder_threads: int = 0
+    encoder_device: str = "auto"
+    write_embeddings: bool = False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from schemas.models import default_model
+
+    model = default_model()
+    parser.add_argument("--input", nargs="+", required=True, metavar="PATTERN",
+                        help="domain corpus files or globs (.txt, .jsonl, .parquet; local or gs://)")
+    parser.add_argument("--text-field", default="text", help="JSONL field / Parquet column with the text (default: text)")
+    parser.add_argument("--txt-mode", choices=("line", "file"), default="line",
+                        help=".txt files: a document per line or per file (default: line)")
+    parser.add_argument("--stats", required=True, metavar="STATS_DIR", help="output folder of `maskstream stats`")
+    parser.add_argument("--seeds", required=True, metavar="SEEDS_JSON", help="seeds.json of `maskstream seeds`")
+    parser.add_argument("--output", required=True, metavar="DATASET_ROOT",
+                        help="dataset root (local or gs://); the build writes DATASET_ROOT/VERSION/")
+    parser.add_argument("--version", default=None,
+                        help="version folder name (default: UTC time plus a random suffix); must not exist")
+    parser.add_argument("--model", default=model, help=f"tokenizer and encoder, a name or path (default: {model})")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer only, if different from --model (default: --model)")
+    parser.add_argument("--max-length", type=int, default=128, help="tokens per sequence incl. specials, <= 512 (default: 128)")
+    parser.add_argument("--packing", choices=("truncate", "pack"), default="truncate",
+                        help="truncate: each document into consecutive windows; pack: documents packed into "
+                             "full sequences (default: truncate)")
+    parser.add_argument("--pack-group-size", type=int, default=2000,
+                        help="pack: documents per packing group, packed in document-id order (default: 2000)")
+    parser.add_argument("--pooling", choices=("mean", "pooler"), default="mean",
+                        help="word embedding: mean over the word's own tokens, or the model's pooler (default: mean)")
+    parser.add_argument("--reduce", choices=("max", "mean", "centroid"), default="max",
+                        help="similarity to the seeds: nearest seed, mean over seeds, or seed centroid (default: max)")
+    parser.add_argument("--weighting", choices=("similarity", "rank"), default="similarity",
+                        help="token weights: the word's similarity, or the reference code's rank weight N - r "
+                             "(default: similarity)")
+    parser.add_argument("--alpha", type=float, default=1.0,
+                        help="p = alpha * p_sim + (1 - alpha) * uniform (default: 1.0, the paper's pure similarity)")
+    parser.add_argument("--budget", type=float, default=0.15,
+                        help="expected fraction of non-special tokens masked per sequence (default: 0.15)")
+    parser.add_argument("--num-shards", type=int, default=0,
+                        help="number of shards; 0 derives it from --shard-rows (default: 0)")
+    parser.add_argument("--shard-rows", type=int, default=50_000,
+                        help="target rows per shard when --num-shards is 0 (default: 50000)")
+    parser.add_argument("--row-group-rows", type=int, default=1024, help="rows per Parquet row group (default: 1024)")
+    parser.add_argument("--embed-batch-size", type=int, default=256, help="words per encoder call (default: 256)")
+    parser.add_argument("--encoder-device", default="auto",
+                        help="torch device of the word encoder: auto (cuda when available), cpu, cuda, cuda:1, ... "
+                             "(default: auto)")
+    parser.add_argument("--encoder-threads", type=int, default=0,
+                        help="torch threads per encoder process; 0 keeps torch's default (all cores). With several "
+                             "worker processes on one machine, set cores / workers (default: 0)")
+    parser.add_argument("--tokenize-batch-size", type=int, default=256, help="documents per tokenizer call (default: 256)")
+    parser.add_argument("--write-embeddings", action="store_true",
+                        help="also write embeddings.parquet (word, embedding) for every word and seed (default: off)")
+
+
+def config_from_args(args: argparse.Namespace) -> BuildConfig:
+    if not 8 <= args.max_length <= 512:
+        raise ValueError(f"--max-length must be between 8 and 512, got {args.max_length}")
+    if not 0.0 < args.budget <= 1.0:
+        raise ValueError(f"--budget must be in (0, 1], got {args.budget}")
+    if not 0.0 <= args.alpha <= 1.0:
+        raise ValueError(f"--alpha must be in [0, 1], got {args.alpha}")
+    return BuildConfig(
+        tokenizer=args.tokenizer or args.model,
+        encoder=args.model,
+        max_length=args.max_length,
+        packing=args.packing,
+        pack_group_size=args.pack_group_size,
+        pooling=args.pooling,
+        reduce=args.reduce,
+        weighting=args.weighting,
+        alpha=args.alpha,
+        budget=args.budget,
+        num_shards=args.num_shards,
+        shard_rows=args.shard_rows,
+        row_group_rows=args.row_group_rows,
+        tokenize_batch_size=args.tokenize_batch_size,
+        embed_batch_size=args.embed_batch_size,
+        encoder_threads=args.encoder_threads,
+        encoder_device=args.encoder_device,
+        write_embeddings=args.write_embeddings,
+    )
+
+
+def read_vocabulary(stats_dir: str) -> list[str]:
+    """The word types of `maskstream stats`, sorted: position = `word_index` in the dataset."""
+    import fsspec
+    import pyarrow.dataset as ds
+
+    fs, path = fsspec.core.url_to_fs(stats_dir)
+    files = sorted(fs.glob(f"{path.rstrip('/')}/word_stats-*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{stats_dir} holds no word_stats-*.parquet; run `maskstream stats` first")
+    table = ds.dataset(files, format="parquet", filesystem=fs).to_table(columns=["word"])
+    words = sorted(set(table.column("word").to_pylist()))
+    if not words:
+        raise ValueError(f"{stats_dir}: the word statistics are empty")
+    return words
+
+
+def read_seeds(seeds_json: str) -> tuple[list[str], bytes]:
+    """(seed words best first, the file's bytes)."""
+    import fsspec
+
+    with fsspec.open(seeds_json, "rb") as f:
+        raw = f.read()
+    try:
+        seeds = [entry["word"] for entry in json.loads(raw)["seeds"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{seeds_json} is not a seeds.json of `maskstream seeds`: {e}") from e
+    if not seeds:
+        raise ValueError(f"{seeds_json} lists no seeds")
+    return seeds, raw
+
+
+def tokenizer_info(name: str) -> dict[str, Any]:
+    """What the trainer needs from the tokenizer without loading it."""
+    import hashlib
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name)
+    vocab = tokenizer.get_vocab()
+    vocab_hash = hashlib.sha256(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode("utf-8")).hexdigest()
+    return {
+        "name": name,
+        "class": type(tokenizer).__name__,
+        "vocab_hash": vocab_hash,
+        "vocab_size": len(tokenizer),
+        "pad_token_id": tokenizer.pad_token_id,
+        "mask_token_id": tokenizer.mask_token_id,
+        "cls_token_id": tokenizer.cls_token_id,
+        "sep_token_id": tokenizer.sep_token_id,
+        "unk_token_id": tokenizer.unk_token_id,
+        "all_special_ids": sorted(set(tokenizer.all_special_ids)),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.corpus import ReadCorpus, corpus_fingerprint
+    from pipelines.dataset_pipeline import BuildDataset
+    from pipelines.dataset_writer import new_version_name, prepare_version, write_atomically
+    from schemas.formulas import FORMULA_VERSIONS
+
+    version = args.version or new_version_name()
+    try:
+        config = config_from_args(args)
+        vocabulary = read_vocabulary(args.stats)
+        seeds, seeds_raw = read_seeds(args.seeds)
+        fingerprint = corpus_fingerprint(args.input)
+        version_url = prepare_version(args.output, version)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        LOG.error("%s", e)
+        return 2
+    seeds_fingerprint = json.loads(seeds_raw).get("source_fingerprint", {}).get("sha256")
+    if seeds_fingerprint and seeds_fingerprint != fingerprint.get("sha256"):
+        LOG.warning("the seeds were computed from a different corpus (fingerprint %s, input %s)",
+                    seeds_fingerprint, fingerprint.get("sha256"))
+    write_atomically(f"{version_url}/{SEEDS_NAME}", seeds_raw)
+    manifest_fields = {
+        "version": version,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "tokenizer": tokenizer_info(config.tokenizer),
+        "encoder": {"name": config.encoder, "pooling": config.pooling, "max_word_tokens": 16},
+        "seeds": seeds,
+        "formulas": dict(FORMULA_VERSIONS),
+        "config": {**dataclasses.asdict(config), "input": list(args.input), "stats": args.stats,
+                   "seeds": args.seeds, "beam_args": list(args.beam_args)},
+        "source_fingerprint": fingerprint,
+        "word_table": WORD_TABLE_NAME,
+    }
+    LOG.info("building %s: %d word types, %d seeds", version_url, len(vocabulary), len(seeds))
+    started = time.perf_counter()
+    pipeline = beam.Pipeline(options=PipelineOptions(list(args.beam_args)))
+    corpus = pipeline | "ReadCorpus" >> ReadCorpus(args.input, text_field=args.text_field, txt_mode=args.txt_mode)
+    _ = corpus | "BuildDataset" >> BuildDataset(config, vocabulary, seeds, args.output, manifest_fields)
+    result = pipeline.run()
+    result.wait_until_finish()
+    elapsed = time.perf_counter() - started
+    report = stage_report(result, elapsed)
+    print(json.dumps(report, indent=2))
+    print(f"dataset version: {version_url}\ninspect it with: maskstream inspect {args.output}")
+    return 0
+
+
+def stage_report(result, elapsed_s: float) -> dict[str, Any]:
+    """Counters and per-stage seconds the pipeline recorded (Beam metrics)."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counters: dict[str, float] = {}
+    for counter in result.metrics().query(MetricsFilter().with_namespace("build"))["counters"]:
+        counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + counter.committed
+    stages = {k.removesuffix("_ms"): round(v / 1000, 3) for k, v in counters.items() if k.endswith("_ms")}
+    counts = {k: v for k, v in counters.items() if not k.endswith("_ms")}
+    return {"elapsed_s": round(elapsed_s, 3), "stage_cpu_s": stages, "counts": counts}
+

@@ -1,0 +1,285 @@
+"""The `maskstream build` pipeline as composite transforms.
+
+    corpus --TokenizeToWindows--> windows -----------------------------+
+    words + seeds --EmbedWords--> embeddings --ScoreVocabulary--> word table (similarity)
+                                                                       |
+    windows --AssignSequenceIds + MaskProbabilities--> rows --WriteShards--> shards
+    shards + word table + rejects --WriteManifest--> manifest.json, then ROOT/latest
+
+`sequence_id` is dense 0..rows-1 and deterministic: windows are ordered by (unit, window
+index), where the unit is the document id (truncate) or the packing group (pack), so the ids do
+not depend on how many workers ran or in what order. Shard i holds a contiguous id range.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines.dataset_writer import (
+    join,
+    write_manifest_and_latest,
+    write_parquet,
+    write_shard,
+    write_word_table,
+)
+from pipelines.embeddings import EmbedWords, ScoreWords, WordEncoderHandler
+from pipelines.mask_probability import mask_probabilities
+from pipelines.sequences import TokenizeToWindows, Window, natural_key
+from schemas.manifest import Manifest
+
+
+def _elapsed_ms(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
+
+
+class ScoreVocabulary(beam.PTransform):
+    """Encodes every word and seed once (their union) and scores each word against the seeds.
+
+    Returns {"word_table": dict rows of WORD_TABLE_SCHEMA, "embeddings": (word, vector)}.
+    """
+
+    def __init__(self, vocabulary: Sequence[str], seeds: Sequence[str], handler: WordEncoderHandler, reduce: str,
+                 batch_size: int = 256):
+        super().__init__()
+        self._batch_size = batch_size
+        self._vocabulary = list(vocabulary)
+        self._seeds = list(seeds)
+        self._handler = handler
+        self._reduce = reduce
+
+    def expand(self, pipeline):
+        index = {word: i for i, word in enumerate(self._vocabulary)}
+        seed_set = set(self._seeds)
+        # Ordered by length, so that each batch pads to about the same number of tokens.
+        unique = sorted(set(self._vocabulary) | seed_set, key=lambda w: (len(w), w))
+        batches = [unique[i : i + self._batch_size] for i in range(0, len(unique), self._batch_size)]
+        embeddings = (
+            pipeline
+            | "UniqueWordsAndSeeds" >> beam.Create(batches)
+            | "EmbedWords" >> EmbedWords(self._handler)
+        )
+        seed_embeddings = embeddings | "SeedEmbeddings" >> beam.Filter(lambda pair: pair[0] in seed_set)
+        word_table = (
+            embeddings
+            | "CorpusWords" >> beam.Filter(lambda pair: pair[0] in index)
+            | "AttachWordIndex" >> beam.Map(lambda pair: (index[pair[0]], pair[0], pair[1]))
+            | "BatchWords" >> beam.BatchElements(min_batch_size=1, max_batch_size=4096)
+            | "NearestSeed" >> beam.ParDo(ScoreWords(self._reduce), beam.pvalue.AsList(seed_embeddings))
+        )
+        return {"word_table": word_table, "embeddings": embeddings}
+
+
+def similarity_array(rows: Iterable[dict[str, Any]]) -> np.ndarray:
+    rows = list(rows)
+    similarity = np.zeros(len(rows), np.float32)
+    for row in rows:
+        similarity[row["word_index"]] = row["similarity"]
+    return similarity
+
+
+def sequence_offsets(unit_counts: Iterable[tuple[str, int]]) -> dict[str, Any]:
+    """First sequence id of every unit, in unit order, and the total."""
+    first, total = {}, 0
+    for unit, count in sorted(unit_counts, key=lambda uc: natural_key(uc[0])):
+        first[unit] = total
+        total += count
+    return {"first": first, "total": total}
+
+
+class ComputeRows(beam.DoFn):
+    """Batches of windows -> dataset rows: sequence id, shard, and mask probabilities."""
+
+    def __init__(self, budget: float, alpha: float, weighting: str, max_length: int):
+        self._budget, self._alpha, self._weighting, self._max_length = budget, alpha, weighting, max_length
+        self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
+        self._rows = beam.metrics.Metrics.counter("build", "sequences")
+
+    def process(self, batch: Sequence[Window], similarity: np.ndarray, offsets: dict[str, Any], shards: int):
+        started = time.perf_counter()
+        probabilities = mask_probabilities(
+            [w.word_ids for w in batch],
+            [w.word_index for w in batch],
+            [w.special_tokens_mask for w in batch],
+            similarity,
+            budget=self._budget,
+            alpha=self._alpha,
+            weighting=self._weighting,
+            width=self._max_length,
+        )
+        total = offsets["total"]
+        for window, probability in zip(batch, probabilities, strict=True):
+            sequence_id = offsets["first"][window.unit] + window.window_index
+            yield sequence_id * shards // total, {
+                "sequence_id": sequence_id,
+                "document_id": window.document_id,
+                "input_ids": window.input_ids,
+                "word_ids": window.word_ids,
+                "word_index": window.word_index,
+                "special_tokens_mask": window.special_tokens_mask,
+                "mask_probability": probability,
+            }
+        self._rows.inc(len(batch))
+        self._ms.inc(_elapsed_ms(started))
+
+
+class WriteShardFn(beam.DoFn):
+    def __init__(self, version_url: str, row_group_rows: int):
+        self._version_url, self._row_group_rows = version_url, row_group_rows
+        self._ms = beam.metrics.Metrics.counter("build", "write_ms")
+
+    def process(self, element: tuple[int, Iterable[dict[str, Any]]], shards: int):
+        started = time.perf_counter()
+        index, rows = element
+        yield write_shard(self._version_url, index, shards, rows, self._row_group_rows)
+        self._ms.inc(_elapsed_ms(started))
+
+
+def shard_count(offsets: dict[str, Any], num_shards: int, shard_rows: int) -> int:
+    total = offsets["total"]
+    if total == 0:
+        raise ValueError("the corpus produced no sequences: nothing to write")
+    wanted = num_shards if num_shards > 0 else -(-total // max(shard_rows, 1))
+    return max(1, min(wanted, total))
+
+
+def write_embeddings(version_url: str, pairs: Iterable[tuple[str, np.ndarray]]) -> str:
+    import pyarrow as pa
+
+    pairs = sorted(pairs, key=lambda p: p[0])
+    dim = len(pairs[0][1]) if pairs else 0
+    vectors = pa.FixedSizeListArray.from_arrays(
+        pa.array(np.concatenate([v for _, v in pairs]) if pairs else np.zeros(0, np.float32), pa.float32()), dim
+    )
+    table = pa.table({"word": pa.array([w for w, _ in pairs], pa.string()), "embedding": vectors})
+    write_parquet(table, join(version_url, "embeddings.parquet"), 100_000)
+    return "embeddings.parquet"
+
+
+def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
+    import fsspec
+
+    rejects = sorted(rejects, key=lambda r: (r["source"], r["location"]))
+    with fsspec.open(join(version_url, "rejects.jsonl"), "w", encoding="utf-8") as f:
+        for reject in rejects:
+            f.write(json.dumps(reject, ensure_ascii=False) + "\n")
+    return len(rejects)
+
+
+def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rejected: int, accepted: int,
+             extra_files: list) -> str:
+    """Runs once, after every shard and table is written: the manifest, then `latest`."""
+    fields = json.loads(json.dumps(fields))
+    fields["source_fingerprint"]["documents"] = {"read": accepted + rejected, "accepted": accepted,
+                                                 "rejected": rejected}
+    fields["config"]["word_types"] = words
+    fields["config"]["extra_files"] = sorted(f for f in extra_files if f)
+    manifest = Manifest(shards=sorted(shards, key=lambda s: s.path), **fields)
+    return write_manifest_and_latest(root, manifest)
+
+
+class BuildDataset(beam.PTransform):
+    """{"documents", "rejects"} of ReadCorpus -> a complete dataset version under `root`."""
+
+    def __init__(self, config, vocabulary: Sequence[str], seeds: Sequence[str], root: str,
+                 manifest_fields: dict[str, Any]):
+        super().__init__()
+        self._config = config
+        self._vocabulary = list(vocabulary)
+        self._seeds = list(seeds)
+        self._root = root
+        self._fields = manifest_fields
+
+    def expand(self, corpus):
+        config = self._config
+        pipeline = corpus["documents"].pipeline
+        version_url = join(self._root, self._fields["version"])
+
+        handler = WordEncoderHandler(
+            config.encoder, pooling=config.pooling, threads=config.encoder_threads, device=config.encoder_device
+        )
+        scored = pipeline | "ScoreVocabulary" >> ScoreVocabulary(
+            self._vocabulary, self._seeds, handler, config.reduce, config.embed_batch_size
+        )
+        similarity = scored["word_table"] | "SimilarityArray" >> beam.combiners.ToList() | beam.Map(similarity_array)
+
+        vocabulary = pipeline | "Vocabulary" >> beam.Create([(w, i) for i, w in enumerate(self._vocabulary)])
+        tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
+            config.tokenizer,
+            beam.pvalue.AsDict(vocabulary),
+            max_length=config.max_length,
+            packing=config.packing,
+            pack_group_size=config.pack_group_size,
+            batch_size=config.tokenize_batch_size,
+        )
+        windows = tokenized["windows"]
+        offsets = (
+            windows
+            | "UnitOf" >> beam.Map(lambda w: (w.unit, 1))
+            | "WindowsPerUnit" >> beam.CombinePerKey(sum)
+            | "AllUnits" >> beam.combiners.ToList()
+            | "FirstIdPerUnit" >> beam.Map(sequence_offsets)
+        )
+        shards = offsets | "ShardCount" >> beam.Map(shard_count, config.num_shards, config.shard_rows)
+        entries = (
+            windows
+            | "BatchWindows" >> beam.BatchElements(min_batch_size=16, max_batch_size=512)
+            | "MaskProbabilities"
+            >> beam.ParDo(
+                ComputeRows(config.budget, config.alpha, config.weighting, config.max_length),
+                beam.pvalue.AsSingleton(similarity),
+                beam.pvalue.AsSingleton(offsets),
+                beam.pvalue.AsSingleton(shards),
+            )
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShards" >> beam.ParDo(WriteShardFn(version_url, config.row_group_rows), beam.pvalue.AsSingleton(shards))
+        )
+
+        words_written = (
+            scored["word_table"]
+            | "WordTableRows" >> beam.combiners.ToList()
+            | "WriteWordTable" >> beam.Map(lambda rows: write_word_table(version_url, self._fields["word_table"], rows))
+        )
+        all_rejects = (corpus["rejects"], tokenized["rejects"]) | "AllRejects" >> beam.Flatten()
+        rejected = (
+            all_rejects
+            | "RejectList" >> beam.combiners.ToList()
+            | "WriteRejects" >> beam.Map(lambda rows: write_rejects(version_url, rows))
+        )
+        # A document that yields no token is rejected here, after ReadCorpus accepted it.
+        accepted = (
+            (
+                corpus["documents"] | "One" >> beam.Map(lambda _: 1),
+                tokenized["rejects"] | "MinusOne" >> beam.Map(lambda _: -1),
+            )
+            | "AcceptedParts" >> beam.Flatten()
+            | "CountAccepted" >> beam.CombineGlobally(sum)
+        )
+        if config.write_embeddings:
+            extra = (
+                scored["embeddings"]
+                | "EmbeddingList" >> beam.combiners.ToList()
+                | "WriteEmbeddings" >> beam.Map(lambda pairs: write_embeddings(version_url, pairs))
+            )
+        else:
+            extra = pipeline | "NoEmbeddings" >> beam.Create([])
+        return (
+            pipeline
+            | "Once" >> beam.Create([None])
+            | "WriteManifest"
+            >> beam.Map(
+                finalize,
+                root=self._root,
+                fields=self._fields,
+                shards=beam.pvalue.AsList(entries),
+                words=beam.pvalue.AsSingleton(words_written),
+                rejected=beam.pvalue.AsSingleton(rejected),
+                accepted=beam.pvalue.AsSingleton(accepted),
+                extra_files=beam.pvalue.AsList(extra),
+            )
+        )

@@ -1,0 +1,159 @@
+"""Static word embeddings and nearest-seed similarity.
+
+Every word type is encoded once, on its own (`[CLS] word [SEP]`), and pooled: `mean` over the
+word's own tokens (specials excluded; the default) or the model's `pooler` output. Encoding runs
+in Beam's `RunInference` with `WordEncoderHandler`, in batches of ~256 words (sorted by length,
+at most 16 tokens each),
+so the cost grows with the vocabulary, not with the corpus.
+
+Similarity of a word to the seeds is the cosine of their embeddings, reduced by
+- `max`: to the nearest seed (the paper's default),
+- `mean`: the mean cosine over all seeds,
+- `centroid`: the cosine to the mean of the unit-length seed embeddings.
+`nearest_seed` is always the seed with the highest cosine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
+
+POOLINGS = ("mean", "pooler")
+REDUCTIONS = ("max", "mean", "centroid")
+
+
+class LoadedEncoder:
+    """Tokenizer and model together (RunInference shares the loaded model through a weak reference)."""
+
+    def __init__(self, tokenizer, model):
+        self.tokenizer, self.model = tokenizer, model
+
+
+class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
+    """RunInference handler: a batch of words -> one float32 embedding per word."""
+
+    def __init__(self, model_name: str, *, pooling: str = "mean", max_word_tokens: int = 16, threads: int = 0,
+                 device: str = "auto"):
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        super().__init__()
+        self._model_name = model_name
+        self._pooling = pooling
+        self._max_word_tokens = max_word_tokens
+        self._threads = threads
+        self._device = device
+        self._calls = beam.metrics.Metrics.counter("build", "encoder_calls")
+        self._words = beam.metrics.Metrics.counter("build", "encoded_words")
+        self._ms = beam.metrics.Metrics.counter("build", "encode_ms")
+
+    def load_model(self):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if self._threads > 0:  # several worker processes on one machine: avoid oversubscribing its cores
+            torch.set_num_threads(self._threads)
+
+        tokenizer = AutoTokenizer.from_pretrained(self._model_name)
+        device = ("cuda" if torch.cuda.is_available() else "cpu") if self._device == "auto" else self._device
+        model = AutoModel.from_pretrained(self._model_name).to(device)
+        model.eval()
+        return LoadedEncoder(tokenizer, model)
+
+    def run_inference(self, batch: Sequence[str], model, inference_args=None) -> Iterable[PredictionResult]:
+        import torch
+
+        started = time.perf_counter()
+        tokenizer, encoder = model.tokenizer, model.model
+        inputs = tokenizer(
+            list(batch),
+            padding=True,
+            truncation=True,
+            max_length=self._max_word_tokens,
+            return_special_tokens_mask=True,
+            return_tensors="pt",
+        )
+        special = inputs.pop("special_tokens_mask").to(encoder.device)
+        inputs = inputs.to(encoder.device)
+        with torch.inference_mode():
+            output = encoder(**inputs)
+            if self._pooling == "pooler":
+                pooled = output.pooler_output
+            else:
+                own = (inputs["attention_mask"] * (1 - special)).unsqueeze(-1).to(output.last_hidden_state.dtype)
+                pooled = (output.last_hidden_state * own).sum(1) / own.sum(1).clamp(min=1)
+        embeddings = pooled.float().cpu().numpy()
+        self._calls.inc()
+        self._words.inc(len(batch))
+        self._ms.inc(int((time.perf_counter() - started) * 1000))
+        return [PredictionResult(word, embedding) for word, embedding in zip(batch, embeddings, strict=True)]
+
+    def get_num_bytes(self, batch: Sequence[str]) -> int:
+        return sum(len(w.encode("utf-8")) for w in batch)
+
+    def get_metrics_namespace(self) -> str:
+        return "maskstream_encoder"
+
+
+class EmbedWords(beam.PTransform):
+    """PCollection[list[str]] of word batches -> PCollection[(word, float32 embedding)].
+
+    The batches are made before the pipeline (fixed composition, words of similar length
+    together), not by BatchElements: a word's embedding then does not depend on which words
+    shared its batch (padding and matrix shapes), so results are identical for any number of
+    workers.
+    """
+
+    def __init__(self, handler: WordEncoderHandler):
+        super().__init__()
+        self._handler = handler
+
+    def expand(self, word_batches):
+        return (
+            word_batches
+            | "Encode" >> RunInference(self._handler.with_no_batching())
+            | "ToPairs" >> beam.Map(lambda result: (result.example, np.asarray(result.inference, np.float32)))
+        )
+
+
+def _unit(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
+    return matrix / np.where(norms > 0, norms, 1.0)
+
+
+def nearest_seed_similarity(
+    word_embeddings: np.ndarray, seed_embeddings: np.ndarray, reduce: str = "max"
+) -> tuple[np.ndarray, np.ndarray]:
+    """(similarity float32 [n], index of the nearest seed int [n]) for each word."""
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
+    words, seeds = _unit(np.asarray(word_embeddings, np.float64)), _unit(np.asarray(seed_embeddings, np.float64))
+    # Row by row (matrix-vector), so a word's score does not depend on the batch it came in.
+    cosine = np.stack([seeds @ word for word in words]) if len(words) else np.zeros((0, len(seeds)))
+    nearest = cosine.argmax(axis=1)
+    if reduce == "max":
+        similarity = cosine[np.arange(len(words)), nearest]
+    elif reduce == "mean":
+        similarity = cosine.mean(axis=1)
+    else:
+        centroid = _unit(seeds.mean(axis=0))
+        similarity = np.array([word @ centroid for word in words])
+    return similarity.astype(np.float32), nearest
+
+
+class ScoreWords(beam.DoFn):
+    """Batches of (word_index, word, embedding) -> word-table rows, against the seed embeddings."""
+
+    def __init__(self, reduce: str):
+        self._reduce = reduce
+
+    def process(self, batch: Sequence[tuple[int, str, np.ndarray]], seeds: list[tuple[str, np.ndarray]]):
+        seeds = sorted(seeds, key=lambda s: s[0])
+        seed_words = [w for w, _ in seeds]
+        seed_matrix = np.stack([e for _, e in seeds])
+        similarity, nearest = nearest_seed_similarity(np.stack([e for _, _, e in batch]), seed_matrix, self._reduce)
+        for (index, word, _), sim, seed in zip(batch, similarity, nearest, strict=True):
+            yield {"word": word, "word_index": index, "similarity": float(sim), "nearest_seed": seed_words[seed]}

@@ -1,0 +1,143 @@
+"""Summarize and verify a dataset version written by `maskstream build`.
+
+DATASET is a dataset root (its `latest` version is inspected) or a version folder, local or
+gs://. Prints the manifest's summary, checks the sha256 of every shard against the manifest
+(exit status 1 naming each shard that is missing or does not match), decodes a few sequences
+with the tokens most likely to be masked marked as [[token]], and writes a PNG with the
+histogram of the mask probabilities and of the expected masking rate per sequence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dataset", metavar="DATASET", help="dataset root or version folder (local or gs://)")
+    parser.add_argument("--samples", type=int, default=3, help="sequences to decode and show (default: 3)")
+    parser.add_argument("--top-fraction", type=float, default=0.15,
+                        help="mark this fraction of each shown sequence's tokens, most likely first (default: 0.15)")
+    parser.add_argument("--plot", default=None,
+                        help="PNG to write (default: mask_probabilities.png in the current folder)")
+    parser.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the shards (default: check)")
+
+
+def mark_tokens(tokens: list[str], probability, special, fraction: float) -> str:
+    """Tokens joined by spaces, the top `fraction` of non-special tokens by probability as [[token]]."""
+    import numpy as np
+
+    probability = np.asarray(probability, np.float64)
+    candidates = np.flatnonzero(np.asarray(special) == 0)
+    k = max(1, round(fraction * len(candidates))) if len(candidates) else 0
+    top = set(candidates[np.argsort(-probability[candidates], kind="stable")[:k]].tolist())
+    return " ".join(f"[[{t}]]" if i in top else t for i, t in enumerate(tokens))
+
+
+def summary_lines(version_url: str, manifest) -> list[str]:
+    docs = manifest.source_fingerprint.get("documents", {})
+    config = manifest.config
+    return [
+        f"dataset version  {version_url}",
+        f"created          {manifest.created_at} (schema {manifest.schema_version})",
+        f"tokenizer        {manifest.tokenizer.get('name')} (vocab {manifest.tokenizer.get('vocab_size')}, "
+        f"hash {str(manifest.tokenizer.get('vocab_hash'))[:12]})",
+        f"encoder          {manifest.encoder.get('name')} ({manifest.encoder.get('pooling', '?')} pooling)",
+        f"seeds            {', '.join(manifest.seeds)}",
+        f"documents        read {docs.get('read', '?')}, accepted {docs.get('accepted', '?')}, "
+        f"rejected {docs.get('rejected', '?')}",
+        f"sequences        {manifest.total_rows} in {len(manifest.shards)} shards, {manifest.total_tokens} tokens, "
+        f"{manifest.total_bytes} bytes",
+        f"masking          {config.get('weighting')} weights, alpha {config.get('alpha')}, budget {config.get('budget')}, "
+        f"reduce {config.get('reduce')}, max length {config.get('max_length')}, packing {config.get('packing')}",
+        f"formulas         {', '.join(f'{k}={v}' for k, v in sorted(manifest.formulas.items()))}",
+    ]
+
+
+def plot_histograms(probabilities, rates, path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.hist(probabilities, bins=50, color="tab:blue")
+    left.set_yscale("log")
+    left.set_xlabel("mask probability (non-special tokens)")
+    left.set_ylabel("tokens")
+    right.hist(rates, bins=50, color="tab:orange")
+    right.ticklabel_format(useOffset=False)
+    right.set_xlabel("expected masked fraction per sequence")
+    right.set_ylabel("sequences")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    from pipelines.dataset_writer import join, verify_shard
+    from schemas.manifest import ManifestError, load_manifest
+    from schemas.tables import SEQUENCE_SCHEMA, SchemaMismatch, check_schema
+
+    try:
+        version_url, manifest = load_manifest(args.dataset)
+    except (ManifestError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for line in summary_lines(version_url, manifest):
+        print(line)
+
+    failures = [] if args.no_verify else [r for s in manifest.shards if (r := verify_shard(version_url, s))]
+    if failures:
+        for failure in failures:
+            print(f"CHECKSUM FAILURE {failure}", file=sys.stderr)
+        return 1
+    if not args.no_verify:
+        print(f"checksums        all {len(manifest.shards)} shards match the manifest")
+
+    import fsspec
+
+    probabilities: list[Any] = []
+    rates: list[float] = []
+    shown: list[dict[str, Any]] = []
+    columns = ["input_ids", "special_tokens_mask", "mask_probability"]
+    for shard in manifest.shards:
+        with fsspec.open(join(version_url, shard.path), "rb") as f:
+            parquet = pq.ParquetFile(f)
+            try:
+                check_schema(parquet.schema_arrow, SEQUENCE_SCHEMA, shard.path)
+            except SchemaMismatch as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 1
+            if len(shown) < args.samples:
+                shown.extend(parquet.read_row_group(0).slice(0, args.samples - len(shown)).to_pylist())
+            table = parquet.read(columns=columns)
+        special = np.asarray(table.column("special_tokens_mask").combine_chunks().flatten(), np.int8)
+        probability = np.asarray(table.column("mask_probability").combine_chunks().flatten(), np.float32)
+        probabilities.append(probability[special == 0])
+        lengths = table.column("input_ids").combine_chunks().value_lengths().to_numpy()
+        row = np.repeat(np.arange(len(lengths)), lengths)
+        expected = np.bincount(row, weights=probability, minlength=len(lengths))
+        count = np.bincount(row, weights=(special == 0), minlength=len(lengths))
+        rates.extend((expected / np.maximum(count, 1)).tolist())
+
+    tokenizer = AutoTokenizer.from_pretrained(manifest.tokenizer["name"])
+    for row in shown:
+        tokens = tokenizer.convert_ids_to_tokens(row["input_ids"])
+        print(f"\nsequence {row['sequence_id']} ({row['document_id']}, {len(tokens)} tokens, "
+              f"expected masked {sum(row['mask_probability']):.2f}):")
+        print(mark_tokens(tokens, row["mask_probability"], row["special_tokens_mask"], args.top_fraction))
+
+    all_probabilities = np.concatenate(probabilities) if probabilities else np.zeros(0)
+    plot = args.plot or "mask_probabilities.png"
+    plot_histograms(all_probabilities, rates, plot, f"{manifest.version}: {manifest.total_rows} sequences")
+    print(f"\nmask probability  mean {all_probabilities.mean():.4f}, max {all_probabilities.max():.4f}; "
+          f"expected masked fraction per sequence mean {np.mean(rates):.4f}")
+    print(f"plot             {plot}")
+    return 0

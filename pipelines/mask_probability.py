@@ -1,0 +1,123 @@
+"""Per-token mask probabilities (`schemas.formulas`: `difference-masking-v1`), vectorized.
+
+For one sequence with non-special tokens T (n = |T|):
+
+1. Each token's weight comes from its *word*: every subword token of a word gets the word's
+   weight (the word is scored once, not per token). Tokens outside any known word
+   (punctuation, words missing from the word table; `word_index == -1`) weigh 0.
+   - `similarity`: w = max(similarity of the word to its nearest seed, 0).
+   - `rank` (the reference code): the N word occurrences of the sequence with a known word are
+     ranked by similarity, highest first (ties by position); the r-th (r = 1..N) weighs N - r.
+2. p_sim = w / sum(w) over T (uniform over T when every weight is 0).
+3. q = alpha * p_sim + (1 - alpha) / n: mixed with uniform, so with alpha < 1 every non-special
+   token (punctuation included) keeps a chance of (1 - alpha) / n of the mass.
+4. p = min(1, c * q) with c chosen so that sum(p) = budget * n: tokens whose scaled weight
+   exceeds 1 are clipped to 1 and the rest of the budget is redistributed over the others in
+   proportion to q, repeated until nothing exceeds 1 (water-filling). When fewer than
+   budget * n tokens have q > 0 (alpha = 1 and few scored words), those tokens get 1 and the sum
+   falls short of the budget: nothing else can be masked.
+5. Special tokens get 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+WEIGHTINGS = ("similarity", "rank")
+
+
+def _pad(arrays: Sequence[np.ndarray], fill, dtype, width: int) -> np.ndarray:
+    out = np.full((len(arrays), max([width, *(len(a) for a in arrays)])), fill, dtype=dtype)
+    for i, a in enumerate(arrays):
+        out[i, : len(a)] = a
+    return out
+
+
+def token_weights(
+    word_similarity: np.ndarray,  # [B, L] similarity of each token's word (0 where unknown)
+    word_ids: np.ndarray,  # [B, L] occurrence index within the sequence, -1 for specials/padding
+    known: np.ndarray,  # [B, L] bool: the token belongs to a word of the word table
+    weighting: str,
+) -> np.ndarray:
+    """Un-normalized weight of every token, from its word (see the module docstring)."""
+    if weighting == "similarity":
+        return np.where(known, np.maximum(word_similarity, 0.0), 0.0)
+    if weighting != "rank":
+        raise ValueError(f"unknown weighting {weighting!r}; choose from {WEIGHTINGS}")
+    batch, length = word_ids.shape
+    # One score per word occurrence: the first token of each occurrence stands for it.
+    first = known.copy()
+    first[:, 1:] &= word_ids[:, 1:] != word_ids[:, :-1]
+    score = np.where(first, word_similarity, -np.inf)
+    positions = np.broadcast_to(np.arange(length), (batch, length))
+    # Sort by similarity descending, ties by position (lexsort: last key is primary).
+    order = np.lexsort((positions, -score), axis=-1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(1, length + 1), (batch, length)), axis=-1)
+    occurrences = first.sum(axis=1, keepdims=True)
+    occurrence_weight = np.where(first, occurrences - rank, 0).astype(np.float64)
+    # Spread each occurrence's weight to all of its tokens: index by occurrence id.
+    max_occ = int(word_ids.max(initial=-1)) + 1
+    by_occurrence = np.zeros((batch, max_occ + 1))
+    rows = np.broadcast_to(np.arange(batch)[:, None], (batch, length))
+    occ = np.where(word_ids >= 0, word_ids, max_occ)
+    np.add.at(by_occurrence, (rows[first], occ[first]), occurrence_weight[first])
+    return np.where(known, by_occurrence[rows, occ], 0.0)
+
+
+def scale_to_budget(q: np.ndarray, valid: np.ndarray, budget: float) -> np.ndarray:
+    """p = min(1, c * q) per row with sum(p) = budget * valid tokens, excess redistributed."""
+    target = budget * valid.sum(axis=1)
+    p = np.zeros_like(q)
+    clipped = np.zeros_like(valid)
+    for _ in range(q.shape[1] + 1):
+        free = valid & ~clipped & (q > 0)
+        remaining = target - clipped.sum(axis=1)
+        free_mass = np.where(free, q, 0.0).sum(axis=1)
+        scale = np.divide(remaining, free_mass, out=np.zeros_like(remaining), where=free_mass > 0)
+        p = np.where(clipped, 1.0, np.where(free, q * scale[:, None], 0.0))
+        over = free & (p > 1.0)
+        if not over.any():
+            break
+        clipped |= over
+    return np.minimum(p, 1.0)
+
+
+def mask_probabilities(
+    word_ids: Sequence[np.ndarray],
+    word_index: Sequence[np.ndarray],
+    special_tokens_mask: Sequence[np.ndarray],
+    similarity: np.ndarray,
+    *,
+    budget: float = 0.15,
+    alpha: float = 1.0,
+    weighting: str = "similarity",
+    width: int = 0,
+) -> list[np.ndarray]:
+    """float32 mask probability per token for a batch of sequences (ragged, unpadded).
+
+    `similarity[k]` is word-table row k's similarity; `word_index` -1 means no known word.
+    Rows are padded to at least `width`: with a fixed width (the maximum sequence length) each
+    sequence's result is bit-identical whatever other sequences share its batch.
+    """
+    if not 0.0 < budget <= 1.0:
+        raise ValueError(f"budget must be in (0, 1], got {budget}")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    lengths = [len(a) for a in word_ids]
+    ids = _pad(word_ids, -1, np.int64, width)
+    index = _pad(word_index, -1, np.int64, width)
+    valid = _pad(special_tokens_mask, 1, np.int8, width) == 0
+    known = valid & (index >= 0)
+    word_similarity = np.where(known, similarity[np.maximum(index, 0)] if len(similarity) else 0.0, 0.0)
+
+    weights = token_weights(word_similarity, ids, known, weighting)
+    total = weights.sum(axis=1, keepdims=True)
+    count = valid.sum(axis=1, keepdims=True)
+    uniform = np.where(valid, 1.0 / np.maximum(count, 1), 0.0)
+    p_sim = np.where(total > 0, weights / np.where(total > 0, total, 1.0), uniform)
+    q = alpha * p_sim + (1.0 - alpha) * uniform
+    p = scale_to_budget(q, valid, budget).astype(np.float32)
+    return [p[i, :n] for i, n in enumerate(lengths)]

@@ -1,0 +1,277 @@
+"""`maskstream build` and `maskstream inspect` end to end on a slice of the shipped sample.
+
+The word statistics and seeds these builds read are made here with `collections.Counter` under
+the shared word normalization (the same words `maskstream stats` counts), so that the tests
+control the vocabulary size; a tiny vocabulary keeps the encoder's work small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from maskstream.cli import main
+from schemas.manifest import LATEST_POINTER, load_manifest
+from schemas.tables import SEQUENCE_SCHEMA, WORD_STATS_SCHEMA, WORD_TABLE_SCHEMA, check_schema
+from schemas.words import words
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SEEDS = ["astronomy", "molecular", "protein", "simulation", "statistics"]
+
+
+def make_inputs(sample_corpus: Path, folder: Path, documents: int) -> dict[str, str]:
+    """A corpus of the first `documents` lines, its word statistics and a seeds.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(sample_corpus, encoding="utf-8") as f:
+        lines = [line for _, line in zip(range(documents), f, strict=False)]
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(lines), encoding="utf-8")
+    tf, df = Counter(), Counter()
+    for line in lines:
+        found = words(json.loads(line)["text"])
+        tf.update(found)
+        df.update(set(found))
+    rows = [{"word": w, "tf": tf[w], "df": df[w], "general_frequency": 0.0, "tf_icf": 0.0} for w in sorted(tf)]
+    (folder / "stats").mkdir(exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=WORD_STATS_SCHEMA), folder / "stats" / "word_stats-00000-of-00001.parquet")
+    seeds = folder / "seeds.json"
+    seeds.write_text(json.dumps({"seeds": [{"word": s} for s in SEEDS]}), encoding="utf-8")
+    return {"corpus": str(corpus), "stats": str(folder / "stats"), "seeds": str(seeds), "vocabulary": sorted(tf)}
+
+
+def build_args(inputs: dict, output: str, *extra: str) -> list[str]:
+    return ["build", "--input", inputs["corpus"], "--stats", inputs["stats"], "--seeds", inputs["seeds"],
+            "--output", output, *extra]
+
+
+def read_rows(version_url: str) -> pa.Table:
+    _, manifest = load_manifest(version_url)
+    tables = []
+    for shard in manifest.shards:
+        with fsspec.open(f"{version_url}/{shard.path}", "rb") as f:
+            tables.append(pq.read_table(f))
+    return pa.concat_tables(tables)
+
+
+class EncoderSpy:
+    """Counts every word the encoder model is called on, by wrapping the loaded model's forward."""
+
+    def __init__(self):
+        self.calls = 0
+        self.rows: list[list[int]] = []
+
+    def install(self, monkeypatch):
+        import transformers
+
+        original = transformers.AutoModel.from_pretrained
+
+        def from_pretrained(*args, **kwargs):
+            model = original(*args, **kwargs)
+
+            def hook(module, args, kwargs):
+                self.calls += 1
+                ids = kwargs["input_ids"]
+                mask = kwargs["attention_mask"]
+                self.rows.extend(row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True))
+
+            model.register_forward_pre_hook(hook, with_kwargs=True)
+            return model
+
+        monkeypatch.setattr(transformers.AutoModel, "from_pretrained", from_pretrained)
+
+
+@pytest.fixture(scope="module")
+def built(sample_corpus, tmp_path_factory, minilm_path):
+    """One in-process build of 200 documents, with the encoder's inputs recorded."""
+    monkeypatch = pytest.MonkeyPatch()
+    spy = EncoderSpy()
+    spy.install(monkeypatch)
+    folder = tmp_path_factory.mktemp("build")
+    inputs = make_inputs(sample_corpus, folder, 200)
+    root = str(folder / "dataset")
+    try:
+        assert main(build_args(inputs, root, "--num-shards", "3", "--row-group-rows", "64", "--alpha", "0.9")) == 0
+    finally:
+        monkeypatch.undo()
+    version_url, manifest = load_manifest(root)
+    return {"inputs": inputs, "root": root, "version_url": version_url, "manifest": manifest, "spy": spy}
+
+
+def test_output_validates_against_the_schema(built):
+    manifest, version_url = built["manifest"], built["version_url"]
+    assert len(manifest.shards) == 3 and manifest.total_rows > 200
+    for shard in manifest.shards:
+        parquet = pq.ParquetFile(f"{version_url}/{shard.path}")
+        check_schema(parquet.schema_arrow, SEQUENCE_SCHEMA, shard.path)
+        assert parquet.metadata.num_rows == shard.rows
+        assert all(parquet.metadata.row_group(i).num_rows <= 64 for i in range(parquet.num_row_groups))
+    table = read_rows(version_url)
+    assert table.column("sequence_id").to_pylist() == list(range(manifest.total_rows))  # dense, in shard order
+    assert sum(len(x) for x in table.column("input_ids").to_pylist()) == manifest.total_tokens
+    word_table = pq.read_table(f"{version_url}/{manifest.word_table}")
+    check_schema(word_table.schema, WORD_TABLE_SCHEMA, "words.parquet")
+    assert word_table.column("word").to_pylist() == built["inputs"]["vocabulary"]
+    assert word_table.column("word_index").to_pylist() == list(range(len(built["inputs"]["vocabulary"])))
+    seed_rows = [r for r in word_table.to_pylist() if r["word"] in SEEDS]
+    assert all(r["nearest_seed"] == r["word"] and r["similarity"] == pytest.approx(1.0, abs=1e-5) for r in seed_rows)
+    assert json.loads(Path(version_url, "seeds.json").read_text())["seeds"][0]["word"] == SEEDS[0]
+    tokenizer = manifest.tokenizer
+    assert (tokenizer["vocab_size"], tokenizer["mask_token_id"], tokenizer["pad_token_id"]) == (30522, 103, 0)
+    assert manifest.source_fingerprint["documents"] == {"read": 200, "accepted": 200, "rejected": 0}
+    assert Path(built["root"], LATEST_POINTER).read_text().strip() == manifest.version
+
+
+def test_probabilities_sum_to_the_budget_and_specials_are_zero(built):
+    table = read_rows(built["version_url"])
+    budget = built["manifest"].config["budget"]
+    for p, special, ids in zip(table.column("mask_probability").to_pylist(),
+                               table.column("special_tokens_mask").to_pylist(),
+                               table.column("input_ids").to_pylist(), strict=True):
+        p, special = np.array(p, np.float64), np.array(special)
+        assert len(p) == len(ids) <= 128
+        assert np.all(p[special == 1] == 0) and np.all((p >= 0) & (p <= 1))
+        # alpha < 1 gives every non-special token mass, so the budget is always reachable.
+        assert p.sum() == pytest.approx(budget * (special == 0).sum(), rel=1e-5)
+
+
+def test_word_index_is_the_word_the_tokenizer_spells(built, minilm_path):
+    """Each occurrence's tokens, joined as the tokenizer spells them, are its word-table word."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    vocabulary = built["inputs"]["vocabulary"]
+    table = read_rows(built["version_url"]).slice(0, 80)
+    checked = 0
+    for row in table.to_pylist():
+        tokens = tokenizer.convert_ids_to_tokens(row["input_ids"])
+        occurrences: dict[int, list[int]] = {}
+        for position, occurrence in enumerate(row["word_ids"]):
+            if occurrence >= 0:
+                occurrences.setdefault(occurrence, []).append(position)
+        for positions in occurrences.values():
+            assert positions == list(range(positions[0], positions[-1] + 1))  # contiguous
+            indices = {row["word_index"][i] for i in positions}
+            assert len(indices) == 1
+            (index,) = indices
+            spelled = tokenizer.convert_tokens_to_string([tokens[i] for i in positions]).replace(" ", "")
+            if index < 0:
+                assert not spelled.isalnum() or tokens[positions[0]] == "[UNK]"
+            elif vocabulary[index].isascii() and "[UNK]" not in spelled:  # BERT strips accents
+                assert vocabulary[index] == spelled
+                checked += 1
+    assert checked > 4000
+
+
+def test_encoder_sees_exactly_the_unique_words_and_seeds(built, minilm_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    spy = built["spy"]
+    encoded = [tokenizer.decode(row, skip_special_tokens=True).replace(" ", "") for row in spy.rows]
+    expected = sorted(set(built["inputs"]["vocabulary"]) | set(SEEDS))
+    assert len(encoded) == len(expected)  # one encoding per unique word, none twice
+    assert Counter(encoded) == Counter(tokenizer.decode(tokenizer(w, add_special_tokens=False)["input_ids"]).replace(" ", "")
+                                       for w in expected)
+    assert spy.calls <= len(expected) / 50  # batched (BatchElements grows batches up to 256 words)
+
+
+def test_inspect_summarizes_marks_and_plots(built, tmp_path, capsys):
+    plot = tmp_path / "hist.png"
+    assert main(["inspect", built["root"], "--plot", str(plot), "--samples", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "all 3 shards match the manifest" in out and "[[" in out and built["manifest"].version in out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_inspect_names_a_corrupted_shard(built, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(built["version_url"], copy)
+    shard = built["manifest"].shards[1].path
+    data = bytearray((copy / shard).read_bytes())
+    data[100] ^= 0xFF
+    (copy / shard).write_bytes(bytes(data))
+    assert main(["inspect", str(copy), "--plot", str(tmp_path / "x.png")]) == 1
+    err = capsys.readouterr().err
+    assert shard in err and "does not match" in err
+
+
+def test_one_and_two_workers_give_the_same_rows(sample_corpus, tmp_path, subprocess_env):
+    inputs = make_inputs(sample_corpus, tmp_path / "in", 25)
+    versions = []
+    for name, flags in (("one", []), ("two", ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])):
+        root = str(tmp_path / name)
+        result = subprocess.run([sys.executable, "-m", "maskstream", *build_args(inputs, root, "--packing", "pack",
+                                 "--pack-group-size", "8", "--max-length", "96", "--encoder-threads", "1",
+                                 "--version", "v1", *flags)],
+                                env=subprocess_env, capture_output=True, text=True, cwd=REPO_ROOT)
+        assert result.returncode == 0, result.stderr[-3000:]
+        versions.append(read_rows(f"{root}/v1"))
+    assert versions[0].num_rows > 15
+    assert versions[0].equals(versions[1])
+
+
+def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys):
+    inputs = make_inputs(sample_corpus, tmp_path / "in", 30)
+    root = f"{gcs_bucket}/datasets/debian"
+    assert main(build_args(inputs, root, "--version", "v1", "--write-embeddings")) == 0
+    version_url, manifest = load_manifest(root)
+    assert version_url == f"{root}/v1" and manifest.total_rows >= 30
+    fs = fsspec.filesystem("gcs")
+    assert fs.cat_file(f"{root.removeprefix('gs://')}/latest").decode().strip() == "v1"
+    embeddings = pq.read_table(fs.open(f"{root.removeprefix('gs://')}/v1/embeddings.parquet"))
+    assert embeddings.num_rows == len(set(inputs["vocabulary"]) | set(SEEDS))
+    assert main(["inspect", root, "--plot", str(tmp_path / "gcs.png")]) == 0
+    assert "match the manifest" in capsys.readouterr().out
+
+
+def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tmp_path, monkeypatch):
+    import pipelines.dataset_pipeline as dataset_pipeline
+
+    inputs = make_inputs(sample_corpus, tmp_path / "in", 30)
+    root = str(tmp_path / "dataset")
+    assert main(build_args(inputs, root, "--version", "good", "--num-shards", "2")) == 0
+    original = dataset_pipeline.write_shard
+
+    def write_shard(version_url, index, count, rows, row_group_rows):
+        if index == 1:
+            raise OSError("disk full (injected)")
+        return original(version_url, index, count, rows, row_group_rows)
+
+    monkeypatch.setattr(dataset_pipeline, "write_shard", write_shard)
+    with pytest.raises(Exception, match="disk full"):
+        main(build_args(inputs, root, "--version", "broken", "--num-shards", "2"))
+    assert Path(root, LATEST_POINTER).read_text().strip() == "good"
+    assert not Path(root, "broken", "manifest.json").exists()
+    assert main(["inspect", root, "--plot", str(tmp_path / "p.png")]) == 0
+
+
+def test_a_killed_build_leaves_latest_on_the_previous_version(sample_corpus, tmp_path, subprocess_env):
+    inputs = make_inputs(sample_corpus, tmp_path / "in", 30)
+    root = tmp_path / "dataset"
+    assert main(build_args(inputs, str(root), "--version", "good")) == 0
+    command = [sys.executable, "-m", "maskstream", *build_args(inputs, str(root))]
+    process = subprocess.Popen([*command, "--version", "killed"], env=subprocess_env, cwd=REPO_ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (root / "killed" / "seeds.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert (root / LATEST_POINTER).read_text().strip() == "good"
+    assert not (root / "killed" / "manifest.json").exists()
+    version_url, manifest = load_manifest(str(root))
+    assert version_url.endswith("/good") and read_rows(version_url).num_rows == manifest.total_rows
