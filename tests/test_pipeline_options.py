@@ -79,3 +79,17 @@ def test_stats_default_is_the_direct_runner(captured: list[PipelineOptions], sam
     (options,) = captured
     assert options.get_all_options(drop_default=True) == {"direct_num_workers": 2}
     assert options.view_as(StandardOptions).runner is None  # Beam's default: the DirectRunner
+
+
+def test_build_passes_dataflow_flags_unchanged(captured: list[PipelineOptions], sample_corpus, tmp_path) -> None:
+    from tests.pipelines.test_build import build_args, make_inputs
+
+    inputs = make_inputs(sample_corpus, tmp_path / "in", 5)
+    flags = [*DATAFLOW_FLAGS[:2], "--region", "r", *DATAFLOW_FLAGS[3:]]
+    args = build_args(inputs, str(tmp_path / "dataset"), "--version", "v1")
+    with pytest.raises(Intercepted):
+        main([args[0], *flags[:4], *args[1:], *flags[4:], "--encoder-threads=1"])
+    (options,) = captured
+    check_dataflow_options(options, flags)
+    # Nothing but the version folder and its seeds.json exists: no manifest, no `latest`.
+    assert sorted(p.name for p in (tmp_path / "dataset").rglob("*")) == ["seeds.json", "v1"]
