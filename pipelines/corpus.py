@@ -6,7 +6,8 @@ each record that cannot become a document (bytes that are not UTF-8, an empty do
 JSONL line that is not a JSON object or lacks the text field, a Parquet file without the text
 column, a file of unknown type) becomes a reject `{"source", "location", "reason"}`, so that
 documents read = accepted + rejected. A file without any record, and a compressed file that ends
-early (truncated) or is damaged, are rejects too (location `file`).
+early (truncated) or is damaged, are rejects too (location `file`), and so is a document over
+MAX_DOCUMENT_BYTES (16 MiB), skipped without being held in memory.
 
 A file is read by one worker, streamed record by record (its line and row numbers need a
 sequential pass); a corpus is parallel across its files, so shard large corpora into many.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import functools
 import gzip
 import hashlib
 import io
@@ -29,13 +31,17 @@ from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 TXT_MODES = ("line", "file")
 DOCUMENTS = "documents"
 REJECTS = "rejects"
 PARQUET_BATCH_ROWS = 1024
+# Documents above this size are rejected, unread: tokenizing one costs the build about 100x its size
+# in memory (a 50 MB line took over 6 GB), and every process holds a whole document. A book is a
+# few MB; split anything larger (e.g. a dump on one line) into documents.
+MAX_DOCUMENT_BYTES = 16 * 2**20
 
 
 class Document(NamedTuple):
@@ -151,20 +157,36 @@ def _location(record: Document | dict[str, str]) -> str:
     return record["location"] if isinstance(record, dict) else record.document_id.rsplit(":", 1)[1]
 
 
-def _lines(f: io.IOBase) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line without its end-of-line) for every line of a binary stream."""
-    for number, raw in enumerate(iter(f.readline, b""), start=1):
-        yield number, raw.rstrip(b"\r\n")
+def _too_long(size: int, limit: int) -> str:
+    return (f"document of {size} bytes is over the {limit / 2**20:g} MiB limit (pipelines.corpus.MAX_DOCUMENT_BYTES); "
+            "split it into smaller documents")
+
+
+def _lines(f: io.IOBase, limit: int) -> Iterator[tuple[int, bytes | int]]:
+    """(1-based line number, line without its end-of-line) for every line of a binary stream; a
+    line over `limit` bytes is skipped without being held, and its size is given instead."""
+    # Beam's CompressedFile (zstd, deflate) reads whole lines only; other streams stop at the limit.
+    readline = f.readline if isinstance(f, CompressedFile) else functools.partial(f.readline, limit + 2)
+    for number, raw in enumerate(iter(readline, b""), start=1):
+        line = raw.rstrip(b"\r\n")
+        if len(line) <= limit:
+            yield number, line
+            continue
+        size = len(line)
+        while not raw.endswith(b"\n") and (raw := readline()):
+            size += len(raw.rstrip(b"\r\n"))
+        yield number, size
 
 
 class ParseFileFn(beam.DoFn):
     """A `fileio.ReadableFile` -> `Document`s, and rejects on the `rejects` output."""
 
-    def __init__(self, text_field: str = "text", txt_mode: str = "line"):
+    def __init__(self, text_field: str = "text", txt_mode: str = "line", max_document_bytes: int = MAX_DOCUMENT_BYTES):
         if txt_mode not in TXT_MODES:
             raise ValueError(f"txt_mode must be one of {TXT_MODES}, not {txt_mode!r}")
         self.text_field = text_field
         self.txt_mode = txt_mode
+        self.max_document_bytes = max_document_bytes
 
     def process(self, readable: fileio.ReadableFile) -> Iterator[Any]:
         source = readable.metadata.path
@@ -200,8 +222,15 @@ class ParseFileFn(beam.DoFn):
         return Document(f"{source}:{location}", source, text)
 
     def _txt_file(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
+        limit = self.max_document_bytes
         with _open_binary(readable) as f:
-            raw = f.read()
+            raw = f.read(limit + 1)
+            if len(raw) > limit:
+                size = len(raw)
+                while chunk := f.read(1 << 20):
+                    size += len(chunk)
+                yield _reject(source, "file", _too_long(size, limit))
+                return
         try:
             yield self._document(source, "file", _decode(raw, first=True))
         except UnicodeDecodeError as e:
@@ -209,8 +238,11 @@ class ParseFileFn(beam.DoFn):
 
     def _txt_lines(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
         with _open_binary(readable) as f:
-            for number, raw in _lines(f):
+            for number, raw in _lines(f, self.max_document_bytes):
                 location = f"line {number}"
+                if isinstance(raw, int):
+                    yield _reject(source, location, _too_long(raw, self.max_document_bytes))
+                    continue
                 try:
                     yield self._document(source, location, _decode(raw, first=number == 1))
                 except UnicodeDecodeError as e:
@@ -219,8 +251,11 @@ class ParseFileFn(beam.DoFn):
     def _jsonl(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
         field = self.text_field
         with _open_binary(readable) as f:
-            for number, raw in _lines(f):
+            for number, raw in _lines(f, self.max_document_bytes):
                 location = f"line {number}"
+                if isinstance(raw, int):
+                    yield _reject(source, location, _too_long(raw, self.max_document_bytes))
+                    continue
                 try:
                     record = json.loads(_decode(raw, first=number == 1))
                 except UnicodeDecodeError as e:
@@ -267,6 +302,10 @@ class ParseFileFn(beam.DoFn):
                     if value is None:
                         yield _reject(source, location, f"column {field!r} is null")
                         continue
+                    size = len(value) if is_bytes or len(value) * 4 <= self.max_document_bytes else len(value.encode())
+                    if size > self.max_document_bytes:
+                        yield _reject(source, location, _too_long(size, self.max_document_bytes))
+                        continue
                     if is_bytes:
                         try:
                             value = value.decode("utf-8")
@@ -286,8 +325,10 @@ class ReadCorpus(beam.PTransform):
     before anything runs, and the fingerprint and the pipeline see the same files.
     """
 
-    def __init__(self, patterns: Sequence[str], text_field: str = "text", txt_mode: str = "line"):
+    def __init__(self, patterns: Sequence[str], text_field: str = "text", txt_mode: str = "line",
+                 max_document_bytes: int = MAX_DOCUMENT_BYTES):
         super().__init__()
+        self.max_document_bytes = max_document_bytes
         if txt_mode not in TXT_MODES:
             raise ValueError(f"txt_mode must be one of {TXT_MODES}, not {txt_mode!r}")
         self.patterns = list(patterns)
@@ -302,6 +343,6 @@ class ReadCorpus(beam.PTransform):
             | "SpreadFiles" >> beam.Reshuffle()
             | "OpenFiles" >> fileio.ReadMatches()
             | "ParseFiles"
-            >> beam.ParDo(ParseFileFn(self.text_field, self.txt_mode)).with_outputs(REJECTS, main=DOCUMENTS)
+            >> beam.ParDo(ParseFileFn(self.text_field, self.txt_mode, self.max_document_bytes)).with_outputs(REJECTS, main=DOCUMENTS)
         )
         return {DOCUMENTS: parsed[DOCUMENTS], REJECTS: parsed[REJECTS]}

@@ -129,16 +129,61 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
 
 
 @pytest.mark.slow
-def test_a_50_mb_single_line_document(tmp_path: Path, subprocess_env, repo_root: Path) -> None:
+def test_a_50_mb_single_line_document_is_rejected_unread(tmp_path: Path, subprocess_env, repo_root: Path) -> None:
+    """Over MAX_DOCUMENT_BYTES: one reject naming the size, by stats and build alike, in little memory
+    (before the limit, stats took 1 GB for it and build over 6 GB)."""
     corpus = tmp_path / "big.txt"
     write_one_line_document(corpus, 50_000_000)
-    result = subprocess.run([sys.executable, "-c", PEAK_RSS, "stats", "--input", str(corpus), "--output",
-                             str(tmp_path / "stats")], env=subprocess_env, cwd=repo_root, capture_output=True,
-                            text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    peak_mb = float(result.stdout.split()[-1])
-    summary = json.loads((tmp_path / "stats" / "summary.json").read_text())
-    assert (summary["documents_accepted"], summary["documents_rejected"]) == (3, 0)
-    assert summary["total_words"] > 7_000_000
-    # Bounded by a small multiple of the line (its bytes, its text, its words), not more.
-    assert peak_mb < 1600, f"stats peaked at {peak_mb:.0f} MB RSS"
+    stats, seeds = tmp_path / "stats", tmp_path / "seeds.json"
+    seeds.write_text(json.dumps({"seeds": [{"word": "document"}, {"word": "short"}]}))
+    commands = {
+        "stats": ["stats", "--input", str(corpus), "--output", str(stats)],
+        "build": ["build", "--input", str(corpus), "--stats", str(stats), "--seeds", str(seeds), "--output",
+                  str(tmp_path / "dataset"), "--version", "v1", "--encoder-threads", "1"],
+    }
+    for name, args in commands.items():
+        result = subprocess.run([sys.executable, "-c", PEAK_RSS, *args], env=subprocess_env, cwd=repo_root,
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr[-3000:]
+        peak_mb = float(result.stdout.split()[-1])
+        assert peak_mb < 1200, f"{name} peaked at {peak_mb:.0f} MB RSS"
+    expected = {"source": str(corpus), "location": "line 2", "reason": (
+        "document of 50000000 bytes is over the 16 MiB limit (pipelines.corpus.MAX_DOCUMENT_BYTES); "
+        "split it into smaller documents")}
+    assert read_rejects(stats) == [expected]
+    summary = json.loads((stats / "summary.json").read_text())
+    assert (summary["documents_accepted"], summary["documents_rejected"]) == (2, 1)
+    built = [json.loads(line) for line in (tmp_path / "dataset" / "v1" / "rejects.jsonl").read_text().splitlines()]
+    assert built == [expected]
+
+
+def test_documents_over_the_limit_are_rejects_in_every_format(tmp_path: Path) -> None:
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from pipelines.corpus import ReadCorpus
+
+    limit = 64
+    long_text = "word " * 40  # 200 bytes
+    json_line = len(json.dumps({"text": long_text}))
+    (tmp_path / "a.txt").write_text(f"short one\n{long_text}\nshort two\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": long_text}) + "\n" + json.dumps({"text": "fine"}) + "\n")
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress((json.dumps({"text": long_text}) + "\n").encode()))
+    pq.write_table(pa.table({"text": ["fine", long_text]}), tmp_path / "d.parquet")
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "whole.txt").write_text(long_text)
+    with BeamTestPipeline() as p:
+        lines = p | "Lines" >> ReadCorpus([str(tmp_path / "*.*")], max_document_bytes=limit)
+        files = p | "Files" >> ReadCorpus([str(tmp_path / "e")], txt_mode="file", max_document_bytes=limit)
+        assert_that(lines["documents"] | beam.Map(lambda d: d.text),
+                    equal_to(["short one", "short two", "fine", "fine"]), label="Documents")
+        rejects = ((lines["rejects"], files["rejects"]) | beam.Flatten()
+                   | beam.Map(lambda r: (Path(r["source"]).name, r["location"], r["reason"].split(" is over")[0])))
+        assert_that(rejects, equal_to([
+            ("a.txt", "line 2", "document of 200 bytes"),
+            ("b.jsonl", "line 1", f"document of {json_line} bytes"),  # the whole JSON line
+            ("c.jsonl.gz", "line 1", f"document of {json_line} bytes"),
+            ("d.parquet", "row 2", "document of 200 bytes"),
+            ("whole.txt", "file", "document of 200 bytes"),
+        ]), label="Rejects")
