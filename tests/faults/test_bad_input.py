@@ -187,3 +187,12 @@ def test_documents_over_the_limit_are_rejects_in_every_format(tmp_path: Path) ->
             ("d.parquet", "row 2", "document of 200 bytes"),
             ("whole.txt", "file", "document of 200 bytes"),
         ]), label="Rejects")
+
+
+def test_inspect_refuses_an_unknown_schema_version(dataset_copy: Path, tmp_path: Path, capsys) -> None:
+    from maskstream.cli import main
+
+    path = dataset_copy / "v1" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": 2}))
+    assert main(["inspect", str(dataset_copy), "--plot", str(tmp_path / "p.png")]) == 1
+    assert "error: unknown dataset schema version 2; this maskstream reads (1,)" in capsys.readouterr().err
