@@ -181,17 +181,15 @@ def check_seed_words(seeds_json: str, seeds: list[str], formulas: dict[str, str]
 
 def tokenizer_info(name: str) -> dict[str, Any]:
     """What the trainer needs from the tokenizer without loading it."""
-    import hashlib
-
     from transformers import AutoTokenizer
 
+    from schemas.manifest import vocab_hash
+
     tokenizer = AutoTokenizer.from_pretrained(name)
-    vocab = tokenizer.get_vocab()
-    vocab_hash = hashlib.sha256(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode("utf-8")).hexdigest()
     return {
         "name": name,
         "class": type(tokenizer).__name__,
-        "vocab_hash": vocab_hash,
+        "vocab_hash": vocab_hash(tokenizer.get_vocab()),
         "vocab_size": len(tokenizer),
         "pad_token_id": tokenizer.pad_token_id,
         "mask_token_id": tokenizer.mask_token_id,

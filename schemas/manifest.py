@@ -49,6 +49,12 @@ def safe_relative_path(path: str) -> str:
     return normalized
 
 
+def vocab_hash(vocab: dict[str, int]) -> str:
+    """The manifest's `tokenizer.vocab_hash`: sha256 of the (token, id) pairs, sorted. Readers
+    compare it with their tokenizer's before training on a dataset."""
+    return hashlib.sha256(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
 def sha256_file(url: str, chunk_size: int = 1 << 20) -> str:
     """Hex sha256 of a local or remote file, streamed (transient errors retried: schemas.retry)."""
 
