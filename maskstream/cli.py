@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "seeds": ("pipelines.seeds", "top-K seed words by TF-ICF, with a report", False),
     "build": ("pipelines.build", "tokenize, score words against the seeds, write a versioned dataset", True),
     "inspect": ("pipelines.inspect_dataset", "summarize and verify a dataset version, plot its mask probabilities", False),
+    "train": ("trainer.train", "continued MLM pretraining on a dataset's streamed shards", False),
+    "finetune": ("trainer.finetune", "fine-tune a classifier with TMR, evaluate, zero-shot transfer", False),
 }
 
 
