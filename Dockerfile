@@ -61,7 +61,7 @@ RUN pip install --no-deps /wheels/maskstream-*.whl && rm -rf /wheels
 COPY deploy/train_torchrun.sh /opt/maskstream/deploy/train_torchrun.sh
 WORKDIR /workspace
 ENTRYPOINT ["maskstream"]
-CMD ["--help"]
+CMD ["train", "--help"]
 
 # ------------------------------------------------------------------------------------------ cli
 # The command line on CPU: launches pipelines (DirectRunner inside the container, or Dataflow
