@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from schemas import default_model
+from schemas.manifest import vocab_hash
 
 log = logging.getLogger("maskstream.train")
 
@@ -203,6 +204,11 @@ def run(args: argparse.Namespace) -> int:
     if manifest_vocab is not None and manifest_vocab != len(tokenizer):
         raise SystemExit(f"{dataset.version_url} was tokenized with a vocabulary of {manifest_vocab} tokens, "
                          f"{model_name}'s tokenizer has {len(tokenizer)}: build the dataset with this model's tokenizer")
+    # Same size is not the same vocabulary: token ids would silently mean other tokens.
+    manifest_hash = dataset.manifest.tokenizer.get("vocab_hash")
+    if manifest_hash is not None and manifest_hash != vocab_hash(tokenizer.get_vocab()):
+        raise SystemExit(f"{dataset.version_url} was tokenized with another vocabulary (hash {manifest_hash[:12]}) "
+                         f"than {model_name}'s tokenizer: build the dataset with this model's tokenizer")
     strategy = args.strategy
     masking = MaskingConfig.from_manifest(dataset.manifest, budget=args.mask_budget, whole_word=args.whole_word)
     eval_masking = MaskingConfig.from_manifest(dataset.manifest)  # the defaults, whatever this run's settings

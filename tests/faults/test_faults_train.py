@@ -96,3 +96,28 @@ def test_a_trainer_killed_mid_epoch_resumes_exactly(short_dataset: str, tiny_mod
     assert train_losses(killed) == expected
     mine, theirs = final_weights(killed), final_weights(uninterrupted)
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def test_a_dataset_from_another_tokenizer_is_refused(short_dataset: str, tiny_model: str, tmp_path: Path) -> None:
+    """Same vocabulary size, one token different: the ids would mean other tokens, so training refuses."""
+    import json
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from maskstream.cli import main
+    from schemas.manifest import vocab_hash
+
+    root = Path(shutil.copytree(short_dataset, tmp_path / "dataset"))
+    vocab = AutoTokenizer.from_pretrained(tiny_model).get_vocab()
+    other = {("[unused0]" if token == "protein" else token): i for token, i in vocab.items() if token != "[unused0]"}
+    other["protein"] = vocab["[unused0]"]  # two tokens swap ids
+    manifest_path = root / "v1" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["tokenizer"]["vocab_hash"] == vocab_hash(vocab)
+    manifest["tokenizer"]["vocab_hash"] = vocab_hash(other)
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(SystemExit, match="was tokenized with another vocabulary .* build the dataset with this model"):
+        main(["train", "--dataset", str(root), "--output", str(tmp_path / "run"), "--model", tiny_model,
+              "--max-steps", "1", "--num-workers", "0"])
+    assert not (tmp_path / "run" / "checkpoints").exists()
