@@ -47,8 +47,8 @@ COPY deploy/flex_template_main.py /template/flex_template_main.py
 ENV FLEX_TEMPLATE_PYTHON_PY_FILE=/template/flex_template_main.py
 
 # -------------------------------------------------------------------------------------- trainer
-# Beam is left out on purpose (about 400 MB with its GCP clients, and a pin on protobuf and grpc
-# that can fight the CUDA stack's): the wheel goes in with --no-deps, followed by exactly what
+# Beam is left out on purpose (100 MB installed, plus the Google Cloud clients of its [gcp] extras
+# and their pins on protobuf and grpc, none of which the trainer uses): the wheel goes in with --no-deps, followed by exactly what
 # `maskstream train/finetune` and `schemas/` import (tests/test_deploy_files.py checks the list
 # against the trainer's imports, and that the CLI starts without apache_beam). torch is the base
 # image's CUDA build.
