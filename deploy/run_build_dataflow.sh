@@ -37,7 +37,7 @@ MASKSTREAM="${MASKSTREAM:-maskstream}"
 # launcher's local offline MiniLM when that package is installed, a path workers do not have.)
 MODEL="${MODEL:-sentence-transformers/all-MiniLM-L6-v2}"
 # Workers: n1-standard-8 runs 8 Python SDK processes (one per vCPU), each with its own tokenizer
-# and encoder; 30 GB holds 8 copies of a BERT-base encoder with room for the sequences.
+# and encoder, 3.75 GB each; if workers run out of memory, use n1-highmem-8 (6.5 GB per vCPU).
 MACHINE_TYPE="${MACHINE_TYPE:-n1-standard-8}"
 MAX_WORKERS="${MAX_WORKERS:-20}"
 JOB_NAME="${JOB_NAME:-maskstream-build-$(date -u +%Y%m%d-%H%M%S)}"
