@@ -51,7 +51,7 @@ def test_expand_batch_hand_example():
 def _expand_one(ids: list[int], chosen: list[bool], k: int) -> tuple[list[int], list[int], list[int]]:
     """Straightforward per-sequence expansion, to check the vectorized one against."""
     out_ids, out_pos, out_copy = [], [], []
-    for i, (token, c) in enumerate(zip(ids, chosen)):
+    for i, (token, c) in enumerate(zip(ids, chosen, strict=True)):
         if c or i in (0, len(ids) - 1):
             out_ids += [MASK if c else token] * k
             out_pos += [i] * k
@@ -138,7 +138,7 @@ def _brute_force(emissions, links, nv, nt, reduce=torch.logsumexp):
         for middle in itertools.combinations(range(1, v - 1), t - 2):
             path = (0, *middle, v - 1)
             score = sum(emissions[b, i, p] for i, p in enumerate(path))
-            score = score + sum(links[b, p, q] for p, q in zip(path, path[1:]))
+            score = score + sum(links[b, p, q] for p, q in itertools.pairwise(path))
             scores.append(score)
             paths.append(path)
         stacked = torch.stack(scores)
