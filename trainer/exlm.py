@@ -24,12 +24,17 @@ Everything here is torch only, vectorized over the batch, and runs on the inputs
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 NEG_INF = float("-inf")
 
@@ -343,76 +348,6 @@ class ExLMOutput:
     log_transitions: Tensor  # [B, V, V]
 
 
-def _mlm_head(model: nn.Module) -> nn.Module:
-    """The module mapping final hidden states to vocabulary logits (BERT: `cls`, RoBERTa: `lm_head`)."""
-    for name in ("cls", "lm_head"):
-        head = getattr(model, name, None)
-        if isinstance(head, nn.Module):
-            return head
-    raise TypeError(f"{type(model).__name__} has no `cls` or `lm_head` MLM head; ExLM needs a BERT/RoBERTa-style masked LM")
-
-
-class ExLMForMaskedLM(nn.Module):
-    """A Hugging Face masked LM with ExLM's copy-index embedding and transition head.
-
-    `mlm` stays an ordinary HF model (save it with `save_pretrained` as usual; the extra
-    ExLM parameters live in this module's other children). The encoder sees X' through
-    `inputs_embeds` = word embedding + copy-index embedding, and `position_ids` = each state's
-    ORIGINAL position, so the model's own absolute position embedding is added unchanged.
-    """
-
-    def __init__(
-        self,
-        mlm: nn.Module,
-        num_states: int = 4,
-        *,
-        max_expanded_positions: int | None = None,
-        num_link_heads: int | None = None,
-    ):
-        super().__init__()
-        config = mlm.config
-        hidden = config.hidden_size
-        self.mlm = mlm
-        self.num_states = num_states
-        _mlm_head(mlm)  # fail early on a model without an MLM head
-        # padding_idx=0 keeps row 0 at zero and untrained: unexpanded tokens are embedded as before.
-        self.copy_embedding = nn.Embedding(num_states + 1, hidden, padding_idx=0)
-        nn.init.normal_(self.copy_embedding.weight, std=getattr(config, "initializer_range", 0.02))
-        with torch.no_grad():
-            self.copy_embedding.weight[0].zero_()
-        # X' is at most k times the original length, which the encoder's positions bound.
-        self.transitions = TransitionHead(
-            hidden,
-            num_link_heads or config.num_attention_heads,
-            max_expanded_positions or num_states * config.max_position_embeddings,
-            getattr(config, "initializer_range", 0.02),
-        )
-
-    def forward(self, expanded: ExpandedBatch) -> ExLMOutput:
-        if int(expanded.copy_index.max()) > self.num_states:
-            raise ValueError(f"batch was expanded into more states than this model's {self.num_states}")
-        embeds = self.mlm.get_input_embeddings()(expanded.input_ids) + self.copy_embedding(expanded.copy_index)
-        hidden = self.mlm.base_model(
-            inputs_embeds=embeds,
-            attention_mask=expanded.attention_mask,
-            position_ids=expanded.positions,
-            token_type_ids=torch.zeros_like(expanded.input_ids),
-        ).last_hidden_state
-        width = hidden.shape[-1]
-        vertex_hidden = hidden.gather(1, expanded.vertex_index.unsqueeze(-1).expand(-1, -1, width))
-        logits = _mlm_head(self.mlm)(vertex_hidden)
-        vertex_log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # [B, V, vocab]
-        emissions = vertex_log_probs.gather(
-            2, expanded.targets.unsqueeze(1).expand(-1, vertex_hidden.shape[1], -1)
-        ).transpose(1, 2)  # [B, T, V]
-        log_transitions = self.transitions(vertex_hidden, expanded.vertex_index, expanded.vertex_mask)
-        log_likelihood = dag_log_likelihood(
-            emissions, log_transitions, expanded.num_vertices, expanded.target_lengths
-        )
-        loss = -(log_likelihood / expanded.target_lengths).mean()
-        return ExLMOutput(loss, log_likelihood, vertex_log_probs, log_transitions)
-
-
 @torch.no_grad()
 def predict_masked_tokens(output: ExLMOutput, expanded: ExpandedBatch) -> Tensor:
     """Reads a prediction for every target off the graph, without looking at the targets.
@@ -435,17 +370,152 @@ def predict_masked_tokens(output: ExLMOutput, expanded: ExpandedBatch) -> Tensor
 
 
 @torch.no_grad()
-def evaluation_counts(output: ExLMOutput, expanded: ExpandedBatch) -> dict[str, float]:
+def evaluation_counts(output: ExLMOutput, expanded: ExpandedBatch) -> dict[str, Tensor]:
     """Sums for held-out metrics comparable with plain MLM over the masked tokens.
 
-    `nll`: -log P(all targets of the batch) under the graph; `tokens`: masked tokens;
+    `nll`: -log P(all targets of the batch) under the graph; `masked`: masked tokens;
     `correct`: masked tokens whose `predict_masked_tokens` prediction is right.
-    Perplexity = exp(nll / tokens), accuracy = correct / tokens, aggregated over batches.
+    Perplexity = exp(sum nll / sum masked), accuracy = sum correct / sum masked over batches.
     """
     masked = expanded.masked_target_mask
     predictions = predict_masked_tokens(output, expanded)
     return {
-        "nll": float(-output.log_likelihood.sum()),
-        "tokens": float(masked.sum()),
-        "correct": float(((predictions == expanded.targets) & masked).sum()),
+        "nll": -output.log_likelihood.detach().sum(),
+        "masked": masked.sum(),
+        "correct": ((predictions == expanded.targets) & masked).sum(),
     }
+
+
+def _mlm_head(model: nn.Module) -> nn.Module:
+    """The module mapping final hidden states to vocabulary logits (BERT: `cls`, RoBERTa: `lm_head`)."""
+    for name in ("cls", "lm_head"):
+        head = getattr(model, name, None)
+        if isinstance(head, nn.Module):
+            return head
+    raise TypeError(f"{type(model).__name__} has no `cls` or `lm_head` MLM head; ExLM needs a BERT/RoBERTa-style masked LM")
+
+
+def expanded_lengths(attention_mask: Tensor, mask_positions: Tensor, num_states: int) -> Tensor:
+    """[B] length of each sequence after `expand_batch`: n + (k - 1) * (chosen + 2)."""
+    return attention_mask.sum(1) + (num_states - 1) * (mask_positions.sum(1) + 2)
+
+
+class ExLMForMaskedLM(nn.Module):
+    """A Hugging Face masked LM with ExLM's copy-index embedding and transition head.
+
+    `mlm` stays an ordinary HF model; the extra ExLM parameters live in this module's other
+    children. The encoder sees X' through `inputs_embeds` = word embedding + copy-index
+    embedding, and `position_ids` = each state's ORIGINAL position, so the model's own
+    absolute position embedding is added unchanged (no surgery on the HF model).
+
+    `forward` takes a masked batch as the trainer has it (`input_ids`, `attention_mask`,
+    `labels` with -100 where nothing was chosen) and returns the loss and the counts for
+    perplexity and masked-token accuracy; `forward_expanded` is the objective on an
+    `ExpandedBatch`. `token_budget` > 0 bounds the expanded tokens per forward pass: a
+    larger batch runs in chunks of whole sequences, each under activation checkpointing,
+    so activation memory is that of a `token_budget`-token batch while the loss and the
+    gradients stay those of the whole batch (each chunk's forward is recomputed in backward).
+    """
+
+    def __init__(
+        self,
+        mlm: nn.Module,
+        num_states: int = 4,
+        *,
+        mask_token_id: int | None = None,
+        pad_token_id: int | None = None,
+        token_budget: int = 0,
+        max_expanded_positions: int | None = None,
+        num_link_heads: int | None = None,
+    ):
+        super().__init__()
+        config = mlm.config
+        hidden = config.hidden_size
+        self.mlm = mlm
+        self.num_states = num_states
+        self.mask_token_id = mask_token_id
+        self.pad_token_id = pad_token_id if pad_token_id is not None else (getattr(config, "pad_token_id", None) or 0)
+        self.token_budget = token_budget
+        _mlm_head(mlm)  # fail early on a model without an MLM head
+        init_std = getattr(config, "initializer_range", 0.02)
+        # padding_idx=0 keeps row 0 at zero and untrained: unexpanded tokens are embedded as before.
+        self.copy_embedding = nn.Embedding(num_states + 1, hidden, padding_idx=0)
+        nn.init.normal_(self.copy_embedding.weight, std=init_std)
+        with torch.no_grad():
+            self.copy_embedding.weight[0].zero_()
+        # X' is at most k times the original length, which the encoder's positions bound.
+        self.max_expanded_positions = max_expanded_positions or num_states * config.max_position_embeddings
+        self.transitions = TransitionHead(
+            hidden, num_link_heads or config.num_attention_heads, self.max_expanded_positions, init_std
+        )
+
+    def forward_expanded(self, expanded: ExpandedBatch) -> ExLMOutput:
+        if int(expanded.copy_index.max()) > self.num_states:
+            raise ValueError(f"batch was expanded into more states than this model's {self.num_states}")
+        embeds = self.mlm.get_input_embeddings()(expanded.input_ids) + self.copy_embedding(expanded.copy_index)
+        hidden = self.mlm.base_model(
+            inputs_embeds=embeds,
+            attention_mask=expanded.attention_mask,
+            position_ids=expanded.positions,
+            token_type_ids=torch.zeros_like(expanded.input_ids),
+        ).last_hidden_state
+        width = hidden.shape[-1]
+        vertex_hidden = hidden.gather(1, expanded.vertex_index.unsqueeze(-1).expand(-1, -1, width))
+        logits = _mlm_head(self.mlm)(vertex_hidden)
+        vertex_log_probs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+        emissions = vertex_log_probs.gather(
+            2, expanded.targets.unsqueeze(1).expand(-1, vertex_hidden.shape[1], -1)
+        ).transpose(1, 2)  # [B, T, V]
+        log_transitions = self.transitions(vertex_hidden, expanded.vertex_index, expanded.vertex_mask)
+        log_likelihood = dag_log_likelihood(emissions, log_transitions, expanded.num_vertices, expanded.target_lengths)
+        loss = -(log_likelihood / expanded.target_lengths).mean()
+        return ExLMOutput(loss, log_likelihood, vertex_log_probs, log_transitions)
+
+    def _chunk(self, input_ids: Tensor, attention_mask: Tensor, labels: Tensor) -> tuple[Tensor, ...]:
+        """(sum over sequences of loss, nll, correct, masked) of a slice of the batch."""
+        expanded = expand_masked_batch(
+            {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels},
+            num_states=self.num_states,
+            mask_token_id=self.mask_token_id,
+            pad_token_id=self.pad_token_id,
+        )
+        output = self.forward_expanded(expanded)
+        counts = evaluation_counts(output, expanded)
+        return output.loss * input_ids.shape[0], counts["nll"], counts["correct"], counts["masked"]
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, labels: Tensor) -> dict[str, Tensor]:
+        """ExLM loss of a masked batch, and `nll`/`correct`/`masked` sums for held-out metrics."""
+        if self.mask_token_id is None:
+            raise ValueError("ExLMForMaskedLM needs mask_token_id to expand masked batches")
+        batch = input_ids.shape[0]
+        per_forward = batch
+        if self.token_budget > 0:
+            longest = int(expanded_lengths(attention_mask, labels != -100, self.num_states).max())
+            per_forward = max(1, self.token_budget // longest)
+        if per_forward >= batch:
+            parts = [self._chunk(input_ids, attention_mask, labels)]
+        else:
+            run = self._chunk
+            if torch.is_grad_enabled():  # keep only each chunk's inputs; recompute it in backward
+                run = functools.partial(checkpoint, self._chunk, use_reentrant=False)
+            parts = [
+                run(input_ids[i : i + per_forward], attention_mask[i : i + per_forward], labels[i : i + per_forward])
+                for i in range(0, batch, per_forward)
+            ]
+        loss, nll, correct, masked = (torch.stack(values).sum() for values in zip(*parts, strict=True))
+        return {"loss": loss / batch, "nll": nll, "correct": correct, "masked": masked}
+
+    def save_pretrained(self, directory: str | os.PathLike) -> None:
+        """The masked LM as usual (what fine-tuning starts from) plus `exlm.safetensors`/`exlm.json`."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        self.mlm.save_pretrained(directory)
+        extras = {name: t.detach().contiguous() for name, t in self.state_dict().items() if not name.startswith("mlm.")}
+        save_file(extras, str(directory / "exlm.safetensors"))
+        config = {
+            "num_states": self.num_states,
+            "max_expanded_positions": self.max_expanded_positions,
+            "num_link_heads": self.transitions.num_heads,
+        }
+        (directory / "exlm.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

@@ -305,7 +305,7 @@ def test_model_loss_is_the_dag_loss_and_predictions_are_read_off_the_graph():
     model = ExLMForMaskedLM(_tiny_mlm(), num_states=3)
     ids, attention, chosen = _tiny_batch()
     x = expand_batch(ids, attention, chosen, num_states=3, mask_token_id=3)
-    out = model(x)
+    out = model.forward_expanded(x)
     emissions = out.vertex_log_probs.gather(2, x.targets.unsqueeze(1).expand(-1, x.vertex_index.shape[1], -1)).transpose(1, 2)
     expected, _ = _brute_force(emissions.double(), out.log_transitions.double(), x.num_vertices, x.target_lengths)
     torch.testing.assert_close(out.log_likelihood.double(), expected, rtol=1e-5, atol=1e-4)
@@ -320,9 +320,9 @@ def test_model_loss_is_the_dag_loss_and_predictions_are_read_off_the_graph():
     assert predictions.shape == x.targets.shape
     assert ((predictions >= 0) == x.target_mask).all()
     counts = evaluation_counts(out, x)
-    assert counts["tokens"] == float(chosen.sum())
-    assert 0 <= counts["correct"] <= counts["tokens"]
-    assert counts["nll"] == pytest.approx(float(-out.log_likelihood.detach().sum()))
+    assert int(counts["masked"]) == int(chosen.sum())
+    assert 0 <= int(counts["correct"]) <= int(counts["masked"])
+    assert float(counts["nll"]) == pytest.approx(float(-out.log_likelihood.detach().sum()))
 
 
 def test_predictions_follow_a_graph_built_to_spell_the_targets():
@@ -351,7 +351,7 @@ def test_same_code_path_on_cuda():
     for device in ("cpu", "cuda"):
         model = ExLMForMaskedLM(_tiny_mlm(seed=1), num_states=4).to(device)
         x = expand_batch(ids.to(device), attention.to(device), chosen.to(device), num_states=4, mask_token_id=3)
-        out = model(x)
+        out = model.forward_expanded(x)
         out.loss.backward()
         results.append((out.loss.detach().cpu(), model.transitions.key.weight.grad.cpu(), predict_masked_tokens(out, x).cpu()))
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-4, atol=1e-4)
@@ -365,9 +365,53 @@ def test_loss_of_a_one_path_graph():
     model = ExLMForMaskedLM(_tiny_mlm(), num_states=1)
     ids, attention, chosen = _tiny_batch()
     x = expand_batch(ids, attention, chosen, num_states=1, mask_token_id=3)
-    out = model(x)
+    out = model.forward_expanded(x)
     emitted = out.vertex_log_probs.gather(2, x.targets.unsqueeze(-1)).squeeze(-1)
     steps = out.log_transitions.diagonal(offset=1, dim1=1, dim2=2)  # [B, T-1]: t -> t+1
     linked = torch.where(x.target_mask[:, 1:], steps, 0.0)
     expected = -(((emitted * x.target_mask).sum(1) + linked.sum(1)) / x.target_lengths).mean()
     torch.testing.assert_close(out.loss, expected)
+
+
+def _masked(ids, attention, chosen, mask_token_id=3):
+    labels = torch.where(chosen, ids, -100)
+    return torch.where(chosen, mask_token_id, ids), attention, labels
+
+
+def test_forward_on_a_masked_batch_is_the_objective_on_its_expansion():
+    model = ExLMForMaskedLM(_tiny_mlm(), num_states=2, mask_token_id=3)
+    ids, attention, chosen = _tiny_batch()
+    out = model(*_masked(ids, attention, chosen))
+    x = expand_batch(ids, attention, chosen, num_states=2, mask_token_id=3)
+    direct = model.forward_expanded(x)
+    torch.testing.assert_close(out["loss"], direct.loss)
+    counts = evaluation_counts(direct, x)
+    assert {k: int(v) for k, v in counts.items() if k != "nll"} == {"masked": int(out["masked"]), "correct": int(out["correct"])}
+    torch.testing.assert_close(out["nll"], counts["nll"])
+
+
+def test_token_budget_chunks_give_the_same_loss_and_gradients():
+    ids, attention, chosen = _tiny_batch(seed=4)
+    results = []
+    for budget in (0, 40):  # 40 tokens: one sequence per forward pass
+        model = ExLMForMaskedLM(_tiny_mlm(seed=2), num_states=3, mask_token_id=3, token_budget=budget)
+        out = model(*_masked(ids, attention, chosen))
+        out["loss"].backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((out, grads))
+    (whole, whole_grads), (chunked, chunked_grads) = results
+    for key in ("loss", "nll", "correct", "masked"):
+        torch.testing.assert_close(chunked[key].float(), whole[key].float(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(chunked_grads, whole_grads, rtol=1e-4, atol=1e-6)
+
+
+def test_save_pretrained_writes_the_masked_lm_and_the_exlm_parts(tmp_path):
+    from safetensors.torch import load_file
+
+    model = ExLMForMaskedLM(_tiny_mlm(), num_states=2, mask_token_id=3)
+    model.save_pretrained(tmp_path)
+    reloaded = BertForMaskedLM.from_pretrained(tmp_path)
+    torch.testing.assert_close(reloaded.bert.embeddings.word_embeddings.weight, model.mlm.bert.embeddings.word_embeddings.weight)
+    extras = load_file(tmp_path / "exlm.safetensors")
+    assert set(extras) == {n for n in model.state_dict() if not n.startswith("mlm.")}
+    torch.testing.assert_close(extras["copy_embedding.weight"], model.copy_embedding.weight)
