@@ -466,8 +466,13 @@ class ExLMForMaskedLM(nn.Module):
         emissions = vertex_log_probs.gather(
             2, expanded.targets.unsqueeze(1).expand(-1, vertex_hidden.shape[1], -1)
         ).transpose(1, 2)  # [B, T, V]
-        log_transitions = self.transitions(vertex_hidden, expanded.vertex_index, expanded.vertex_mask)
-        log_likelihood = dag_log_likelihood(emissions, log_transitions, expanded.num_vertices, expanded.target_lengths)
+        # Links and the DP in float32 even under bf16/fp16 autocast: log-space sums over many paths.
+        with torch.autocast(vertex_hidden.device.type, enabled=False):
+            vertex_hidden = vertex_hidden.to(self.transitions.query.weight.dtype)
+            log_transitions = self.transitions(vertex_hidden, expanded.vertex_index, expanded.vertex_mask)
+            log_likelihood = dag_log_likelihood(
+                emissions, log_transitions, expanded.num_vertices, expanded.target_lengths
+            )
         loss = -(log_likelihood / expanded.target_lengths).mean()
         return ExLMOutput(loss, log_likelihood, vertex_log_probs, log_transitions)
 
