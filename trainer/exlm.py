@@ -437,6 +437,9 @@ class ExLMForMaskedLM(nn.Module):
         self.pad_token_id = pad_token_id if pad_token_id is not None else (getattr(config, "pad_token_id", None) or 0)
         self.token_budget = token_budget
         _mlm_head(mlm)  # fail early on a model without an MLM head
+        # RoBERTa-style embeddings number positions from padding_idx + 1; BERT's from 0.
+        padding_idx = getattr(getattr(mlm.base_model, "embeddings", None), "padding_idx", None)
+        self.position_offset = padding_idx + 1 if padding_idx is not None else 0
         init_std = getattr(config, "initializer_range", 0.02)
         # padding_idx=0 keeps row 0 at zero and untrained: unexpanded tokens are embedded as before.
         self.copy_embedding = nn.Embedding(num_states + 1, hidden, padding_idx=0)
@@ -449,16 +452,20 @@ class ExLMForMaskedLM(nn.Module):
             hidden, num_link_heads or config.num_attention_heads, self.max_expanded_positions, init_std
         )
 
+    def encode(self, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, copy_index: Tensor) -> Tensor:
+        """Final hidden states [B, L', H] of X': word + copy-index embedding, original positions."""
+        embeds = self.mlm.get_input_embeddings()(input_ids) + self.copy_embedding(copy_index)
+        return self.mlm.base_model(
+            inputs_embeds=embeds,
+            attention_mask=attention_mask,
+            position_ids=positions + self.position_offset,
+            token_type_ids=torch.zeros_like(input_ids),
+        ).last_hidden_state
+
     def forward_expanded(self, expanded: ExpandedBatch) -> ExLMOutput:
         if int(expanded.copy_index.max()) > self.num_states:
             raise ValueError(f"batch was expanded into more states than this model's {self.num_states}")
-        embeds = self.mlm.get_input_embeddings()(expanded.input_ids) + self.copy_embedding(expanded.copy_index)
-        hidden = self.mlm.base_model(
-            inputs_embeds=embeds,
-            attention_mask=expanded.attention_mask,
-            position_ids=expanded.positions,
-            token_type_ids=torch.zeros_like(expanded.input_ids),
-        ).last_hidden_state
+        hidden = self.encode(expanded.input_ids, expanded.attention_mask, expanded.positions, expanded.copy_index)
         width = hidden.shape[-1]
         vertex_hidden = hidden.gather(1, expanded.vertex_index.unsqueeze(-1).expand(-1, -1, width))
         logits = _mlm_head(self.mlm)(vertex_hidden)

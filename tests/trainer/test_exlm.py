@@ -289,16 +289,39 @@ def _tiny_batch(seed=0):
     return ids, attention, chosen
 
 
-def test_copy_embedding_leaves_unexpanded_tokens_unchanged():
-    mlm = _tiny_mlm().eval()
+def _tiny_roberta(seed=0):
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    torch.manual_seed(seed)
+    config = RobertaConfig(
+        vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=42, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=0,
+    )
+    return RobertaForMaskedLM(config)
+
+
+@pytest.mark.parametrize("make_mlm", [_tiny_mlm, _tiny_roberta], ids=["bert", "roberta"])
+def test_copy_index_zero_leaves_the_encoder_unchanged(make_mlm):
+    mlm = make_mlm().eval()
     model = ExLMForMaskedLM(mlm, num_states=3)
     ids, attention, _ = _tiny_batch()
-    plain = mlm.bert(input_ids=ids, attention_mask=attention).last_hidden_state
-    embeds = mlm.get_input_embeddings()(ids) + model.copy_embedding(torch.zeros_like(ids))
+    plain = mlm.base_model(input_ids=ids, attention_mask=attention).last_hidden_state
     positions = torch.arange(12).expand(3, -1)
-    ours = mlm.bert(inputs_embeds=embeds, attention_mask=attention, position_ids=positions).last_hidden_state
-    torch.testing.assert_close(ours, plain)
+    ours = model.encode(ids, attention, positions, torch.zeros_like(ids))
+    mask = attention.bool()
+    torch.testing.assert_close(ours[mask], plain[mask])
     assert model.copy_embedding.weight[0].abs().sum() == 0 and model.copy_embedding.weight[1:].abs().sum() > 0
+    # an expanded copy of the same token at the same original position is embedded differently
+    copies = model.encode(ids, attention, positions, torch.ones_like(ids))
+    assert not torch.allclose(copies[mask], plain[mask])
+
+
+def test_roberta_style_model_trains_with_the_exlm_loss():
+    model = ExLMForMaskedLM(_tiny_roberta(), num_states=2, mask_token_id=3)
+    ids, attention, chosen = _tiny_batch()
+    out = model(*_masked(ids, attention, chosen))
+    out["loss"].backward()
+    assert torch.isfinite(out["loss"]) and model.transitions.gate.weight.grad.abs().sum() > 0
 
 
 def test_model_loss_is_the_dag_loss_and_predictions_are_read_off_the_graph():
