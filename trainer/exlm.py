@@ -25,11 +25,8 @@ Everything here is torch only, vectorized over the batch, and runs on the inputs
 from __future__ import annotations
 
 import functools
-import json
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -516,18 +513,3 @@ class ExLMForMaskedLM(nn.Module):
             ]
         loss, nll, correct, masked = (torch.stack(values).sum() for values in zip(*parts, strict=True))
         return {"loss": loss / batch, "nll": nll, "correct": correct, "masked": masked}
-
-    def save_pretrained(self, directory: str | os.PathLike) -> None:
-        """The masked LM as usual (what fine-tuning starts from) plus `exlm.safetensors`/`exlm.json`."""
-        from safetensors.torch import save_file
-
-        directory = Path(directory)
-        self.mlm.save_pretrained(directory)
-        extras = {name: t.detach().contiguous() for name, t in self.state_dict().items() if not name.startswith("mlm.")}
-        save_file(extras, str(directory / "exlm.safetensors"))
-        config = {
-            "num_states": self.num_states,
-            "max_expanded_positions": self.max_expanded_positions,
-            "num_link_heads": self.transitions.num_heads,
-        }
-        (directory / "exlm.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

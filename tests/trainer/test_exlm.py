@@ -426,15 +426,3 @@ def test_token_budget_chunks_give_the_same_loss_and_gradients():
     for key in ("loss", "nll", "correct", "masked"):
         torch.testing.assert_close(chunked[key].float(), whole[key].float(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(chunked_grads, whole_grads, rtol=1e-4, atol=1e-6)
-
-
-def test_save_pretrained_writes_the_masked_lm_and_the_exlm_parts(tmp_path):
-    from safetensors.torch import load_file
-
-    model = ExLMForMaskedLM(_tiny_mlm(), num_states=2, mask_token_id=3)
-    model.save_pretrained(tmp_path)
-    reloaded = BertForMaskedLM.from_pretrained(tmp_path)
-    torch.testing.assert_close(reloaded.bert.embeddings.word_embeddings.weight, model.mlm.bert.embeddings.word_embeddings.weight)
-    extras = load_file(tmp_path / "exlm.safetensors")
-    assert set(extras) == {n for n in model.state_dict() if not n.startswith("mlm.")}
-    torch.testing.assert_close(extras["copy_embedding.weight"], model.copy_embedding.weight)
