@@ -411,7 +411,8 @@ class ExLMForMaskedLM(nn.Module):
     `ExpandedBatch`. `token_budget` > 0 bounds the expanded tokens per forward pass: a
     larger batch runs in chunks of whole sequences, each under activation checkpointing,
     so activation memory is that of a `token_budget`-token batch while the loss and the
-    gradients stay those of the whole batch (each chunk's forward is recomputed in backward).
+    gradients stay those of the whole batch (each chunk's forward is recomputed in backward;
+    a chunk holds at least one sequence; dropout masks differ from an unchunked run's).
     """
 
     def __init__(
@@ -426,6 +427,8 @@ class ExLMForMaskedLM(nn.Module):
         num_link_heads: int | None = None,
     ):
         super().__init__()
+        if num_states < 1 or token_budget < 0:
+            raise ValueError(f"need num_states >= 1 and token_budget >= 0, got {num_states} and {token_budget}")
         config = mlm.config
         hidden = config.hidden_size
         self.mlm = mlm
