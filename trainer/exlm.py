@@ -343,6 +343,7 @@ class ExLMOutput:
     log_likelihood: Tensor  # [B] log P(targets) over all paths
     vertex_log_probs: Tensor  # [B, V, vocab] the MLM head's log-probabilities at each vertex
     log_transitions: Tensor  # [B, V, V]
+    marker_log_prob: Tensor  # [B] log P(start | first vertex) + log P(end | last vertex): on every path
 
 
 @torch.no_grad()
@@ -370,14 +371,17 @@ def predict_masked_tokens(output: ExLMOutput, expanded: ExpandedBatch) -> Tensor
 def evaluation_counts(output: ExLMOutput, expanded: ExpandedBatch) -> dict[str, Tensor]:
     """Sums for held-out metrics comparable with plain MLM over the masked tokens.
 
-    `nll`: -log P(all targets of the batch) under the graph; `masked`: masked tokens;
-    `correct`: masked tokens whose `predict_masked_tokens` prediction is right.
-    Perplexity = exp(sum nll / sum masked), accuracy = sum correct / sum masked over batches.
+    `nll`: -log P(the masked tokens) under the graph, summed over the batch: the all-path
+    log-likelihood less the start and end markers' emissions, which every path shares (its
+    first and last vertices are fixed), so only the masked tokens and the links between them
+    count; `masked`: masked tokens; `correct`: masked tokens whose `predict_masked_tokens`
+    prediction is right. Perplexity = exp(sum nll / sum masked), accuracy = sum correct / sum
+    masked, over all held-out batches.
     """
     masked = expanded.masked_target_mask
     predictions = predict_masked_tokens(output, expanded)
     return {
-        "nll": -output.log_likelihood.detach().sum(),
+        "nll": -(output.log_likelihood.detach() - output.marker_log_prob).sum(),
         "masked": masked.sum(),
         "correct": ((predictions == expanded.targets) & masked).sum(),
     }
@@ -481,7 +485,9 @@ class ExLMForMaskedLM(nn.Module):
                 emissions, log_transitions, expanded.num_vertices, expanded.target_lengths
             )
         loss = -(log_likelihood / expanded.target_lengths).mean()
-        return ExLMOutput(loss, log_likelihood, vertex_log_probs, log_transitions)
+        rows = torch.arange(emissions.shape[0], device=emissions.device)
+        markers = emissions[:, 0, 0] + emissions[rows, expanded.target_lengths - 1, expanded.num_vertices - 1]
+        return ExLMOutput(loss, log_likelihood, vertex_log_probs, log_transitions, markers.detach())
 
     def _chunk(self, input_ids: Tensor, attention_mask: Tensor, labels: Tensor) -> tuple[Tensor, ...]:
         """(sum over sequences of loss, nll, correct, masked) of a slice of the batch."""

@@ -345,7 +345,16 @@ def test_model_loss_is_the_dag_loss_and_predictions_are_read_off_the_graph():
     counts = evaluation_counts(out, x)
     assert int(counts["masked"]) == int(chosen.sum())
     assert 0 <= int(counts["correct"]) <= int(counts["masked"])
-    assert float(counts["nll"]) == pytest.approx(float(-out.log_likelihood.detach().sum()))
+    # every path starts at vertex 0 and ends at the last vertex: their marker emissions are common factors
+    rows = torch.arange(3)
+    markers = emissions[:, 0, 0] + emissions[rows, x.target_lengths - 1, x.num_vertices - 1]
+    assert float(counts["nll"]) == pytest.approx(float(-(out.log_likelihood - markers).detach().sum()), rel=1e-6)
+    for b in range(3):  # ... so the brute-force sum over paths without them gives the same number
+        e = emissions.detach().double().clone()
+        e[b, 0, 0] = 0.0
+        e[b, x.target_lengths[b] - 1, x.num_vertices[b] - 1] = 0.0
+        without, _ = _brute_force(e[b : b + 1], out.log_transitions.detach().double()[b : b + 1], x.num_vertices[b : b + 1], x.target_lengths[b : b + 1])
+        torch.testing.assert_close(float(without), float((out.log_likelihood[b] - markers[b]).detach()), rtol=1e-5, atol=1e-4)
 
 
 def test_predictions_follow_a_graph_built_to_spell_the_targets():
@@ -363,7 +372,7 @@ def test_predictions_follow_a_graph_built_to_spell_the_targets():
     assert int(x.num_vertices[0]) == v
     from trainer.exlm import ExLMOutput
 
-    out = ExLMOutput(torch.tensor(0.0), torch.zeros(1), vertex_log_probs, links)
+    out = ExLMOutput(torch.tensor(0.0), torch.zeros(1), vertex_log_probs, links, torch.zeros(1))
     assert predict_masked_tokens(out, x).tolist() == [[10, 12, 15, 17]]
 
 
