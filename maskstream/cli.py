@@ -16,7 +16,10 @@ import logging
 import sys
 
 # name -> (module, one-line help, passes unknown flags to Beam)
-COMMANDS: dict[str, tuple[str, str, bool]] = {}
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "train": ("trainer.train", "continued MLM pretraining on a dataset's streamed shards", False),
+    "finetune": ("trainer.finetune", "fine-tune a classifier with TMR, evaluate, zero-shot transfer", False),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,133 @@
+"""Training throughput on CPU: maskstream's loader vs Hugging Face `datasets` + its MLM collator.
+
+    PYTHONPATH=. python benchmarks/train.py [--steps 20] [--batch-size 16] [--workers 0 1]
+
+The same training step for both sides (MiniLM with its MLM head, `trainer.objectives.MaskedLM`,
+AdamW, batch 16 of sequences of exactly 128 tokens made from real Debian descriptions, as in
+`benchmarks/masking.py`), starting from the same weights; only the data path differs:
+
+- maskstream: the sequences written as a dataset version (Parquet shards + manifest), read by
+  `StreamingSequenceDataset` + `build_dataloader` with `difference` masking in the loader
+  (workers, or the main process with 0 workers), as `maskstream train` does on CPU;
+- peer: the same token ids in a Hugging Face `datasets.Dataset`, a torch DataLoader (shuffled)
+  and `DataCollatorForLanguageModeling` (15%, 80/10/10, pad to a multiple of 8).
+
+Per side and worker count: tokens/s (non-padding tokens per second of wall time over the
+measured steps) and the share of step time spent waiting for the next batch (time blocked in
+`next(loader)`). Warm-up steps are not measured. The two sides alternate in rounds and the best
+round of each is kept, which evens out a shared machine's load. CPU only: this machine has no
+GPU. The GPU recipe (BERT-base, bf16, data wait < 2%) is in the README, not measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "trainer"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import sequence_dataset_factory as factory  # noqa: E402  (the test fixture's dataset writer)
+from masking import real_sequences  # noqa: E402  (sequences of exactly 128 tokens)
+
+from schemas import default_model  # noqa: E402
+
+
+def measure(objective, optimizer, batches, warmup: int, steps: int) -> dict[str, float]:
+    """Runs warmup + steps training steps; returns tokens/s and the data-wait share of the measured ones."""
+    iterator = iter(batches)
+    tokens, wait, start = 0, 0.0, 0.0
+    for step in range(warmup + steps):
+        if step == warmup:
+            tokens, wait, start = 0, 0.0, time.perf_counter()
+        t0 = time.perf_counter()
+        batch = next(iterator)
+        wait += time.perf_counter() - t0
+        out = objective(batch["input_ids"], batch["attention_mask"], batch["labels"])
+        out["loss"].backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        tokens += int(batch["attention_mask"].sum())
+    elapsed = time.perf_counter() - start
+    return {"tokens_per_second": tokens / elapsed, "data_wait_share": wait / elapsed, "seconds": elapsed}
+
+
+def forever(loader):
+    while True:
+        yield from loader
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", default=str(REPO / "data" / "debian-science.jsonl"), help="JSONL corpus")
+    parser.add_argument("--steps", type=int, default=20, help="measured steps per side and round (default: 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="unmeasured steps first (default: 3)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds, best kept (default: 2)")
+    parser.add_argument("--batch-size", type=int, default=16, help="sequences per step (default: 16)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1],
+                        help="DataLoader worker counts to compare (default: 0 1)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="torch threads for the training step (default: torch's)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    import datasets
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling
+
+    from trainer.dataset import StreamingSequenceDataset
+    from trainer.loader import build_dataloader
+    from trainer.masking import MaskingConfig
+    from trainer.objectives import MaskedLM, load_mlm_model
+
+    rows, _ = real_sequences(Path(args.corpus))
+    tokenizer = AutoTokenizer.from_pretrained(default_model())
+    objective = MaskedLM(load_mlm_model(default_model()))
+    initial = {k: v.clone() for k, v in objective.state_dict().items()}
+    hf_dataset = datasets.Dataset.from_dict({"input_ids": [list(map(int, r["input_ids"])) for r in rows]})
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, pad_to_multiple_of=8)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        factory.write_dataset(tmp, rows, shards=4, row_group_size=64)
+
+        def maskstream_batches(workers: int):
+            dataset = StreamingSequenceDataset(tmp, seed=0)
+            masking = MaskingConfig.from_manifest(dataset.manifest)
+            return forever(build_dataloader(dataset, batch_size=args.batch_size, num_workers=workers,
+                                            strategy="difference", masking=masking, seed=0))
+
+        def hf_batches(workers: int):
+            return forever(torch.utils.data.DataLoader(hf_dataset, batch_size=args.batch_size, shuffle=True,
+                                                       num_workers=workers, collate_fn=collator,
+                                                       persistent_workers=workers > 0))
+
+        sides = {"maskstream (difference)": maskstream_batches, "HF datasets + collator (random)": hf_batches}
+        results: dict[tuple[str, int], dict[str, float]] = {}
+        for _ in range(args.rounds):
+            for workers in args.workers:
+                for name, make in sides.items():
+                    objective.load_state_dict(initial)
+                    optimizer = torch.optim.AdamW(objective.parameters(), lr=1e-4)
+                    figures = measure(objective, optimizer, make(workers), args.warmup, args.steps)
+                    best = results.get((name, workers))
+                    if best is None or figures["tokens_per_second"] > best["tokens_per_second"]:
+                        results[(name, workers)] = figures
+
+    print(f"\nMiniLM MLM training on CPU, {args.threads} torch thread(s), batch {args.batch_size} x 128 tokens "
+          f"({len(rows)} real sequences), {args.steps} measured steps, best of {args.rounds} rounds; no GPU here")
+    print(f"{'data path':<34} {'workers':>7} {'tokens/s':>10} {'data wait':>10} {'vs HF':>7}")
+    for workers in args.workers:
+        peer = results[("HF datasets + collator (random)", workers)]["tokens_per_second"]
+        for name in sides:
+            r = results[(name, workers)]
+            print(f"{name:<34} {workers:>7} {r['tokens_per_second']:>10.0f} {r['data_wait_share']:>9.2%} "
+                  f"{r['tokens_per_second'] / peer:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Checkpoints: safetensors + weights_only state, exact round trip, and no unpickling."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertForMaskedLM, get_linear_schedule_with_warmup
+
+from trainer.checkpoint import STATE_FILE, load_checkpoint, resolve_checkpoint, save_checkpoint
+
+TINY = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                  max_position_embeddings=32)
+
+
+def _training_objects(seed: int):
+    torch.manual_seed(seed)
+    model = BertForMaskedLM(TINY)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = get_linear_schedule_with_warmup(optimizer, 2, 10)
+    return model, optimizer, scheduler
+
+
+def _one_step(model, optimizer, scheduler) -> float:
+    ids = torch.randint(0, 64, (4, 8))
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def test_round_trip_restores_weights_optimizer_schedule_rngs_and_continues_identically(tmp_path):
+    model, optimizer, scheduler = _training_objects(0)
+    for _ in range(3):
+        _one_step(model, optimizer, scheduler)
+    loader_state = {"epoch": 1, "consumed": [5, 7]}
+    save_checkpoint(tmp_path, 3, model, optimizer, scheduler, loader_state, {"seed": 0})
+    expected = [_one_step(model, optimizer, scheduler) for _ in range(3)]
+    python_draw, numpy_draw = random.random(), np.random.random()
+
+    restored, restored_optimizer, restored_scheduler = _training_objects(1)  # different initial weights
+    state = load_checkpoint(tmp_path, restored, restored_optimizer, restored_scheduler)
+    assert state["step"] == 3 and state["loader"] == loader_state and state["config"] == {"seed": 0}
+    assert restored.get_output_embeddings().weight is restored.get_input_embeddings().weight  # still tied
+    assert [_one_step(restored, restored_optimizer, restored_scheduler) for _ in range(3)] == expected
+    assert (random.random(), np.random.random()) == (python_draw, numpy_draw)
+
+
+def test_latest_pointer_and_retention(tmp_path):
+    model, optimizer, scheduler = _training_objects(0)
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, model, optimizer, scheduler, {}, {}, keep=2)
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000002", "step-00000003"]
+    assert resolve_checkpoint(tmp_path).name == "step-00000003"
+    with pytest.raises(FileNotFoundError, match="latest"):
+        resolve_checkpoint(tmp_path / "nothing")
+
+
+def test_checkpoint_written_by_one_process_loads_in_another_with_weights_only(tmp_path, subprocess_env):
+    model, optimizer, scheduler = _training_objects(0)
+    _one_step(model, optimizer, scheduler)
+    path = save_checkpoint(tmp_path, 1, model, optimizer, scheduler, {"epoch": 0}, {"model": "tiny"})
+    code = (
+        "import sys, torch\n"
+        "from safetensors.torch import load_file\n"
+        f"state = torch.load({str(path / STATE_FILE)!r}, weights_only=True)\n"
+        f"weights = load_file({str(path / 'model.safetensors')!r})\n"
+        "print(state['step'], state['config']['model'], len(weights), sorted(state['rng']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.split()[:2] == ["1", "tiny"]
+    assert "torch" in result.stdout and "numpy" in result.stdout
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def test_a_checkpoint_with_pickled_code_is_refused_and_never_runs(tmp_path, monkeypatch):
+    model, optimizer, scheduler = _training_objects(0)
+    path = save_checkpoint(tmp_path, 1, model, optimizer, scheduler, {}, {})
+    torch.save({"step": 1, "payload": _RunsCode()}, path / STATE_FILE)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(pickle.UnpicklingError):
+        load_checkpoint(tmp_path, model, optimizer, scheduler)
+    assert not (tmp_path / "PWNED").exists()

@@ -1,0 +1,151 @@
+"""`maskstream train` on CPU: the loss goes down, warm-up peaks, resume is exact, several ranks work."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from sequence_dataset_factory import read_texts, sequence_rows, write_dataset
+
+from maskstream.cli import main
+from trainer import train as train_module
+from trainer.metrics import read_metrics
+from trainer.train import held_out
+
+
+@pytest.fixture(scope="module")
+def sample_dataset(tmp_path_factory) -> str:
+    """120 Debian descriptions of the shipped sample, 64 tokens at most, 3 shards of 20-row groups."""
+    root = tmp_path_factory.mktemp("dataset")
+    write_dataset(str(root), sequence_rows(read_texts(limit=120), max_length=64), shards=3, row_group_size=20)
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory, minilm_path) -> str:
+    """A 2-layer, 32-wide BERT with MiniLM's vocabulary and tokenizer: a model path like any other,
+    small enough for several CPU runs in a test."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertForMaskedLM(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(path)
+    return str(path)
+
+
+def _train(dataset: str, out, model: str, *extra: str) -> None:
+    assert main(["train", "--dataset", dataset, "--output", str(out), "--model", model, "--log-every", "1",
+                 *extra]) == 0
+
+
+def _train_losses(out) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_metrics(out) if r["split"] == "train"}
+
+
+def test_short_minilm_run_lowers_the_held_out_loss_and_warm_up_peaks(sample_dataset, minilm_path, tmp_path):
+    from transformers import AutoModelForMaskedLM
+
+    out = tmp_path / "run"
+    _train(sample_dataset, out, minilm_path, "--batch-size", "8", "--max-steps", "8", "--warmup-ratio", "0.25",
+           "--learning-rate", "5e-4", "--held-out-fraction", "0.1", "--eval-samples", "16", "--eval-every", "100",
+           "--num-workers", "0")
+    records = read_metrics(out)
+    held = [r for r in records if r["split"] == "held_out"]
+    assert [r["step"] for r in held] == [0, 8] and held[0]["masked_tokens"] == held[1]["masked_tokens"] > 0
+    assert held[1]["loss"] < held[0]["loss"] - 1.0
+    assert held[1]["perplexity"] == pytest.approx(np.exp(held[1]["loss"]))
+    train = [r for r in records if r["split"] == "train"]
+    assert np.mean([r["loss"] for r in train[-3:]]) < np.mean([r["loss"] for r in train[:3]])
+    # Warm-up = ceil(0.25 x 8) = 2 steps: the rate rises to its peak at step 2, then decays to 0.
+    rates = [r["learning_rate"] for r in train]
+    assert rates[1] == pytest.approx(5e-4) == max(rates)
+    assert rates[0] < rates[1] and all(a > b for a, b in zip(rates[1:], rates[2:], strict=False)) and rates[-1] == 0
+    assert all(r["tokens_per_second"] > 0 and 0 <= r["data_wait_share"] < 1 for r in train)
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    # The saved model now has its MLM head (nothing newly initialized) and it is still tied.
+    model, info = AutoModelForMaskedLM.from_pretrained(out / "model", output_loading_info=True)
+    assert not info["missing_keys"] and (out / "model" / "tokenizer.json").exists()
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    assert json.loads((out / "summary.json").read_text())["held_out"]["loss"] == held[1]["loss"]
+
+
+def test_resume_continues_exactly_like_the_uninterrupted_run(sample_dataset, tiny_bert, tmp_path, monkeypatch):
+    # 120 rows - held-out ones, batch 8: 15 steps per epoch, so the resumed part crosses an epoch.
+    args = ["--batch-size", "8", "--max-steps", "20", "--save-every", "10", "--num-workers", "2",
+            "--learning-rate", "1e-3", "--eval-samples", "8", "--eval-every", "1000"]
+    uninterrupted = tmp_path / "uninterrupted"
+    _train(sample_dataset, uninterrupted, tiny_bert, *args)
+    expected = _train_losses(uninterrupted)
+    assert sorted(expected) == list(range(1, 21))
+
+    resumed = tmp_path / "resumed"
+    shutil.copytree(uninterrupted / "checkpoints" / "step-00000010", resumed / "checkpoints" / "step-00000010")
+    (resumed / "checkpoints" / "latest").write_text("step-00000010\n")
+    _train(sample_dataset, resumed, tiny_bert, *args, "--resume")
+    losses = _train_losses(resumed)
+    assert sorted(losses) == list(range(11, 21))
+    assert [losses[s] for s in range(11, 21)] == [expected[s] for s in range(11, 21)]  # exactly, not approx
+    epochs = {r["step"]: r["epoch"] for r in read_metrics(resumed) if r["split"] == "train"}
+    assert epochs[11] == 0 and epochs[20] == 1
+
+    # Masks drawn after the transfer (the GPU path) are the ones the workers draw: same losses.
+    monkeypatch.setattr(train_module, "masks_in_loader_workers", lambda device: False)
+    on_device = tmp_path / "masked-on-device"
+    _train(sample_dataset, on_device, tiny_bert, *args)
+    assert _train_losses(on_device) == expected
+
+    with pytest.raises(SystemExit, match="batch_size"):
+        _train(sample_dataset, tmp_path / "changed", tiny_bert, *args, "--batch-size", "4", "--resume",
+               str(uninterrupted / "checkpoints"))
+
+
+def test_two_ranks_with_torchrun_on_cpu(sample_dataset, tiny_bert, tmp_path, subprocess_env, repo_root):
+    out = tmp_path / "ddp"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "maskstream", "train", "--dataset", sample_dataset, "--output", str(out), "--model", tiny_bert,
+         "--batch-size", "4", "--max-steps", "4", "--grad-accumulation", "2", "--num-workers", "0",
+         "--log-every", "1", "--eval-samples", "8"],
+        env={**subprocess_env, "OMP_NUM_THREADS": "1"}, cwd=repo_root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    train = [r for r in read_metrics(out) if r["split"] == "train"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]  # logged once, by rank 0
+    state = torch.load(out / "checkpoints" / "step-00000004" / "training_state.pt", weights_only=True)
+    assert [s["rank"] for s in state["loader"]] == [0, 1]
+    # 4 steps x 2 micro-batches x 4 rows per rank, less the held-out rows dropped from them.
+    assert all(0 < s["samples_consumed"] <= 32 for s in state["loader"])
+
+
+def test_held_out_split_is_a_fixed_share_of_sample_indices():
+    indices = np.arange(100_000)
+    chosen = held_out(indices, 0.02)
+    assert chosen.mean() == pytest.approx(0.02, abs=0.002)
+    assert (held_out(indices[::-1], 0.02) == chosen[::-1]).all()  # a function of the index alone
+    assert not held_out(indices, 0.0).any() and held_out(indices, 1.0).all()
+
+
+def test_finetune_starts_from_a_train_output(sample_dataset, tiny_bert, sample_corpus, tmp_path):
+    pretrained = tmp_path / "pretrained"
+    _train(sample_dataset, pretrained, tiny_bert, "--batch-size", "8", "--max-steps", "2", "--num-workers", "0")
+    out = tmp_path / "classifier"
+    assert main(["finetune", "--train", str(sample_corpus), "--model", str(pretrained / "model"), "--output", str(out),
+                 "--label-column", "section", "--split-key", "package", "--validation-fraction", "0.05",
+                 "--max-steps", "2", "--max-length", "32"]) == 0
+    from transformers import AutoModelForSequenceClassification
+
+    classifier, info = AutoModelForSequenceClassification.from_pretrained(out / "model", output_loading_info=True)
+    assert not info["missing_keys"] and classifier.config.num_labels == 3
+    # Starting from a `train` output only the classifier and BERT's pooler (a masked-LM has none) are
+    # new: the encoder's embeddings and layers are the ones `train` wrote.
+    _, start_info = AutoModelForSequenceClassification.from_pretrained(pretrained / "model", num_labels=3,
+                                                                       output_loading_info=True)
+    assert sorted(start_info["missing_keys"]) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight",
+                                                  "classifier.bias", "classifier.weight"]

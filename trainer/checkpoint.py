@@ -1,0 +1,144 @@
+"""Checkpoints that let a run continue exactly, stored without pickled Python objects.
+
+Layout of a checkpoint directory (local disk):
+
+    CKPT_DIR/step-00000100/model.safetensors    the model's weights (tied weights stored once)
+    CKPT_DIR/step-00000100/training_state.pt    optimizer, scheduler, loader state, RNG states,
+                                                step and run config: tensors and plain containers
+    CKPT_DIR/latest                             name of the newest complete checkpoint
+
+A checkpoint is written into a temporary folder and renamed into place, and `latest` is
+rewritten last, so a crash never leaves a half-written checkpoint behind `latest`.
+Loading uses `safetensors` and `torch.load(..., weights_only=True)`, which refuses anything
+but tensors and plain containers: reading a checkpoint never runs code from it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+
+MODEL_FILE = "model.safetensors"
+STATE_FILE = "training_state.pt"
+LATEST = "latest"
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch CPU (and CUDA) generator states as tensors and plain containers."""
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    python = state["python"]
+    # weights_only loading turns tuples into lists for some torch versions; random wants tuples.
+    random.setstate((python[0], tuple(python[1]), python[2]))
+    numpy_state = state["numpy"]
+    np.random.set_state(
+        (
+            numpy_state["kind"],
+            numpy_state["keys"].numpy().astype(np.uint32),
+            numpy_state["position"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    checkpoint_dir: str | os.PathLike,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    loader_state: dict[str, Any],
+    config: dict[str, Any],
+    keep: int = 2,
+) -> Path:
+    """Writes `CKPT_DIR/step-NNNNNNNN` atomically, points `latest` at it, keeps the newest `keep`."""
+    root = Path(checkpoint_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step-{step:08d}"
+    final = root / name
+    partial = root / f".{name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    save_model(model, str(partial / MODEL_FILE))
+    torch.save(
+        {
+            "step": step,
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "loader": loader_state,
+            "rng": rng_state(),
+            "config": config,
+        },
+        partial / STATE_FILE,
+    )
+    shutil.rmtree(final, ignore_errors=True)
+    partial.rename(final)
+    pointer = root / f".{LATEST}.partial"
+    pointer.write_text(name + "\n", encoding="utf-8")
+    pointer.replace(root / LATEST)
+    for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """`path` itself if it is a checkpoint, else the checkpoint its `latest` names."""
+    path = Path(path)
+    if (path / STATE_FILE).exists():
+        return path
+    pointer = path / LATEST
+    if not pointer.exists():
+        raise FileNotFoundError(f"{path} is neither a checkpoint ({STATE_FILE}) nor holds a {LATEST!r} pointer")
+    name = pointer.read_text(encoding="utf-8").strip()
+    if "/" in name or "\\" in name or name.startswith("."):
+        raise ValueError(f"{pointer} names {name!r}, which is not a checkpoint folder name")
+    return path / name
+
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Loads weights into `model` (and state into optimizer/scheduler/RNGs); returns the stored state
+    (`step`, `loader`, `config`, ...). Never unpickles: safetensors and weights_only only."""
+    path = resolve_checkpoint(path)
+    load_model(model, str(path / MODEL_FILE), strict=True)
+    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    if optimizer is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    if restore_rng:
+        set_rng_state(state["rng"])
+    state["path"] = str(path)
+    return state

@@ -1,0 +1,379 @@
+"""Stream a dataset version's shards (local or gs://) to a training process.
+
+`StreamingSequenceDataset` is a `torch.utils.data.IterableDataset` over the rows of one dataset
+version (a root's `latest` or a version folder). It reads through `manifest.json`, never lists
+files, and never holds more than a shuffle window of rows in memory.
+
+Contract (what each rank and worker reads), for epoch `e`, `T` rows, `W` ranks, batch size `B`:
+
+1. *Blocks*: every Parquet row group of every shard is a block. With `shuffle=True` the blocks are
+   put in a random order drawn from `(seed, e)`; otherwise in manifest order. Concatenating
+   them gives the epoch's stream of `T` rows.
+2. *Ranks*: every rank reads `n = ceil(T / W)` rows, rank `r` the stream positions
+   `[r * n, (r + 1) * n)`. **Remainder policy**: when `W` does not divide `T`, the stream is padded
+   by wrapping around to its start, so the first `W * n - T` (< W) rows of the epoch are read a
+   second time, by the last rank. Every rank therefore takes the same number of steps,
+   `ceil(n / B)`, and every row is read at least once per epoch (exactly once when `W` divides
+   `T`).
+3. *Windows and workers*: a rank's `n` rows are cut into consecutive windows of
+   `shuffle_buffer` rows (rounded up to a multiple of `B`, and made small enough that every
+   DataLoader worker gets one). Window `i` is read by worker `i % num_workers`, as one slice per
+   block it overlaps, and its rows are yielded in a random order drawn from
+   `(seed, e, window start)` (or in order with `shuffle=False`). Only the last window can hold a
+   short batch; with several workers it can come before the end of the epoch. Memory is bounded
+   by the window: at most `shuffle_buffer` decoded rows (+ one batch of rounding, + one record
+   batch of READ_BATCH_ROWS being decoded) per worker, whatever the size of the dataset or of
+   its row groups. Row groups of a few thousand rows shuffle best: a window that starts inside a large
+   row group decodes it from its beginning.
+4. Every yielded sample is a dict of the SEQUENCE_SCHEMA list columns (`input_ids`, `word_ids`,
+   `word_index`, `special_tokens_mask`, `mask_probability`) as 1-D numpy arrays and
+   `sample_index`, the row's position in the version (shards in manifest order): the key of the
+   sample's masks (see `trainer.masking`).
+
+Checks: the manifest's schema version (`Manifest.from_json`); each shard's Arrow schema and row
+count when its footer is read (at construction); each shard's sha256, streamed, the first time a
+process reads the shard (`verify_checksums=False` turns it off). Failures name the shard.
+
+State and resume: the position is the number of samples and batches of the current epoch that the
+training loop has received on this rank. The DataLoader of `trainer.loader.build_dataloader`
+counts every batch it hands out into its dataset, so `dataset.state_dict()` taken between two
+steps is exact. `load_state_dict(state)` on a dataset built with the same arguments, used with a
+loader with the same `batch_size` and `num_workers`, yields exactly the batches an uninterrupted
+run would have yielded next (mid-epoch too): whole windows before the position are skipped
+without being read, and the DataLoader's round robin over workers is rotated to resume where it
+stopped. Iterating the loader always continues from the dataset's position. `set_epoch(e)` with a
+different epoch starts `e` from its beginning; with the current epoch it keeps the position (so a
+trainer may call it after `load_state_dict`; a finished epoch then yields nothing). Iterating a
+finished epoch without calling `set_epoch` starts the next epoch, so step-based loops that just
+iterate the loader again need no epoch bookkeeping.
+The epoch and position live in a small shared-memory tensor, so persistent workers see them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
+from schemas.tables import SEQUENCE_SCHEMA, check_schema
+
+LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability")
+# What is read, cast to the contract (so that writers differing only in nullability still concat).
+READ_SCHEMA = pa.schema([SEQUENCE_SCHEMA.field(name) for name in LIST_COLUMNS])
+READ_BATCH_ROWS = 1024  # rows decoded at a time within a row group
+
+
+class ChecksumMismatch(ManifestError):
+    """A shard whose bytes do not hash to the sha256 its manifest records."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One row group: the unit of shuffling and reading."""
+
+    shard: int
+    row_group: int
+    rows: int
+    first_row: int  # sample index of its first row
+
+
+def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        found = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    else:
+        found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
+
+
+def round_robin_counts(batches: list[int], consumed: int) -> tuple[list[int], int]:
+    """How many batches each worker has delivered after `consumed` batches of a DataLoader that
+    takes one batch from each worker in turn, skipping exhausted ones; and the worker whose batch
+    comes next."""
+    delivered = [0] * len(batches)
+    turn = 0
+    for _ in range(consumed):
+        while delivered[turn] >= batches[turn]:
+            turn = (turn + 1) % len(batches)
+        delivered[turn] += 1
+        turn = (turn + 1) % len(batches)
+    return delivered, turn
+
+
+class StreamingSequenceDataset(IterableDataset):
+    """The rows of a dataset version, split across ranks and DataLoader workers (see module doc)."""
+
+    def __init__(
+        self,
+        dataset: str,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        shuffle_buffer: int = 10_000,
+        verify_checksums: bool = True,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.version_url, self.manifest = load_manifest(dataset)
+        self.seed = seed
+        self.shuffle = shuffle
+        if shuffle_buffer < 1:
+            raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
+        self.shuffle_buffer = shuffle_buffer
+        self.verify_checksums = verify_checksums
+        self.rank, self.world_size = _distributed_defaults(rank, world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not in [0, {self.world_size})")
+        self.batch_size: int | None = None  # set by build_dataloader: windows align to batches
+        self.num_workers = 0  # set by build_dataloader: checked on resume
+        self.blocks = self._read_footers()
+        self.total_rows = self.manifest.total_rows
+        if self.total_rows == 0:
+            raise ManifestError(f"{self.version_url} holds no rows")
+        # [epoch, samples and batches consumed this epoch on this rank, and the three as they were
+        # when the loader last started an iteration]; shared with (persistent) workers, which read
+        # the latter three: the live counts move while they start.
+        self._position = torch.zeros(6, dtype=torch.int64).share_memory_()
+        self._verified: set[int] = set()
+        self._epoch_pinned = False  # set_epoch chose the epoch the next iteration reads
+        self._resume_loader: tuple[int | None, int] | None = None  # (batch_size, num_workers) saved
+        self._open: tuple[int, pq.ParquetFile, Any] | None = None
+
+    # ----------------------------------------------------------------------------- layout
+    def shard_url(self, shard: int) -> str:
+        return f"{self.version_url}/{safe_relative_path(self.manifest.shards[shard].path)}"
+
+    def _read_footers(self) -> list[Block]:
+        blocks = []
+        first_row = 0
+        for index, entry in enumerate(self.manifest.shards):
+            url = self.shard_url(index)
+            try:
+                with fsspec.open(url, "rb") as f:
+                    metadata = pq.ParquetFile(f).metadata
+                    schema = metadata.schema.to_arrow_schema()
+            except (OSError, pa.ArrowException) as e:
+                raise ManifestError(f"shard {entry.path} of {self.version_url} cannot be read: {e}") from e
+            check_schema(schema, SEQUENCE_SCHEMA, f"shard {entry.path}")
+            if metadata.num_rows != entry.rows:
+                raise ManifestError(
+                    f"shard {entry.path} holds {metadata.num_rows} rows, the manifest says {entry.rows}"
+                )
+            for group in range(metadata.num_row_groups):
+                rows = metadata.row_group(group).num_rows
+                blocks.append(Block(index, group, rows, first_row))
+                first_row += rows
+        return blocks
+
+    @property
+    def epoch(self) -> int:
+        return int(self._position[0])
+
+    def rows_per_rank(self) -> int:
+        return math.ceil(self.total_rows / self.world_size)
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        """Batches per epoch on every rank (the same on all ranks)."""
+        return math.ceil(self.rows_per_rank() / batch_size)
+
+    def __len__(self) -> int:
+        return self.rows_per_rank()
+
+    def _window_size(self, num_workers: int) -> int:
+        batch = self.batch_size or 1
+        per_worker = math.ceil(self.rows_per_rank() / max(num_workers, 1))
+        size = min(self.shuffle_buffer, per_worker)
+        return max(batch, math.ceil(size / batch) * batch)
+
+    def _block_order(self, epoch: int) -> list[Block]:
+        if not self.shuffle:
+            return self.blocks
+        order = np.random.default_rng([self.seed, epoch, 0xB10C]).permutation(len(self.blocks))
+        return [self.blocks[i] for i in order]
+
+    def _rank_pieces(self, epoch: int, start: int, stop: int) -> list[tuple[Block, int, int]]:
+        """(block, first, last) row slices covering epoch-stream positions [start, stop), wrapping
+        around the stream's end (the remainder padding)."""
+        pieces: list[tuple[Block, int, int]] = []
+        order = self._block_order(epoch)
+        position = 0
+        while start < stop:
+            for block in order:
+                lo, hi = max(start - position, 0), min(stop - position, block.rows)
+                if lo < hi:
+                    pieces.append((block, lo, hi))
+                position += block.rows
+            # Positions past the end wrap to the stream's start.
+            start, stop = max(start, position) - self.total_rows, stop - self.total_rows
+            position = 0
+        return pieces
+
+    # ----------------------------------------------------------------------------- state
+    def set_epoch(self, epoch: int) -> None:
+        """The next iteration reads `epoch`: from its beginning, or from the current position if
+        `epoch` is already the current epoch (e.g. after `load_state_dict`)."""
+        if epoch != self.epoch:
+            self._position[:3] = torch.tensor([epoch, 0, 0])
+        self._epoch_pinned = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this rank is: epoch and samples consumed, plus what must match on resume."""
+        return {
+            "epoch": self.epoch,
+            "samples_consumed": int(self._position[1]),
+            "batches_consumed": int(self._position[2]),
+            "version": self.manifest.version,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "shuffle_buffer": self.shuffle_buffer,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "num_workers": self.num_workers,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resumes from `state_dict()` of a run with the same dataset and loader arguments."""
+        mine = self.state_dict()
+        # batch_size/num_workers are checked by the loader when it starts (they are set there).
+        keys = ("version", "seed", "shuffle", "shuffle_buffer", "rank", "world_size")
+        different = {k: (state.get(k), mine[k]) for k in keys if state.get(k) != mine[k]}
+        if different:
+            raise ValueError(f"cannot resume: saved vs current {different}")
+        self._resume_loader = (state.get("batch_size"), state.get("num_workers"))
+        self._position[:3] = torch.tensor([int(state["epoch"]), int(state["samples_consumed"]),
+                                           int(state["batches_consumed"])])
+
+    def begin_iteration(self) -> None:
+        """Called by the loader before it starts workers: a finished epoch moves on to the next
+        unless `set_epoch` asked for it; a mid-epoch resume needs the batch size and worker count
+        it was saved with."""
+        if int(self._position[1]) >= self.rows_per_rank() and not self._epoch_pinned:
+            self._position[:3] = torch.tensor([self.epoch + 1, 0, 0])
+        self._epoch_pinned = False
+        saved = self._resume_loader
+        current = (self.batch_size, self.num_workers)
+        if saved is not None and int(self._position[1]) > 0 and tuple(saved) != current:
+            raise ValueError(
+                f"cannot resume mid-epoch with (batch_size, num_workers) {current}: the state was saved with {saved}"
+            )
+        self._position[3:] = self._position[:3].clone()
+
+    def count_consumed(self, samples: int) -> None:
+        """Called by the loader for every batch it hands out."""
+        self._position[1] += samples
+        self._position[2] += 1
+
+    # ----------------------------------------------------------------------------- reading
+    def _check_shard(self, shard: int) -> None:
+        if not self.verify_checksums or shard in self._verified:
+            return
+        entry = self.manifest.shards[shard]
+        actual = sha256_file(self.shard_url(shard))
+        if actual != entry.sha256:
+            raise ChecksumMismatch(
+                f"shard {entry.path} of {self.version_url}: sha256 {actual} does not match "
+                f"the manifest's {entry.sha256}"
+            )
+        self._verified.add(shard)
+
+    def _read_rows(self, block: Block, lo: int, hi: int) -> pa.Table:
+        """Rows [lo, hi) of a block, streamed in record batches so that memory stays at what is
+        kept even when row groups are large."""
+        self._check_shard(block.shard)
+        if self._open is None or self._open[0] != block.shard:
+            self._close()
+            handle = fsspec.open(self.shard_url(block.shard), "rb").open()
+            self._open = (block.shard, pq.ParquetFile(handle), handle)
+        kept, offset = [], 0
+        batches = self._open[1].iter_batches(READ_BATCH_ROWS, row_groups=[block.row_group], columns=list(LIST_COLUMNS))
+        for batch in batches:
+            end = offset + batch.num_rows
+            if end > lo:
+                kept.append(batch.slice(max(lo - offset, 0), min(hi, end) - max(lo, offset)))
+            offset = end
+            if offset >= hi:
+                break
+        return pa.Table.from_batches(kept).cast(READ_SCHEMA)
+
+    def _close(self) -> None:
+        if self._open is not None:
+            self._open[2].close()
+            self._open = None
+
+    def _read_window(self, pieces: list[tuple[Block, int, int]]) -> dict[str, Any]:
+        """The rows of `pieces` as (flat values, offsets) per list column, plus sample indices."""
+        tables, indices = [], []
+        for block, lo, hi in pieces:
+            tables.append(self._read_rows(block, lo, hi))
+            indices.append(np.arange(block.first_row + lo, block.first_row + hi, dtype=np.int64))
+        table = pa.concat_tables(tables).combine_chunks()
+        columns: dict[str, Any] = {"sample_index": np.concatenate(indices)}
+        for name in LIST_COLUMNS:
+            array = table.column(name).chunk(0)
+            offsets = array.offsets.to_numpy()
+            columns[name] = (array.flatten().to_numpy(zero_copy_only=False), offsets - offsets[0])
+        return columns
+
+    def _windows(self, num_workers: int) -> list[tuple[int, int]]:
+        """(start, stop) epoch-stream positions of this rank's windows, in order."""
+        size = self._window_size(num_workers)
+        first = self.rank * self.rows_per_rank()
+        last = first + self.rows_per_rank()
+        return [(s, min(s + size, last)) for s in range(first, last, size)]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        snapshot = self._position[:3] if info is None else self._position[3:]
+        epoch, consumed, consumed_batches = (int(v) for v in snapshot)
+        if consumed >= self.rows_per_rank():
+            return
+        windows = self._windows(num_workers)
+        batch = self.batch_size or 1
+        owners = [i % num_workers for i in range(len(windows))]
+        batches = [0] * num_workers
+        for (start, stop), owner in zip(windows, owners, strict=True):
+            batches[owner] += math.ceil((stop - start) / batch)
+        # Resume: batches each worker already delivered, and the worker whose batch is next; the
+        # DataLoader asks worker 0 first, so worker ids are rotated to make that worker first.
+        delivered, next_worker = round_robin_counts(batches, consumed_batches)
+        logical = (worker + next_worker) % num_workers
+        skip = delivered[logical] * batch
+        try:
+            for (start, stop), owner in zip(windows, owners, strict=True):
+                if owner != logical:
+                    continue
+                if skip >= stop - start:
+                    skip -= stop - start
+                    continue
+                yield from self._window_samples(epoch, start, stop, skip)
+                skip = 0
+        finally:
+            self._close()
+
+    def _window_samples(self, epoch: int, start: int, stop: int, skip: int) -> Iterator[dict[str, Any]]:
+        columns = self._read_window(self._rank_pieces(epoch, start, stop))
+        count = stop - start
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, epoch, start, 0x5EED]).permutation(count)
+        else:
+            order = np.arange(count)
+        sample_index = columns.pop("sample_index")
+        for row in order[skip:]:
+            sample = {"sample_index": int(sample_index[row])}
+            for name, (values, offsets) in columns.items():
+                sample[name] = values[offsets[row] : offsets[row + 1]]
+            yield sample

@@ -1,0 +1,479 @@
+"""Fine-tune a (continued-pretrained) encoder for sequence classification and evaluate it.
+
+Reads labeled data (JSONL, Parquet or CSV; local paths or gs://) with configurable text and
+label columns, starts from a `maskstream train` output or any model name or path, and trains
+with Token Masking Regularization (TMR: each non-special input token becomes [MASK] with
+probability p during training only; evaluation sees the inputs unmasked) and optionally the
+TMR paper's class weights. Early stopping on validation macro-F1; the best model is written
+with its tokenizer. Evaluation reports accuracy, macro-F1, a per-class report and a
+confusion-matrix PNG for the validation set, the test set and a transfer set (zero-shot:
+evaluated without training on it) when given.
+
+Validation split when --validation is not given: a row goes to validation when
+sha256(its --split-key value) read as a number in [0, 1) is below --validation-fraction,
+so the split depends on the key only, not on file order or the machine.
+
+Outputs in --output: model/ (save_pretrained + tokenizer), metrics.jsonl, tensorboard/,
+evaluation.json, confusion-SPLIT.png, rejects.jsonl (rows not used, with the reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import logging
+import math
+import posixpath
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from schemas import default_model
+
+log = logging.getLogger("maskstream.finetune")
+
+FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--train", required=True, help="labeled training data: .jsonl, .parquet or .csv, local or gs://")
+    parser.add_argument("--validation", default=None,
+                        help="labeled validation data (default: a hashed split of --train, see --validation-fraction)")
+    parser.add_argument("--test", default=None, help="labeled test data, evaluated with the best model (default: none)")
+    parser.add_argument("--transfer", default=None,
+                        help="a second labeled set (same labels, another domain or language) evaluated zero-shot "
+                             "(default: none)")
+    parser.add_argument("--output", required=True, help="output folder")
+    parser.add_argument("--model", default=None,
+                        help="a `maskstream train` output, or any model name or path (default: the offline MiniLM)")
+    parser.add_argument("--text-column", default="text", help="column holding the text (default: text)")
+    parser.add_argument("--label-column", default="label", help="column holding the label (default: label)")
+    parser.add_argument("--split-key", default=None,
+                        help="column hashed for the validation split, e.g. an id (default: the text column)")
+    parser.add_argument("--validation-fraction", type=float, default=0.2,
+                        help="share of --train held out for validation when --validation is not given (default: 0.2)")
+    parser.add_argument("--tmr-probability", type=float, default=0.1,
+                        help="Token Masking Regularization probability p; 0 turns it off (default: 0.1)")
+    parser.add_argument("--class-weights", action="store_true",
+                        help="weight the loss by the TMR paper's class weights (see README; default: off)")
+    parser.add_argument("--epochs", type=int, default=3, help="maximum number of epochs (default: 3)")
+    parser.add_argument("--patience", type=int, default=2,
+                        help="stop after this many epochs without a better validation macro-F1 (default: 2)")
+    parser.add_argument("--batch-size", type=int, default=16, help="batch size (default: 16)")
+    parser.add_argument("--eval-batch-size", type=int, default=64, help="evaluation batch size (default: 64)")
+    parser.add_argument("--max-length", type=int, default=128, help="truncate texts to this many tokens (default: 128)")
+    parser.add_argument("--learning-rate", type=float, default=5e-5, help="peak learning rate (default: 5e-5)")
+    parser.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (default: 0.01)")
+    parser.add_argument("--warmup-ratio", type=float, default=0.1,
+                        help="share of the steps with linear warm-up (default: 0.1)")
+    parser.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping norm (default: 1.0)")
+    parser.add_argument("--max-steps", type=int, default=0,
+                        help="stop training after this many optimizer steps, 0 for no limit (default: 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for initialization, shuffling and TMR (default: 0)")
+
+
+# --- labeled data -------------------------------------------------------------------------
+
+
+@dataclass
+class LabeledSet:
+    """Rows kept from one labeled file: texts, their labels (as strings) and split keys."""
+
+    source: str
+    texts: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    locations: list[str] = field(default_factory=list)  # "line N" (JSONL) or "row N", 1-based
+
+    def subset(self, keep: list[bool]) -> LabeledSet:
+        picked = [i for i, k in enumerate(keep) if k]
+        return LabeledSet(
+            self.source,
+            [self.texts[i] for i in picked],
+            [self.labels[i] for i in picked],
+            [self.keys[i] for i in picked],
+            [self.locations[i] for i in picked],
+        )
+
+
+def read_records(url: str, rejects: list[dict[str, str]]) -> list[tuple[str, dict[str, Any]]]:
+    """(location, record) for every record of a JSONL, Parquet or CSV file; JSONL lines that are not
+    JSON objects go to `rejects`."""
+    import fsspec
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    suffix = posixpath.splitext(url.rstrip("/"))[1].lower()
+    if suffix not in FORMATS:
+        raise ValueError(f"{url}: unknown labeled-data format {suffix!r}; use one of {sorted(FORMATS)}")
+    if FORMATS[suffix] == "jsonl":
+        # Line by line, not pyarrow.json: one bad line or a label that is a number in some rows
+        # and a string in others must cost that line, not the file.
+        records = []
+        with fsspec.open(url, "r", encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    record = None
+                if isinstance(record, dict):
+                    records.append((f"line {number}", record))
+                else:
+                    rejects.append({"source": url, "location": f"line {number}", "reason": "not a JSON object"})
+        return records
+    with fsspec.open(url, "rb") as f:
+        if FORMATS[suffix] == "parquet":
+            table = pyarrow.parquet.read_table(f)
+        else:
+            # Every column as text: labels like "01" keep their spelling, and empty cells stay "".
+            names = next(csv.reader([f.readline().decode("utf-8-sig")]), [])
+            f.seek(0)
+            table = pyarrow.csv.read_csv(
+                f, convert_options=pyarrow.csv.ConvertOptions(column_types={n: pyarrow.string() for n in names},
+                                                              strings_can_be_null=True))
+    return [(f"row {number}", record) for number, record in enumerate(table.to_pylist(), start=1)]
+
+
+def read_labeled(url: str, text_column: str, label_column: str, split_key: str | None,
+                 rejects: list[dict[str, str]]) -> LabeledSet:
+    """Reads a labeled file; records with an empty text or a missing label go to `rejects`."""
+    records = read_records(url, rejects)
+    key_column = split_key or text_column
+    if records:
+        present = set().union(*(record.keys() for _, record in records))
+        for column in (text_column, label_column, key_column):
+            if column not in present:
+                raise ValueError(f"{url}: no column {column!r}; it has {sorted(present)}")
+    data = LabeledSet(url)
+    for location, record in records:
+        text, label = record.get(text_column), record.get(label_column)
+        if not isinstance(text, str) or not text.strip():
+            rejects.append({"source": url, "location": location, "reason": f"empty or non-text {text_column!r}"})
+        elif label is None or str(label).strip() == "":
+            rejects.append({"source": url, "location": location, "reason": f"missing {label_column!r}"})
+        else:
+            data.texts.append(text)
+            data.labels.append(str(label))
+            data.keys.append(str(record.get(key_column)))
+            data.locations.append(location)
+    return data
+
+
+def hash_fraction(key: str) -> float:
+    """sha256 of the key's UTF-8 bytes, first 8 bytes big-endian, as a number in [0, 1)."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2**64
+
+
+def drop_unknown_labels(data: LabeledSet, label_ids: dict[str, int], rejects: list[dict[str, str]]) -> LabeledSet:
+    known = [label in label_ids for label in data.labels]
+    for location, label, ok in zip(data.locations, data.labels, known, strict=True):
+        if not ok:
+            rejects.append({"source": data.source, "location": location,
+                            "reason": f"label {label!r} does not occur in the training data"})
+    return data.subset(known)
+
+
+# --- class weights and metrics --------------------------------------------------------------
+
+
+def class_weights(counts: list[int] | np.ndarray) -> np.ndarray:
+    """The TMR paper's adaptive inverse-frequency weights, normalized to average 1:
+
+        s_c = sqrt(N / (C * N_c)),   w_c = C * s_c / sum_k s_k
+
+    with N the number of training examples, C the number of classes and N_c those of class c.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.ndim != 1 or len(counts) == 0 or (counts <= 0).any():
+        raise ValueError(f"class weights need a positive count for every class, got {counts.tolist()}")
+    total, num_classes = counts.sum(), len(counts)
+    s = np.sqrt(total / (num_classes * counts))
+    return num_classes * s / s.sum()
+
+
+def classification_metrics(y_true: np.ndarray, y_pred: np.ndarray, label_names: list[str]) -> dict[str, Any]:
+    """Accuracy, macro-F1 over all classes, per-class precision/recall/F1/support, confusion matrix
+    (rows: true class, columns: predicted). An undefined precision or recall counts as 0."""
+    num_classes = len(label_names)
+    confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(confusion, (np.asarray(y_true), np.asarray(y_pred)), 1)
+    true_positives = np.diag(confusion).astype(np.float64)
+    predicted, support = confusion.sum(axis=0), confusion.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(predicted > 0, true_positives / predicted, 0.0)
+        recall = np.where(support > 0, true_positives / support, 0.0)
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
+    return {
+        "examples": int(confusion.sum()),
+        "accuracy": float(true_positives.sum() / max(confusion.sum(), 1)),
+        "macro_f1": float(f1.mean()),
+        "per_class": {
+            name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for name, p, r, f, s in zip(label_names, precision, recall, f1, support, strict=True)
+        },
+        "confusion_matrix": confusion.tolist(),
+        "labels": list(label_names),
+    }
+
+
+def format_report(name: str, metrics: dict[str, Any]) -> str:
+    lines = [f"{name}: {metrics['examples']} examples, accuracy {metrics['accuracy']:.4f}, "
+             f"macro-F1 {metrics['macro_f1']:.4f}",
+             f"  {'class':<20} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}"]
+    for label, row in metrics["per_class"].items():
+        lines.append(f"  {label:<20} {row['precision']:>9.4f} {row['recall']:>9.4f} {row['f1']:>9.4f} "
+                     f"{row['support']:>8d}")
+    return "\n".join(lines)
+
+
+def plot_confusion(metrics: dict[str, Any], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    confusion = np.asarray(metrics["confusion_matrix"])
+    labels = metrics["labels"]
+    size = 2.5 + 0.6 * len(labels)
+    fig, ax = plt.subplots(figsize=(size + 1.5, size))
+    image = ax.imshow(confusion, cmap="Blues")
+    fig.colorbar(image, ax=ax)
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(f"{title}\naccuracy {metrics['accuracy']:.3f}, macro-F1 {metrics['macro_f1']:.3f}", fontsize=10)
+    threshold = confusion.max() / 2 if confusion.size else 0
+    for (i, j), count in np.ndenumerate(confusion):
+        ax.text(j, i, str(count), ha="center", va="center", color="white" if count > threshold else "black")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --- batches --------------------------------------------------------------------------------
+
+
+def encode(tokenizer, data: LabeledSet, label_ids: dict[str, int], max_length: int) -> list[dict[str, np.ndarray]]:
+    """One sample per row, in the shape `collate_sequences` takes, plus its label."""
+    encoded = tokenizer(data.texts, truncation=True, max_length=max_length, return_special_tokens_mask=True)
+    samples = []
+    for index, (ids, special, label) in enumerate(
+        zip(encoded["input_ids"], encoded["special_tokens_mask"], data.labels, strict=True)
+    ):
+        samples.append({
+            "input_ids": np.asarray(ids, dtype=np.int32),
+            "special_tokens_mask": np.asarray(special, dtype=np.int8),
+            "word_ids": np.asarray([-1 if w is None else w for w in encoded.word_ids(index)], dtype=np.int32),
+            "mask_probability": np.zeros(len(ids), dtype=np.float32),
+            "sample_index": index,
+            "label": label_ids[label],
+        })
+    return samples
+
+
+def batches(samples: list[dict[str, Any]], batch_size: int, pad_token_id: int, shuffle_seed: int | None):
+    """Padded tensor batches (`collate_sequences`) with `class_labels`; shuffled when a seed is given.
+    (`labels` is what masking adds: the MLM targets.)"""
+    import torch
+
+    from trainer.collate import collate_sequences
+
+    order = np.arange(len(samples))
+    if shuffle_seed is not None:
+        order = np.random.default_rng(shuffle_seed).permutation(len(samples))
+    for start in range(0, len(order), batch_size):
+        chunk = [samples[i] for i in order[start:start + batch_size]]
+        batch = collate_sequences(chunk, pad_token_id=pad_token_id)
+        batch["class_labels"] = torch.tensor([s["label"] for s in chunk], dtype=torch.long)
+        yield batch
+
+
+# --- training and evaluation ---------------------------------------------------------------
+
+
+def predict(model, samples: list[dict[str, Any]], batch_size: int, pad_token_id: int, device) -> np.ndarray:
+    """Predicted class per sample. Inputs are never masked here: TMR is a training-time perturbation."""
+    import torch
+
+    model.eval()
+    predictions = []
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        for batch in batches(samples, batch_size, pad_token_id, shuffle_seed=None):
+            logits = model(input_ids=batch["input_ids"].to(device),
+                           attention_mask=batch["attention_mask"].to(device)).logits
+            predictions.append(logits.argmax(-1).cpu().numpy())
+    return np.concatenate(predictions) if predictions else np.zeros(0, dtype=np.int64)
+
+
+def fit(model, tokenizer, train_samples, validation_samples, label_names: list[str], args,
+        weights: np.ndarray | None, logger) -> dict[str, Any]:
+    """Trains with TMR and early stopping on validation macro-F1; leaves the best weights in `model`
+    and returns the best validation metrics (with `epoch`)."""
+    import torch
+    from tqdm import tqdm
+    from transformers import get_linear_schedule_with_warmup
+
+    from trainer.masking import MaskingConfig, apply_masking
+
+    device = next(model.parameters()).device
+    steps_per_epoch = math.ceil(len(train_samples) / args.batch_size)
+    total_steps = steps_per_epoch * args.epochs
+    if args.max_steps > 0:
+        total_steps = min(total_steps, args.max_steps)
+    no_decay = ("bias", "LayerNorm.weight", "layernorm.weight", "norm.weight")
+    groups = [
+        {"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
+         "weight_decay": args.weight_decay},
+        {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate)
+    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(args.warmup_ratio * total_steps), total_steps)
+    loss_weights = None if weights is None else torch.tensor(weights, dtype=torch.float32, device=device)
+    tmr = MaskingConfig.from_tokenizer(tokenizer, tmr_probability=args.tmr_probability) if args.tmr_probability > 0 \
+        else None
+    pad = tokenizer.pad_token_id
+
+    best: dict[str, Any] = {"macro_f1": -1.0}
+    best_state = None
+    epochs_without_gain, step = 0, 0
+    progress = tqdm(total=total_steps, desc="finetune", unit="step")
+    for epoch in range(args.epochs):
+        model.train()
+        for batch in batches(train_samples, args.batch_size, pad, shuffle_seed=args.seed * 1_000_003 + epoch):
+            if step >= total_steps:
+                break
+            if tmr is not None:
+                batch = apply_masking(batch, "tmr", tmr, seed=args.seed, epoch=epoch)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                logits = model(input_ids=batch["input_ids"].to(device),
+                               attention_mask=batch["attention_mask"].to(device)).logits
+            loss = torch.nn.functional.cross_entropy(logits.float(), batch["class_labels"].to(device),
+                                                     weight=loss_weights)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            progress.update(1)
+            logger.log(step, "train", {"loss": loss.item(), "learning_rate": scheduler.get_last_lr()[0],
+                                       "epoch": epoch})
+        predictions = predict(model, validation_samples, args.eval_batch_size, pad, device)
+        metrics = classification_metrics(np.array([s["label"] for s in validation_samples]), predictions,
+                                         label_names)
+        logger.log(step, "validation", {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"],
+                                        "epoch": epoch})
+        log.info("epoch %d (step %d): validation accuracy %.4f, macro-F1 %.4f", epoch, step,
+                 metrics["accuracy"], metrics["macro_f1"])
+        if metrics["macro_f1"] > best["macro_f1"]:
+            best, epochs_without_gain = {**metrics, "epoch": epoch, "step": step}, 0
+            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        else:
+            epochs_without_gain += 1
+            if epochs_without_gain >= args.patience:
+                log.info("early stopping: no better validation macro-F1 for %d epochs", args.patience)
+                break
+        if step >= total_steps:
+            break
+    progress.close()
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return best
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from trainer.metrics import MetricsLogger
+
+    for name, value, ok in (("--tmr-probability", args.tmr_probability, 0 <= args.tmr_probability < 1),
+                            ("--validation-fraction", args.validation_fraction, 0 < args.validation_fraction < 1),
+                            ("--epochs", args.epochs, args.epochs >= 1),
+                            ("--patience", args.patience, args.patience >= 1),
+                            ("--batch-size", args.batch_size, args.batch_size >= 1),
+                            ("--eval-batch-size", args.eval_batch_size, args.eval_batch_size >= 1),
+                            ("--max-steps", args.max_steps, args.max_steps >= 0)):
+        if not ok:
+            raise SystemExit(f"{name} {value} is out of range (see --help)")
+    torch.manual_seed(args.seed)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    rejects: list[dict[str, str]] = []
+    read = lambda url: read_labeled(url, args.text_column, args.label_column, args.split_key, rejects)  # noqa: E731
+    train_set = read(args.train)
+    if args.validation:
+        validation_set = read(args.validation)
+    else:
+        in_validation = [hash_fraction(k) < args.validation_fraction for k in train_set.keys]
+        validation_set = train_set.subset(in_validation)
+        train_set = train_set.subset([not v for v in in_validation])
+    if not train_set.texts or not validation_set.texts:
+        raise SystemExit(f"need training and validation rows; got {len(train_set.texts)} and "
+                         f"{len(validation_set.texts)} (see {out / 'rejects.jsonl'})")
+    label_names = sorted(set(train_set.labels))
+    if len(label_names) < 2:
+        raise SystemExit(f"need at least two labels in {args.train}, found {label_names}")
+    label_ids = {label: i for i, label in enumerate(label_names)}
+    counts = np.bincount([label_ids[label] for label in train_set.labels], minlength=len(label_names))
+    weights = class_weights(counts) if args.class_weights else None
+    log.info("training examples per label: %s", dict(zip(label_names, counts.tolist(), strict=True)))
+    if weights is not None:
+        log.info("class weights: %s", {name: round(w, 4) for name, w in zip(label_names, weights.tolist(), strict=True)})
+
+    model_name = args.model or default_model()
+    tokenizer = AutoTokenizer.from_pretrained(model_name)
+    model, info = AutoModelForSequenceClassification.from_pretrained(
+        model_name, num_labels=len(label_names), id2label=dict(enumerate(label_names)), label2id=label_ids,
+        output_loading_info=True,
+    )
+    if info["missing_keys"]:
+        log.info("newly initialized (not in %s): %s", model_name, sorted(info["missing_keys"]))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+
+    encoded = {"train": encode(tokenizer, train_set, label_ids, args.max_length),
+               "validation": encode(tokenizer, drop_unknown_labels(validation_set, label_ids, rejects),
+                                    label_ids, args.max_length)}
+    for split in ("test", "transfer"):
+        url = getattr(args, split)
+        if url:
+            encoded[split] = encode(tokenizer, drop_unknown_labels(read(url), label_ids, rejects), label_ids,
+                                    args.max_length)
+    log.info("rows: %s; rejected %d", {k: len(v) for k, v in encoded.items()}, len(rejects))
+
+    logger = MetricsLogger(out)
+    best = fit(model, tokenizer, encoded["train"], encoded["validation"], label_names, args, weights, logger)
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+
+    evaluation: dict[str, Any] = {"best_epoch": best["epoch"], "best_step": best["step"],
+                                  "class_weights": None if weights is None else dict(zip(label_names,
+                                                                                         weights.tolist(),
+                                                                                         strict=True)),
+                                  "tmr_probability": args.tmr_probability, "rejected_rows": len(rejects)}
+    for split, samples in encoded.items():
+        if split == "train":
+            continue
+        predictions = predict(model, samples, args.eval_batch_size, tokenizer.pad_token_id, device)
+        metrics = classification_metrics(np.array([s["label"] for s in samples], dtype=np.int64), predictions,
+                                         label_names)
+        evaluation[split] = metrics
+        plot_confusion(metrics, split, out / f"confusion-{split}.png")
+        logger.log(best["step"], f"final_{split}", {"accuracy": metrics["accuracy"],
+                                                    "macro_f1": metrics["macro_f1"]})
+        log.info("%s", format_report(split + (" (zero-shot)" if split == "transfer" else ""), metrics))
+    logger.close()
+    (out / "evaluation.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
+    with (out / "rejects.jsonl").open("w", encoding="utf-8") as f:
+        for reject in rejects:
+            f.write(json.dumps(reject) + "\n")
+    log.info("wrote %s (model/, evaluation.json, confusion-*.png, metrics.jsonl)", out)
+    return 0

@@ -1,0 +1,101 @@
+"""The training DataLoader: streamed rows -> padded batches -> masks (in workers, or later on device).
+
+`build_dataloader` returns a `torch.utils.data.DataLoader` whose batches are dicts of tensors
+(`trainer.collate.collate_sequences`), masked by `trainer.masking.apply_masking` inside the
+workers (`mask_in_workers=True`, CPU) or left unmasked for the caller to mask on the device
+after the transfer:
+
+    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    batch = apply_masking(batch, strategy, masking, seed=seed, epoch=dataset.epoch)
+
+Either way the masks are the same (they are a function of seed, epoch and sample index).
+
+Saving and resuming: the loader counts the samples of every batch it hands out into its
+dataset, so `dataset.state_dict()` between two steps is the loader's state; after
+`dataset.load_state_dict(state)` the next iteration of a loader built with the same
+`batch_size` and `num_workers` continues with exactly the batches that would have come next.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from trainer.collate import collate_sequences
+from trainer.dataset import StreamingSequenceDataset
+from trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+
+
+def _collate_and_mask(
+    samples: list[dict[str, Any]],
+    *,
+    pad_token_id: int,
+    strategy: str | None,
+    masking: MaskingConfig | None,
+    seed: int,
+    epoch: Any,
+) -> dict[str, torch.Tensor]:
+    batch = collate_sequences(samples, pad_token_id)
+    if strategy is None:
+        return batch
+    return apply_masking(batch, strategy, masking, seed=seed, epoch=int(epoch[3]))
+
+
+class StreamingDataLoader(DataLoader):
+    """A DataLoader that records, in its dataset, how many samples it has handed out."""
+
+    dataset: StreamingSequenceDataset
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        self.dataset.begin_iteration()
+        for batch in super().__iter__():
+            self.dataset.count_consumed(len(batch["sample_index"]))
+            yield batch
+
+
+def build_dataloader(
+    dataset: StreamingSequenceDataset,
+    *,
+    batch_size: int,
+    num_workers: int = 0,
+    strategy: str | None,
+    masking: MaskingConfig | None,
+    seed: int = 0,
+    mask_in_workers: bool = True,
+    pin_memory: bool = False,
+    prefetch_factor: int = 2,
+) -> DataLoader:
+    """Batches of `dataset`, masked with `strategy` in the workers when `mask_in_workers` (else
+    unmasked: run `apply_masking` on the device). `strategy=None` never masks."""
+    if strategy is not None and strategy not in STRATEGIES:
+        raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {STRATEGIES}")
+    if strategy is not None and masking is None:
+        raise ValueError("a masking strategy needs a MaskingConfig")
+    pad_token_id = dataset.manifest.tokenizer.get("pad_token_id")
+    if pad_token_id is None:
+        raise ValueError(f"manifest tokenizer entry lacks pad_token_id; it has {sorted(dataset.manifest.tokenizer)}")
+    dataset.batch_size = batch_size
+    dataset.num_workers = num_workers
+    collate = functools.partial(
+        _collate_and_mask,
+        pad_token_id=int(pad_token_id),
+        strategy=strategy if mask_in_workers else None,
+        masking=masking,
+        seed=seed,
+        # The shared position tensor: collation reads the epoch of the iteration it belongs to.
+        epoch=dataset._position,
+    )
+    return StreamingDataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        collate_fn=collate,
+        pin_memory=pin_memory,
+        prefetch_factor=prefetch_factor if num_workers > 0 else None,
+        persistent_workers=num_workers > 0,
+        drop_last=False,
+    )

@@ -1,0 +1,70 @@
+"""Training objectives of `maskstream train`, and loading the masked-LM they train.
+
+An objective is a `torch.nn.Module` wrapping the masked-LM; `forward(input_ids, attention_mask,
+labels)` returns `{"loss", "nll", "correct", "masked"}`: the loss to minimize, and for held-out
+metrics the summed negative log-likelihood of the masked tokens, the correctly predicted masked
+tokens and the masked tokens (perplexity = exp(sum nll / sum masked)). Because it is a module, an objective may own parameters of its own; the
+training loop wraps it in DDP / torch.compile, gives all its parameters to the optimizer and
+checkpoints its whole state. Another objective (e.g. ExLM) is one more entry in `OBJECTIVES`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+log = logging.getLogger("maskstream.train")
+
+# Attribute names of the MLM head of common architectures: the head maps the encoder's hidden
+# states to vocabulary logits (BERT family: `cls`; RoBERTa, XLM-R, CamemBERT: `lm_head`).
+HEAD_ATTRIBUTES = ("cls", "lm_head")
+
+
+def load_mlm_model(model_name: str):
+    """A masked-LM from `model_name`. A checkpoint without an MLM head (an encoder saved as
+    `BertModel`, like the offline MiniLM) gets a newly initialized head whose output projection is
+    the input embedding matrix itself (tied), so only the small transform and bias are new."""
+    from transformers import AutoModelForMaskedLM
+
+    model, info = AutoModelForMaskedLM.from_pretrained(model_name, output_loading_info=True)
+    new = sorted(info["missing_keys"])
+    if new:
+        log.info("%s has no (complete) MLM head: newly initialized %s", model_name, new)
+    if model.get_output_embeddings() is not None and model.config.tie_word_embeddings:
+        model.tie_weights()
+        tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+        log.info("MLM decoder weight %s the input word embeddings", "is tied to" if tied else "is NOT tied to")
+    return model
+
+
+class MaskedLM(torch.nn.Module):
+    """Cross-entropy over the masked positions (`labels` != -100), averaged over them.
+
+    When the head is known (`HEAD_ATTRIBUTES`), vocabulary logits are computed only at the masked
+    positions (about 15% of them): for a small encoder the vocabulary projection is most of
+    the compute and memory of a step. Otherwise the model's own full logits are used.
+    """
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+        self.head_attribute = next((name for name in HEAD_ATTRIBUTES if hasattr(model, name)), None)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> dict:
+        masked = labels != -100
+        if self.head_attribute is not None:
+            hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            logits = getattr(self.model, self.head_attribute)(hidden[masked])
+        else:
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[masked]
+        targets = labels[masked]
+        count = masked.sum()
+        # A sum over no masked token is 0 (not nan), and every parameter still takes part.
+        nll = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+        return {"loss": nll / count.clamp(min=1), "nll": nll.detach(), "correct": (logits.argmax(-1) == targets).sum(),
+                "masked": count}
+
+
+OBJECTIVES = {"mlm": MaskedLM}
