@@ -52,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="model name or path (default: the offline MiniLM)")
     parser.add_argument("--objective", default="mlm",
                         help="training objective, a name in trainer.objectives.OBJECTIVES (default: mlm)")
+    parser.add_argument("--exlm-states", type=int, default=4,
+                        help="with --objective exlm: [MASK] states per masked token, k (default: 4)")
+    parser.add_argument("--exlm-token-budget", type=int, default=0,
+                        help="with --objective exlm: most expanded tokens per forward pass; a larger batch runs "
+                             "in checkpointed chunks, same loss and gradients (default: 0, no limit)")
     parser.add_argument("--strategy", default="difference", choices=STRATEGIES,
                         help="masking strategy; `difference` draws from the dataset's mask probabilities "
                              "(default: difference)")
@@ -176,7 +181,9 @@ def run(args: argparse.Namespace) -> int:
                             ("--max-steps", args.max_steps, args.max_steps >= 0),
                             ("--log-every", args.log_every, args.log_every >= 1),
                             ("--eval-every", args.eval_every, args.eval_every >= 1),
-                            ("--save-every", args.save_every, args.save_every >= 1)):
+                            ("--save-every", args.save_every, args.save_every >= 1),
+                            ("--exlm-states", args.exlm_states, args.exlm_states >= 1),
+                            ("--exlm-token-budget", args.exlm_token_budget, args.exlm_token_budget >= 0)):
         if not ok:
             raise SystemExit(f"{name} {value} is out of range (see --help)")
 
@@ -235,7 +242,12 @@ def run(args: argparse.Namespace) -> int:
     if args.objective not in OBJECTIVES:
         raise SystemExit(f"unknown --objective {args.objective!r}; choose one of {sorted(OBJECTIVES)}")
     mlm_model = load_mlm_model(model_name)
-    objective = OBJECTIVES[args.objective](mlm_model).to(device)
+    options = {}
+    if args.objective == "exlm":  # expansion settings (trainer/exlm.py), recorded with the run
+        options = {"num_states": args.exlm_states, "token_budget": args.exlm_token_budget,
+                   "mask_token_id": tokenizer.mask_token_id, "pad_token_id": pad_token_id}
+        run_config.update(exlm_states=args.exlm_states, exlm_token_budget=args.exlm_token_budget)
+    objective = OBJECTIVES[args.objective](mlm_model, **options).to(device)
     no_decay = ("bias", "LayerNorm.weight", "layernorm.weight", "norm.weight")
     optimizer = torch.optim.AdamW(
         [{"params": [p for n, p in objective.named_parameters() if not n.endswith(no_decay)],
