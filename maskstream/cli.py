@@ -74,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown and not args._passes_beam:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.beam_args = unknown
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = getattr(logging, str(args.log_level).upper(), logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Beam logs every type-hint conversion and runner probe at INFO: keep that for --log-level DEBUG.
+    logging.getLogger("apache_beam").setLevel(max(level, logging.WARNING) if level > logging.DEBUG else level)
     try:
         return int(args._module.run(args) or 0)
     except Exception as error:  # a full disk, a refused write, a failed read: one line naming the path
