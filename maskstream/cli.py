@@ -50,17 +50,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_OS_ERROR = 74  # sysexits.h EX_IOERR
+
+
+def _os_error_in(error: BaseException) -> OSError | None:
+    """The most telling OSError behind `error` (runners such as Beam's re-raise it wrapped in their
+    own, sometimes as a new OSError of the message alone): one naming a file, else one with an
+    errno, else any."""
+    chain: list[OSError] = []
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError):
+            chain.append(error)
+        error = error.__cause__ or error.__context__
+    for telling in (lambda e: e.filename, lambda e: e.errno is not None, lambda e: True):
+        found = next((e for e in chain if telling(e)), None)
+        if found is not None:
+            return found
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and not args._passes_beam:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.beam_args = unknown
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    return int(args._module.run(args) or 0)
+    level = getattr(logging, str(args.log_level).upper(), logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Beam logs every type-hint conversion and runner probe at INFO: keep that for --log-level DEBUG.
+    logging.getLogger("apache_beam").setLevel(max(level, logging.WARNING) if level > logging.DEBUG else level)
+    try:
+        return int(args._module.run(args) or 0)
+    except Exception as error:  # a full disk, a refused write, a failed read: one line naming the path
+        os_error = _os_error_in(error)
+        if os_error is None:
+            raise
+        logging.getLogger("maskstream").debug("%s failed", args.command, exc_info=True)
+        if os_error.filename:
+            message = f"{os_error.strerror}: {os_error.filename}"
+        elif os_error.errno is not None:  # e.g. ENOSPC from a write(): the error does not hold the file
+            message = f"{os_error.strerror} (writing under --output {getattr(args, 'output', '?')})"
+        else:
+            message = str(os_error)
+        print(f"maskstream {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_OS_ERROR
 
 
 if __name__ == "__main__":

@@ -159,22 +159,37 @@ def read_seeds(seeds_json: str) -> tuple[list[str], bytes]:
         raise ValueError(f"{seeds_json} is not a seeds.json of `maskstream seeds`: {e}") from e
     if not seeds:
         raise ValueError(f"{seeds_json} lists no seeds")
+    check_seed_words(seeds_json, seeds, json.loads(raw).get("formulas", {}))
     return seeds, raw
+
+
+def check_seed_words(seeds_json: str, seeds: list[str], formulas: dict[str, str]) -> None:
+    """Refuses seeds that are not words of this build's normalization (schemas/words.py): a seeds
+    file made with another word normalization, or listing another tokenizer's subword tokens
+    (`##ing`, `Ġprotein`, `▁protein`), would match no word of the corpus."""
+    from schemas.words import WORD_NORMALIZATION, words
+
+    theirs = formulas.get("word_normalization", WORD_NORMALIZATION)
+    if theirs != WORD_NORMALIZATION:
+        raise ValueError(f"{seeds_json} was made with word normalization {theirs!r}; this build uses "
+                         f"{WORD_NORMALIZATION!r}: recompute the seeds with `maskstream stats` and `maskstream seeds`")
+    foreign = [seed for seed in seeds if words(seed) != [seed]]
+    if foreign:
+        raise ValueError(f"{seeds_json}: {len(foreign)} seed(s) are not words under {WORD_NORMALIZATION} "
+                         f"(subword tokens of another tokenizer?): {', '.join(map(repr, foreign[:5]))}")
 
 
 def tokenizer_info(name: str) -> dict[str, Any]:
     """What the trainer needs from the tokenizer without loading it."""
-    import hashlib
-
     from transformers import AutoTokenizer
 
+    from schemas.manifest import vocab_hash
+
     tokenizer = AutoTokenizer.from_pretrained(name)
-    vocab = tokenizer.get_vocab()
-    vocab_hash = hashlib.sha256(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode("utf-8")).hexdigest()
     return {
         "name": name,
         "class": type(tokenizer).__name__,
-        "vocab_hash": vocab_hash,
+        "vocab_hash": vocab_hash(tokenizer.get_vocab()),
         "vocab_size": len(tokenizer),
         "pad_token_id": tokenizer.pad_token_id,
         "mask_token_id": tokenizer.mask_token_id,

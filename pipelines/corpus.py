@@ -5,7 +5,9 @@
 each record that cannot become a document (bytes that are not UTF-8, an empty document, a
 JSONL line that is not a JSON object or lacks the text field, a Parquet file without the text
 column, a file of unknown type) becomes a reject `{"source", "location", "reason"}`, so that
-documents read = accepted + rejected.
+documents read = accepted + rejected. A file without any record, and a compressed file that ends
+early (truncated) or is damaged, are rejects too (location `file`), and so is a document over
+MAX_DOCUMENT_BYTES (16 MiB), skipped without being held in memory.
 
 A file is read by one worker, streamed record by record (its line and row numbers need a
 sequential pass); a corpus is parallel across its files, so shard large corpora into many.
@@ -13,23 +15,33 @@ sequential pass); a corpus is parallel across its files, so shard large corpora 
 
 from __future__ import annotations
 
+import bz2
+import contextlib
+import functools
+import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
 import posixpath
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 TXT_MODES = ("line", "file")
 DOCUMENTS = "documents"
 REJECTS = "rejects"
 PARQUET_BATCH_ROWS = 1024
+# Documents above this size are rejected, unread: tokenizing one costs the build about 100x its size
+# in memory (a 50 MB line took over 6 GB), and every process holds a whole document. A book is a
+# few MB; split anything larger (e.g. a dump on one line) into documents.
+MAX_DOCUMENT_BYTES = 16 * 2**20
 
 
 class Document(NamedTuple):
@@ -115,20 +127,66 @@ def _utf8_reason(error: UnicodeDecodeError) -> str:
     return f"not UTF-8: byte 0x{error.object[error.start]:02x} at offset {error.start}"
 
 
-def _lines(f: io.IOBase) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line without its end-of-line) for every line of a binary stream."""
-    for number, raw in enumerate(iter(f.readline, b""), start=1):
-        yield number, raw.rstrip(b"\r\n")
+# Python's decompressors raise these where a compressed stream ends early (a truncated file) or is
+# damaged; Beam's own decompressing reader stops silently at the end of the bytes.
+TRUNCATED_STREAM_ERRORS = (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
+PYTHON_DECOMPRESSORS = {
+    ".gz": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+    ".bz2": bz2.BZ2File,
+    ".xz": lzma.LZMAFile,
+    ".lzma": lzma.LZMAFile,
+}
+
+
+@contextlib.contextmanager
+def _open_binary(readable: fileio.ReadableFile) -> Iterator[io.IOBase]:
+    """The file's content as a binary stream: gzip, bzip2 and xz decompressed by Python's modules,
+    which report truncation (TRUNCATED_STREAM_ERRORS); other compressions by Beam's reader."""
+    name = readable.metadata.path.lower()
+    decompressor = next((d for suffix, d in PYTHON_DECOMPRESSORS.items() if name.endswith(suffix)), None)
+    if decompressor is None:
+        with readable.open(mime_type="application/octet-stream") as f:
+            yield f
+        return
+    uncompressed = CompressionTypes.UNCOMPRESSED
+    with readable.open(mime_type="application/octet-stream", compression_type=uncompressed) as raw, decompressor(raw) as f:
+        yield f
+
+
+def _location(record: Document | dict[str, str]) -> str:
+    return record["location"] if isinstance(record, dict) else record.document_id.rsplit(":", 1)[1]
+
+
+def _too_long(size: int, limit: int) -> str:
+    return (f"document of {size} bytes is over the {limit / 2**20:g} MiB limit (pipelines.corpus.MAX_DOCUMENT_BYTES); "
+            "split it into smaller documents")
+
+
+def _lines(f: io.IOBase, limit: int) -> Iterator[tuple[int, bytes | int]]:
+    """(1-based line number, line without its end-of-line) for every line of a binary stream; a
+    line over `limit` bytes is skipped without being held, and its size is given instead."""
+    # Beam's CompressedFile (zstd, deflate) reads whole lines only; other streams stop at the limit.
+    readline = f.readline if isinstance(f, CompressedFile) else functools.partial(f.readline, limit + 2)
+    for number, raw in enumerate(iter(readline, b""), start=1):
+        line = raw.rstrip(b"\r\n")
+        if len(line) <= limit:
+            yield number, line
+            continue
+        size = len(line)
+        while not raw.endswith(b"\n") and (raw := readline()):
+            size += len(raw.rstrip(b"\r\n"))
+        yield number, size
 
 
 class ParseFileFn(beam.DoFn):
     """A `fileio.ReadableFile` -> `Document`s, and rejects on the `rejects` output."""
 
-    def __init__(self, text_field: str = "text", txt_mode: str = "line"):
+    def __init__(self, text_field: str = "text", txt_mode: str = "line", max_document_bytes: int = MAX_DOCUMENT_BYTES):
         if txt_mode not in TXT_MODES:
             raise ValueError(f"txt_mode must be one of {TXT_MODES}, not {txt_mode!r}")
         self.text_field = text_field
         self.txt_mode = txt_mode
+        self.max_document_bytes = max_document_bytes
 
     def process(self, readable: fileio.ReadableFile) -> Iterator[Any]:
         source = readable.metadata.path
@@ -143,8 +201,19 @@ class ParseFileFn(beam.DoFn):
             records = self._parquet(readable, source)
         else:
             records = iter([_reject(source, "file", "unsupported file type (expected .txt, .jsonl or .parquet)")])
-        for record in records:
-            yield record if isinstance(record, Document) else beam.pvalue.TaggedOutput(REJECTS, record)
+        last = None
+        try:
+            for record in records:
+                last = record
+                yield record if isinstance(record, Document) else beam.pvalue.TaggedOutput(REJECTS, record)
+        except TRUNCATED_STREAM_ERRORS as e:
+            where = "at its start" if last is None else f"after {_location(last)}"
+            reason = f"compressed data ends early or is corrupt {where}, the rest is lost: {type(e).__name__}: {e}"
+            yield beam.pvalue.TaggedOutput(REJECTS, _reject(source, "file", reason))
+            return
+        if last is None:
+            # A file with no records at all: not an error, but never silent.
+            yield beam.pvalue.TaggedOutput(REJECTS, _reject(source, "file", "empty file (no documents)"))
 
     @staticmethod
     def _document(source: str, location: str, text: str) -> Document | dict[str, str]:
@@ -153,17 +222,27 @@ class ParseFileFn(beam.DoFn):
         return Document(f"{source}:{location}", source, text)
 
     def _txt_file(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
-        with readable.open(mime_type="application/octet-stream") as f:
-            raw = f.read()
+        limit = self.max_document_bytes
+        with _open_binary(readable) as f:
+            raw = f.read(limit + 1)
+            if len(raw) > limit:
+                size = len(raw)
+                while chunk := f.read(1 << 20):
+                    size += len(chunk)
+                yield _reject(source, "file", _too_long(size, limit))
+                return
         try:
             yield self._document(source, "file", _decode(raw, first=True))
         except UnicodeDecodeError as e:
             yield _reject(source, "file", _utf8_reason(e))
 
     def _txt_lines(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
-        with readable.open(mime_type="application/octet-stream") as f:
-            for number, raw in _lines(f):
+        with _open_binary(readable) as f:
+            for number, raw in _lines(f, self.max_document_bytes):
                 location = f"line {number}"
+                if isinstance(raw, int):
+                    yield _reject(source, location, _too_long(raw, self.max_document_bytes))
+                    continue
                 try:
                     yield self._document(source, location, _decode(raw, first=number == 1))
                 except UnicodeDecodeError as e:
@@ -171,9 +250,12 @@ class ParseFileFn(beam.DoFn):
 
     def _jsonl(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
         field = self.text_field
-        with readable.open(mime_type="application/octet-stream") as f:
-            for number, raw in _lines(f):
+        with _open_binary(readable) as f:
+            for number, raw in _lines(f, self.max_document_bytes):
                 location = f"line {number}"
+                if isinstance(raw, int):
+                    yield _reject(source, location, _too_long(raw, self.max_document_bytes))
+                    continue
                 try:
                     record = json.loads(_decode(raw, first=number == 1))
                 except UnicodeDecodeError as e:
@@ -220,6 +302,10 @@ class ParseFileFn(beam.DoFn):
                     if value is None:
                         yield _reject(source, location, f"column {field!r} is null")
                         continue
+                    size = len(value) if is_bytes or len(value) * 4 <= self.max_document_bytes else len(value.encode())
+                    if size > self.max_document_bytes:
+                        yield _reject(source, location, _too_long(size, self.max_document_bytes))
+                        continue
                     if is_bytes:
                         try:
                             value = value.decode("utf-8")
@@ -239,8 +325,10 @@ class ReadCorpus(beam.PTransform):
     before anything runs, and the fingerprint and the pipeline see the same files.
     """
 
-    def __init__(self, patterns: Sequence[str], text_field: str = "text", txt_mode: str = "line"):
+    def __init__(self, patterns: Sequence[str], text_field: str = "text", txt_mode: str = "line",
+                 max_document_bytes: int = MAX_DOCUMENT_BYTES):
         super().__init__()
+        self.max_document_bytes = max_document_bytes
         if txt_mode not in TXT_MODES:
             raise ValueError(f"txt_mode must be one of {TXT_MODES}, not {txt_mode!r}")
         self.patterns = list(patterns)
@@ -255,6 +343,6 @@ class ReadCorpus(beam.PTransform):
             | "SpreadFiles" >> beam.Reshuffle()
             | "OpenFiles" >> fileio.ReadMatches()
             | "ParseFiles"
-            >> beam.ParDo(ParseFileFn(self.text_field, self.txt_mode)).with_outputs(REJECTS, main=DOCUMENTS)
+            >> beam.ParDo(ParseFileFn(self.text_field, self.txt_mode, self.max_document_bytes)).with_outputs(REJECTS, main=DOCUMENTS)
         )
         return {DOCUMENTS: parsed[DOCUMENTS], REJECTS: parsed[REJECTS]}

@@ -21,6 +21,8 @@ from typing import Any
 
 import fsspec
 
+from schemas.retry import retry_read
+
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 MANIFEST_NAME = "manifest.json"
@@ -47,13 +49,23 @@ def safe_relative_path(path: str) -> str:
     return normalized
 
 
+def vocab_hash(vocab: dict[str, int]) -> str:
+    """The manifest's `tokenizer.vocab_hash`: sha256 of the (token, id) pairs, sorted. Readers
+    compare it with their tokenizer's before training on a dataset."""
+    return hashlib.sha256(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
 def sha256_file(url: str, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 of a local or remote file, streamed."""
-    digest = hashlib.sha256()
-    with fsspec.open(url, "rb") as f:
-        while chunk := f.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """Hex sha256 of a local or remote file, streamed (transient errors retried: schemas.retry)."""
+
+    def read() -> str:
+        digest = hashlib.sha256()
+        with fsspec.open(url, "rb") as f:
+            while chunk := f.read(chunk_size):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    return retry_read(read, url)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,12 +145,12 @@ def resolve_version(dataset: str) -> str:
     version `dataset/latest` names."""
     dataset = dataset.rstrip("/")
     fs, path = fsspec.core.url_to_fs(dataset)
-    if fs.exists(posixpath.join(path, MANIFEST_NAME)):
+    if retry_read(lambda: fs.exists(posixpath.join(path, MANIFEST_NAME)), dataset):
         return dataset
     pointer = posixpath.join(path, LATEST_POINTER)
-    if not fs.exists(pointer):
+    if not retry_read(lambda: fs.exists(pointer), dataset):
         raise ManifestError(f"{dataset} holds neither {MANIFEST_NAME} nor a {LATEST_POINTER!r} pointer")
-    version = fs.cat_file(pointer).decode("utf-8").strip()
+    version = retry_read(lambda: fs.cat_file(pointer), f"{dataset}/{LATEST_POINTER}").decode("utf-8").strip()
     safe_relative_path(version)
     return f"{dataset}/{version}"
 
@@ -146,5 +158,10 @@ def resolve_version(dataset: str) -> str:
 def load_manifest(dataset: str) -> tuple[str, Manifest]:
     """(version URL, manifest) of `dataset` (a root or a version folder)."""
     version_url = resolve_version(dataset)
-    with fsspec.open(f"{version_url}/{MANIFEST_NAME}", "r", encoding="utf-8") as f:
-        return version_url, Manifest.from_json(f.read())
+    url = f"{version_url}/{MANIFEST_NAME}"
+
+    def read() -> str:
+        with fsspec.open(url, "r", encoding="utf-8") as f:
+            return f.read()
+
+    return version_url, Manifest.from_json(retry_read(read, url))

@@ -52,6 +52,7 @@ The epoch and position live in a small shared-memory tensor, so persistent worke
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Iterator
@@ -65,6 +66,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
+from schemas.retry import retry_read
 from schemas.tables import SEQUENCE_SCHEMA, check_schema
 
 LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability")
@@ -95,6 +97,11 @@ def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int
     else:
         found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
+
+
+def _read_metadata(url: str) -> pq.FileMetaData:
+    with fsspec.open(url, "rb") as f:
+        return pq.ParquetFile(f).metadata
 
 
 def round_robin_counts(batches: list[int], consumed: int) -> tuple[list[int], int]:
@@ -161,9 +168,8 @@ class StreamingSequenceDataset(IterableDataset):
         for index, entry in enumerate(self.manifest.shards):
             url = self.shard_url(index)
             try:
-                with fsspec.open(url, "rb") as f:
-                    metadata = pq.ParquetFile(f).metadata
-                    schema = metadata.schema.to_arrow_schema()
+                metadata = retry_read(functools.partial(_read_metadata, url), url)
+                schema = metadata.schema.to_arrow_schema()
             except (OSError, pa.ArrowException) as e:
                 raise ManifestError(f"shard {entry.path} of {self.version_url} cannot be read: {e}") from e
             check_schema(schema, SEQUENCE_SCHEMA, f"shard {entry.path}")
@@ -317,7 +323,9 @@ class StreamingSequenceDataset(IterableDataset):
         """The rows of `pieces` as (flat values, offsets) per list column, plus sample indices."""
         tables, indices = [], []
         for block, lo, hi in pieces:
-            tables.append(self._read_rows(block, lo, hi))
+            # Transient errors: the block is read again on a fresh handle (schemas.retry).
+            read = functools.partial(self._read_rows, block, lo, hi)
+            tables.append(retry_read(read, self.shard_url(block.shard), on_retry=self._close))
             indices.append(np.arange(block.first_row + lo, block.first_row + hi, dtype=np.int64))
         table = pa.concat_tables(tables).combine_chunks()
         columns: dict[str, Any] = {"sample_index": np.concatenate(indices)}

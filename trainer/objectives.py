@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from trainer.exlm import ExLMForMaskedLM
+
 log = logging.getLogger("maskstream.train")
 
 # Attribute names of the MLM head of common architectures: the head maps the encoder's hidden
@@ -67,4 +69,4 @@ class MaskedLM(torch.nn.Module):
                 "masked": count}
 
 
-OBJECTIVES = {"mlm": MaskedLM}
+OBJECTIVES = {"mlm": MaskedLM, "exlm": ExLMForMaskedLM}

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from schemas import default_model
+from schemas.manifest import vocab_hash
 
 log = logging.getLogger("maskstream.train")
 
@@ -51,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="model name or path (default: the offline MiniLM)")
     parser.add_argument("--objective", default="mlm",
                         help="training objective, a name in trainer.objectives.OBJECTIVES (default: mlm)")
+    parser.add_argument("--exlm-states", type=int, default=4,
+                        help="with --objective exlm: [MASK] states per masked token, k (default: 4)")
+    parser.add_argument("--exlm-token-budget", type=int, default=0,
+                        help="with --objective exlm: most expanded tokens per forward pass; a larger batch runs "
+                             "in checkpointed chunks, same loss and gradients (default: 0, no limit)")
     parser.add_argument("--strategy", default="difference", choices=STRATEGIES,
                         help="masking strategy; `difference` draws from the dataset's mask probabilities "
                              "(default: difference)")
@@ -180,7 +186,9 @@ def run(args: argparse.Namespace) -> int:
                             ("--max-steps", args.max_steps, args.max_steps >= 0),
                             ("--log-every", args.log_every, args.log_every >= 1),
                             ("--eval-every", args.eval_every, args.eval_every >= 1),
-                            ("--save-every", args.save_every, args.save_every >= 1)):
+                            ("--save-every", args.save_every, args.save_every >= 1),
+                            ("--exlm-states", args.exlm_states, args.exlm_states >= 1),
+                            ("--exlm-token-budget", args.exlm_token_budget, args.exlm_token_budget >= 0)):
         if not ok:
             raise SystemExit(f"{name} {value} is out of range (see --help)")
 
@@ -208,6 +216,11 @@ def run(args: argparse.Namespace) -> int:
     if manifest_vocab is not None and manifest_vocab != len(tokenizer):
         raise SystemExit(f"{dataset.version_url} was tokenized with a vocabulary of {manifest_vocab} tokens, "
                          f"{model_name}'s tokenizer has {len(tokenizer)}: build the dataset with this model's tokenizer")
+    # Same size is not the same vocabulary: token ids would silently mean other tokens.
+    manifest_hash = dataset.manifest.tokenizer.get("vocab_hash")
+    if manifest_hash is not None and manifest_hash != vocab_hash(tokenizer.get_vocab()):
+        raise SystemExit(f"{dataset.version_url} was tokenized with another vocabulary (hash {manifest_hash[:12]}) "
+                         f"than {model_name}'s tokenizer: build the dataset with this model's tokenizer")
     strategy = args.strategy
     masking = MaskingConfig.from_manifest(dataset.manifest, budget=args.mask_budget, whole_word=args.whole_word)
     eval_masking = MaskingConfig.from_manifest(dataset.manifest)  # the defaults, whatever this run's settings
@@ -240,7 +253,12 @@ def run(args: argparse.Namespace) -> int:
     if args.objective not in OBJECTIVES:
         raise SystemExit(f"unknown --objective {args.objective!r}; choose one of {sorted(OBJECTIVES)}")
     mlm_model = load_mlm_model(model_name)
-    objective = OBJECTIVES[args.objective](mlm_model).to(device)
+    options = {}
+    if args.objective == "exlm":  # expansion settings (trainer/exlm.py), recorded with the run
+        options = {"num_states": args.exlm_states, "token_budget": args.exlm_token_budget,
+                   "mask_token_id": tokenizer.mask_token_id, "pad_token_id": pad_token_id}
+        run_config.update(exlm_states=args.exlm_states, exlm_token_budget=args.exlm_token_budget)
+    objective = OBJECTIVES[args.objective](mlm_model, **options).to(device)
     no_decay = ("bias", "LayerNorm.weight", "layernorm.weight", "norm.weight")
     optimizer = torch.optim.AdamW(
         [{"params": [p for n, p in objective.named_parameters() if not n.endswith(no_decay)],

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from maskstream.cli import main
+from maskstream.cli import EXIT_OS_ERROR, main
 from schemas.manifest import LATEST_POINTER, load_manifest
 from schemas.tables import SEQUENCE_SCHEMA, WORD_STATS_SCHEMA, WORD_TABLE_SCHEMA, check_schema
 from schemas.words import words
@@ -243,7 +243,7 @@ def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys
     assert "match the manifest" in capsys.readouterr().out
 
 
-def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tmp_path, monkeypatch):
+def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tmp_path, monkeypatch, capsys):
     import pipelines.dataset_pipeline as dataset_pipeline
 
     inputs = make_inputs(sample_corpus, tmp_path / "in", 30)
@@ -257,8 +257,9 @@ def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tm
         return original(version_url, index, count, rows, row_group_rows)
 
     monkeypatch.setattr(dataset_pipeline, "write_shard", write_shard)
-    with pytest.raises(Exception, match="disk full"):
-        main(build_args(inputs, root, "--version", "broken", "--num-shards", "2"))
+    # The CLI ends with one line naming the error (maskstream.cli), exit status 74.
+    assert main(build_args(inputs, root, "--version", "broken", "--num-shards", "2")) == EXIT_OS_ERROR
+    assert "disk full (injected)" in capsys.readouterr().err
     assert Path(root, LATEST_POINTER).read_text().strip() == "good"
     assert not Path(root, "broken", "manifest.json").exists()
     assert main(["inspect", root, "--plot", str(tmp_path / "p.png")]) == 0

@@ -24,7 +24,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from schemas.formulas import FORMULA_VERSIONS
-from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest, ShardEntry, sha256_file, shard_name
+from schemas.manifest import (
+    LATEST_POINTER,
+    MANIFEST_NAME,
+    Manifest,
+    ShardEntry,
+    sha256_file,
+    shard_name,
+    vocab_hash,
+)
 from schemas.models import default_model
 from schemas.tables import SEQUENCE_SCHEMA
 from schemas.words import word_spans
@@ -114,7 +122,7 @@ def tokenizer_entry() -> dict[str, Any]:
     tok = tokenizer()
     return {
         "name": default_model(),
-        "vocab_hash": "test-fixture",
+        "vocab_hash": vocab_hash(tok.get_vocab()),
         "vocab_size": len(tok),
         "pad_token_id": tok.pad_token_id,
         "mask_token_id": tok.mask_token_id,
