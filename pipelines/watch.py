@@ -136,10 +136,10 @@ class Watcher:
             LOG.info("corpus unchanged: %d files, fingerprint %s; nothing to build", len(files),
                      fingerprint["sha256"][:12])
             return EXIT_UNCHANGED
+        self.building = True  # before the log line that announces it: a signal from here on waits for it
         LOG.info("corpus changed: %d added (%s), %d removed (%s), %d changed (%s); building",
                  len(changes["added"]), _summary(changes["added"]), len(changes["removed"]),
                  _summary(changes["removed"]), len(changes["changed"]), _summary(changes["changed"]))
-        self.building = True
         try:
             report = update(options_from_args(self.args, files, self.root))
         except (ValueError, FileNotFoundError, FileExistsError) as e:

@@ -187,7 +187,7 @@ def test_killed_watch_leaves_a_consistent_root(first_build, subprocess_env) -> N
         [sys.executable, "-m", "maskstream", "watch", str(corpus), "--output", str(root), "--interval", "0.2",
          "--settle", "0.2"], env=subprocess_env, stderr=subprocess.PIPE, text=True)
     for line in process.stderr:
-        if "building" in line:
+        if "corpus changed" in line:
             break
 
     def incomplete() -> list[Path]:
@@ -206,3 +206,19 @@ def test_killed_watch_leaves_a_consistent_root(first_build, subprocess_env) -> N
     after = run_update(f"{corpus}/*.jsonl", str(root))
     assert after["counts"]["files_processed"] <= 1
     assert load_manifest(str(root))[0] == after["version"]
+
+
+def test_sigterm_during_a_build_finishes_it_then_stops(first_build, subprocess_env) -> None:
+    corpus, root = watched_copy(first_build, "sigterm")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "maskstream", "watch", str(corpus), "--output", str(root), "--interval", "0.2",
+         "--settle", "0.2"], env=subprocess_env, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if "corpus changed" in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    rest = process.stderr.read()
+    assert process.wait(timeout=120) == 0
+    assert "finishing the current build" in rest and "built" in rest and "stopped" in rest
+    url, manifest = load_manifest(str(root))
+    assert all(verify_shard(url, shard) is None for shard in manifest.shards)
