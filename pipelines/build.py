@@ -52,9 +52,6 @@ class BuildConfig:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from schemas.models import default_model
-
-    model = default_model()
     parser.add_argument("--input", nargs="+", required=True, metavar="PATTERN",
                         help="domain corpus files or globs (.txt, .jsonl, .parquet; local or gs://)")
     parser.add_argument("--text-field", default="text", help="JSONL field / Parquet column with the text (default: text)")
@@ -66,14 +63,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="dataset root (local or gs://); the build writes DATASET_ROOT/VERSION/")
     parser.add_argument("--version", default=None,
                         help="version folder name (default: UTC time plus a random suffix); must not exist")
+    add_dataset_options(parser)
+    parser.add_argument("--pack-group-size", type=int, default=2000,
+                        help="pack: documents per packing group, packed in document-id order (default: 2000)")
+    parser.add_argument("--tokenize-batch-size", type=int, default=256, help="documents per tokenizer call (default: 256)")
+    parser.add_argument("--write-embeddings", action="store_true",
+                        help="also write embeddings.parquet (word, embedding) for every word and seed (default: off)")
+
+
+def add_dataset_options(parser: argparse.ArgumentParser) -> None:
+    """Tokenizer, encoder, similarity, probabilities and shards (shared by `build`, `update` and `watch`)."""
+    from schemas.models import default_model
+
+    model = default_model()
     parser.add_argument("--model", default=model, help=f"tokenizer and encoder, a name or path (default: {model})")
     parser.add_argument("--tokenizer", default=None, help="tokenizer only, if different from --model (default: --model)")
     parser.add_argument("--max-length", type=int, default=128, help="tokens per sequence incl. specials, <= 512 (default: 128)")
     parser.add_argument("--packing", choices=("truncate", "pack"), default="truncate",
                         help="truncate: each document into consecutive windows; pack: documents packed into "
-                             "full sequences (default: truncate)")
-    parser.add_argument("--pack-group-size", type=int, default=2000,
-                        help="pack: documents per packing group, packed in document-id order (default: 2000)")
+                             "full sequences (`update` packs the documents of each input file) (default: truncate)")
     parser.add_argument("--pooling", choices=("mean", "pooler"), default="mean",
                         help="word embedding: mean over the word's own tokens, or the model's pooler (default: mean)")
     parser.add_argument("--reduce", choices=("max", "mean", "centroid"), default="max",
@@ -97,9 +105,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoder-threads", type=int, default=0,
                         help="torch threads per encoder process; 0 keeps torch's default (all cores). With several "
                              "worker processes on one machine, set cores / workers (default: 0)")
-    parser.add_argument("--tokenize-batch-size", type=int, default=256, help="documents per tokenizer call (default: 256)")
-    parser.add_argument("--write-embeddings", action="store_true",
-                        help="also write embeddings.parquet (word, embedding) for every word and seed (default: off)")
 
 
 def config_from_args(args: argparse.Namespace) -> BuildConfig:

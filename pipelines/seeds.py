@@ -36,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output folder of `maskstream stats` (local or gs://)")
     parser.add_argument("--output", required=True, metavar="SEEDS_JSON",
                         help="where to write seeds.json; the report and chart go beside it")
+    add_seed_options(parser)
+
+
+def add_seed_options(parser: argparse.ArgumentParser) -> None:
+    """How many seeds and which filters (shared by `seeds`, `update` and `watch`)."""
     parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
                         help=f"number of seed words (default: {DEFAULT_TOP_K})")
     parser.add_argument("--min-df", type=int, default=DEFAULT_MIN_DF,

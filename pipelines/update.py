@@ -37,47 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_update_options(parser: argparse.ArgumentParser) -> None:
     """The options `update` and `watch` share (everything but the input and the output)."""
     from pipelines import seeds
-    from schemas.models import default_model
+    from pipelines.build import add_dataset_options
 
-    model = default_model()
     parser.add_argument("--text-field", default="text", help="JSONL field / Parquet column with the text (default: text)")
     parser.add_argument("--txt-mode", choices=("line", "file"), default="line",
                         help=".txt files: a document per line or per file (default: line)")
-    parser.add_argument("--top-k", type=int, default=seeds.DEFAULT_TOP_K,
-                        help=f"number of seed words (default: {seeds.DEFAULT_TOP_K})")
-    parser.add_argument("--min-df", type=int, default=seeds.DEFAULT_MIN_DF,
-                        help=f"minimum documents a seed occurs in (default: {seeds.DEFAULT_MIN_DF})")
-    parser.add_argument("--min-length", type=int, default=seeds.DEFAULT_MIN_LENGTH,
-                        help=f"minimum characters of a seed (default: {seeds.DEFAULT_MIN_LENGTH})")
-    parser.add_argument("--stop-words", default="english", metavar="english|none|FILE",
-                        help="stop words that cannot be seeds (default: english, scikit-learn's list)")
-    parser.add_argument("--allow-non-alphabetic", action="store_true", default=False,
-                        help="let words with digits be seeds (default: alphabetic words only)")
-    parser.add_argument("--model", default=model, help=f"tokenizer and encoder, a name or path (default: {model})")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer only, if different from --model (default: --model)")
-    parser.add_argument("--max-length", type=int, default=128, help="tokens per sequence incl. specials, <= 512 (default: 128)")
-    parser.add_argument("--packing", choices=("truncate", "pack"), default="truncate",
-                        help="truncate: each document into consecutive windows; pack: the documents of each "
-                             "input file packed into full sequences (default: truncate)")
-    parser.add_argument("--pooling", choices=("mean", "pooler"), default="mean",
-                        help="word embedding: mean over the word's own tokens, or the pooler (default: mean)")
-    parser.add_argument("--reduce", choices=("max", "mean", "centroid"), default="max",
-                        help="similarity to the seeds: nearest seed, mean, or seed centroid (default: max)")
-    parser.add_argument("--weighting", choices=("similarity", "rank"), default="similarity",
-                        help="token weights: the word's similarity or the rank weight N - r (default: similarity)")
-    parser.add_argument("--alpha", type=float, default=1.0,
-                        help="p = alpha * p_sim + (1 - alpha) * uniform (default: 1.0)")
-    parser.add_argument("--budget", type=float, default=0.15,
-                        help="expected fraction of non-special tokens masked per sequence (default: 0.15)")
-    parser.add_argument("--num-shards", type=int, default=0,
-                        help="number of shards; 0 derives it from --shard-rows (default: 0)")
-    parser.add_argument("--shard-rows", type=int, default=50_000, help="target rows per shard (default: 50000)")
-    parser.add_argument("--row-group-rows", type=int, default=1024, help="rows per Parquet row group (default: 1024)")
-    parser.add_argument("--embed-batch-size", type=int, default=256, help="words per encoder call (default: 256)")
-    parser.add_argument("--encoder-device", default="auto",
-                        help="torch device of the word encoder: auto, cpu, cuda, ... (default: auto)")
-    parser.add_argument("--encoder-threads", type=int, default=0,
-                        help="torch threads of the encoder; 0 keeps torch's default (default: 0)")
+    seeds.add_seed_options(parser)
+    add_dataset_options(parser)
 
 
 def options_from_args(args: argparse.Namespace, inputs: list[str], root: str):
