@@ -42,13 +42,16 @@ def test_effect_tiny_end_to_end(tmp_path: Path) -> None:
     for arm, (strategy, whole_word) in expected_strategies.items():
         pretrain_config = json.loads((results / "runs" / arm / "seed0" / "pretrain.json").read_text())["config"]
         assert (pretrain_config["strategy"], pretrain_config["whole_word"]) == (strategy, whole_word)
-    seeds = json.loads((results / "datasets" / "main.json").read_text())["seeds"]
-    assert len(seeds) == 20
+    main_dataset = json.loads((results / "datasets" / "main.json").read_text())
+    assert len(main_dataset["seeds"]) == 20
+    analysis = main_dataset["mask_analysis"]
+    assert abs(analysis["mean"] - 0.15) < 0.02  # the stored probabilities sum to the budget per sequence
+    assert 0 < analysis["share_on_seed_words"] <= 1 and analysis["top_words"]
 
     text = report.read_text()
     for arm in arms:
         assert f"| {arm} | 0.1 |" in text
-    assert "None: every planned arm" in text
+    assert "None: every planned arm" in text and "Where `difference` puts the masks" in text
     for png in ("accuracy.png", "loss_curves.png", "mask_probabilities-main.png"):
         assert (results / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"results/{png}" in text

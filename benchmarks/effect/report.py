@@ -210,6 +210,22 @@ def write_report(results: Path, report: Path, config: dict[str, Any]) -> None:
         lines += [f"| {i} | {s['word']} | {s['tf']} | {s['df']} | {s['general_frequency']:.2e} | {s['tf_icf']:.5f} |"
                   for i, s in enumerate(ds["seeds"], 1)]
         lines += ["", f"![mask probabilities]({rel(results / f'mask_probabilities-{name}.png')})", ""]
+        analysis = ds.get("mask_analysis")
+        if analysis:
+            sim = analysis["word_similarity"]
+            lines += [f"Where `difference` puts the masks ({analysis['tokens']:,} non-special tokens; stored "
+                      f"probability mean {analysis['mean']:.3f}, std {analysis['std']:.3f}, quantiles "
+                      + ", ".join(f"{q}: {v:.3f}" for q, v in analysis["quantiles"].items()) + "): "
+                      f"the seed words are {100 * analysis['seed_token_share']:.1f}% of the tokens and get "
+                      f"{100 * analysis['share_on_seed_words']:.1f}% of the expected masks; the 10% most likely "
+                      f"tokens get {100 * analysis['share_on_top_10pct_tokens']:.1f}% (random masking: 10%). "
+                      f"Word-to-nearest-seed cosine: mean {sim['mean']:.3f}, std {sim['std']:.3f}, min "
+                      f"{sim['min']:.3f}, max {sim['max']:.3f}. The words with the most expected masks "
+                      "(lift = expected masks / what random masking gives them):", "",
+                      "| word | tokens | expected masks | lift |", "|---|---:|---:|---:|"]
+            lines += [f"| {w['word']} | {w['tokens']} | {w['expected_masks']:.1f} | {w['lift']:.2f} |"
+                      for w in analysis["top_words"]]
+            lines.append("")
 
     # --- main table
     lines += ["## Results", "",

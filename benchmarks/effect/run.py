@@ -163,8 +163,11 @@ def build_dataset(name: str, config: dict[str, Any], paths: dict[str, Path], wor
     """stats -> seeds -> build -> inspect for one masking setup; returns the dataset root."""
     root = work / "datasets" / name
     record_path = results / "datasets" / f"{name}.json"
-    if record_path.exists() and (root / "latest").exists():
-        return root
+    if record_path.exists() and (root / "dataset" / "latest").exists():
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        if "mask_analysis" not in record:  # results of an earlier version of this script
+            write_json(record_path, {**record, "mask_analysis": mask_analysis(root / "dataset")})
+        return root / "dataset"
     shutil.rmtree(root, ignore_errors=True)
     model = ["--model", config["model"]] if config["model"] else []
     stats_args = list(variant.get("stats", []))
@@ -191,8 +194,50 @@ def build_dataset(name: str, config: dict[str, Any], paths: dict[str, Path], wor
         "seeds_config": seeds["config"], "documents": stats_summary.get("documents_accepted"),
         "distinct_words": stats_summary.get("distinct_words"), "total_words": stats_summary.get("total_words"),
         "rows": manifest["totals"]["rows"], "tokens": manifest["totals"]["tokens"],
+        "mask_analysis": mask_analysis(root / "dataset"),
     })
     return root / "dataset"
+
+
+def mask_analysis(dataset_root: Path, budget: float = 0.15, top: int = 15) -> dict[str, Any]:
+    """Where the stored mask probabilities put the masks, against uniform random masking.
+
+    Per word type: expected masks = the sum of its tokens' stored probabilities over the dataset;
+    random masking expects `budget` x its token count. `lift` is their ratio. Also the share of
+    expected masks that lands on the seed words and on the 10% most likely tokens.
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    version = dataset_root / (dataset_root / "latest").read_text().strip()
+    table = pq.read_table(sorted(version.glob("shard-*.parquet")),
+                          columns=["word_index", "special_tokens_mask", "mask_probability"])
+    probability = pc.list_flatten(table["mask_probability"]).to_numpy().astype(np.float64)
+    special = pc.list_flatten(table["special_tokens_mask"]).to_numpy() == 1
+    word_index = pc.list_flatten(table["word_index"]).to_numpy()
+    words = pq.read_table(version / "words.parquet", columns=["word", "word_index", "similarity"]).to_pydict()
+    names = dict(zip(words["word_index"], words["word"], strict=True))
+    seeds = {s["word"] for s in json.loads((version / "seeds.json").read_text(encoding="utf-8"))["seeds"]}
+    p, index = probability[~special], word_index[~special]
+    scored = index >= 0
+    expected = np.bincount(index[scored], weights=p[scored])
+    tokens = np.bincount(index[scored])
+    order = np.argsort(-expected)[:top]
+    top_tokens = np.sort(p)[::-1][: max(len(p) // 10, 1)]
+    is_seed = np.array([names.get(i) in seeds for i in range(len(expected))])
+    similarity = np.asarray(words["similarity"], dtype=np.float64)
+    return {
+        "tokens": int(len(p)), "mean": float(p.mean()), "std": float(p.std()),
+        "quantiles": {q: float(np.quantile(p, float(q))) for q in ("0.1", "0.5", "0.9", "0.99")},
+        "share_on_top_10pct_tokens": float(top_tokens.sum() / p.sum()),
+        "share_on_seed_words": float(expected[is_seed].sum() / p.sum()),
+        "seed_token_share": float(tokens[is_seed].sum() / len(p)),
+        "word_similarity": {"mean": float(similarity.mean()), "std": float(similarity.std()),
+                            "min": float(similarity.min()), "max": float(similarity.max())},
+        "top_words": [{"word": names[int(i)], "tokens": int(tokens[i]), "expected_masks": float(expected[i]),
+                       "lift": float(expected[i] / (budget * tokens[i]))} for i in order],
+    }
 
 
 # --- arms -----------------------------------------------------------------------------------
