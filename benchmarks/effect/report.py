@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +162,7 @@ def write_report(results: Path, report: Path, config: dict[str, Any]) -> None:
     tmrs = list(config["tmr"])
     seeds = list(config["seeds"])
     test_labels = data["test_label_ids"] if data else None
-    rel = lambda p: Path(p).relative_to(report.parent).as_posix()  # noqa: E731
+    rel = lambda p: Path(os.path.relpath(Path(p).resolve(), report.resolve().parent)).as_posix()  # noqa: E731
     plot_loss_curves(runs, results / "loss_curves.png")
     plot_accuracy(runs, tmrs, results / "accuracy.png")
 

@@ -63,7 +63,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "small": {
         "corpus": "data/debian-science.jsonl", "labeled_every_nth": 1, "domain_every_nth": 2, "model": None,
         "max_length": 32,
-        "train": {"steps": 20, "batch_size": 8, "learning_rate": 5e-4, "eval_samples": 64},
+        "train": {"steps": 20, "batch_size": 8, "learning_rate": 1e-4, "eval_samples": 64},
         "finetune": {"steps": 30, "batch_size": 8, "learning_rate": 2e-4},
         "seeds": [0, 1, 2], "tmr": [0.1, 0.0],
         "ablations": {"general=debian": {"general_sections_max_bytes": 3_000_000}},
