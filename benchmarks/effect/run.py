@@ -51,7 +51,9 @@ NO_PRETRAINING = "none"
 
 # corpus: a JSONL file, or {"sections": [...]} to make one with benchmarks/debian_corpus.py.
 # ablations: name -> {"stats": extra stats args, "seeds": extra seeds args, "build": extra build
-# args, "general_sections_max_bytes": N to use N bytes of the OTHER Debian sections as general text}
+# args, "general_sections_max_bytes": N to use N bytes of the OTHER Debian sections as general text,
+# "drop_seeds_above_general_frequency": f to exclude from the seeds every word that general text
+# has with a frequency >= f, see common_words_file}
 CONFIGS: dict[str, dict[str, Any]] = {
     "tiny": {
         "corpus": "data/debian-science.jsonl", "labeled_every_nth": 10, "domain_every_nth": 5, "model": None, "max_length": 32,
@@ -66,7 +68,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "train": {"steps": 20, "batch_size": 8, "learning_rate": 1e-4, "eval_samples": 64},
         "finetune": {"steps": 30, "batch_size": 8, "learning_rate": 2e-4},
         "seeds": [0, 1, 2], "tmr": [0.1, 0.0],
-        "ablations": {"general=debian": {"general_sections_max_bytes": 3_000_000}},
+        "ablations": {"general=debian": {"general_sections_max_bytes": 3_000_000},
+                      "seeds=domain-only": {"general_sections_max_bytes": 3_000_000,
+                                            "drop_seeds_above_general_frequency": 1e-3}},
     },
     "full": {
         "corpus": {"sections": ["science", "math", "electronics", "hamradio"]},
@@ -76,6 +80,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "finetune": {"steps": 0, "batch_size": 32, "learning_rate": 3e-5, "epochs": 5},
         "seeds": [0, 1, 2, 3, 4], "tmr": [0.1, 0.0],
         "ablations": {"general=debian": {"general_sections_max_bytes": 30_000_000},
+                      "seeds=domain-only": {"general_sections_max_bytes": 30_000_000,
+                                            "drop_seeds_above_general_frequency": 1e-3},
                       "alpha0.5": {"build": ["--alpha", "0.5"]}},
     },
 }
@@ -158,6 +164,20 @@ def general_debian_corpus(config: dict[str, Any], max_bytes: int, work: Path) ->
     return path
 
 
+def common_words_file(root: Path, threshold: float) -> Path:
+    """A stop-word file: scikit-learn's English list plus every word whose general-text frequency
+    (from the stats in root/stats) is at least `threshold`: words common outside the domain."""
+    import pyarrow.parquet as pq
+
+    from pipelines.stop_words import ENGLISH_STOP_WORDS
+
+    stats = pq.read_table(sorted((root / "stats").glob("word_stats-*.parquet")), columns=["word", "general_frequency"])
+    common = {w for w, f in zip(*stats.to_pydict().values(), strict=True) if f >= threshold}
+    path = root / "stop_words.txt"
+    path.write_text("".join(f"{w}\n" for w in sorted(ENGLISH_STOP_WORDS | common)), encoding="utf-8")
+    return path
+
+
 def build_dataset(name: str, config: dict[str, Any], paths: dict[str, Path], work: Path, results: Path,
                   variant: dict[str, Any]) -> Path:
     """stats -> seeds -> build -> inspect for one masking setup; returns the dataset root."""
@@ -173,10 +193,12 @@ def build_dataset(name: str, config: dict[str, Any], paths: dict[str, Path], wor
     stats_args = list(variant.get("stats", []))
     if "general_sections_max_bytes" in variant:
         stats_args += ["--general-input", str(general_debian_corpus(config, variant["general_sections_max_bytes"], work))]
-    seconds = {
-        "stats": cli(["stats", "--input", str(paths["domain"]), "--output", str(root / "stats"), *stats_args]),
-        "seeds": cli(["seeds", "--stats", str(root / "stats"), "--output", str(root / "seeds.json"),
-                      *variant.get("seeds", [])]),
+    seconds = {"stats": cli(["stats", "--input", str(paths["domain"]), "--output", str(root / "stats"), *stats_args])}
+    seeds_args = list(variant.get("seeds", []))
+    if "drop_seeds_above_general_frequency" in variant:
+        seeds_args += ["--stop-words", str(common_words_file(root, variant["drop_seeds_above_general_frequency"]))]
+    seconds |= {
+        "seeds": cli(["seeds", "--stats", str(root / "stats"), "--output", str(root / "seeds.json"), *seeds_args]),
         "build": cli(["build", "--input", str(paths["domain"]), "--stats", str(root / "stats"),
                       "--seeds", str(root / "seeds.json"), "--output", str(root / "dataset"),
                       "--max-length", str(config["max_length"]), "--encoder-threads", str(config.get("encoder_threads", 0)),
