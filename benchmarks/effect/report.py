@@ -335,11 +335,31 @@ def write_report(results: Path, report: Path, config: dict[str, Any]) -> None:
         if not c["seeds"]:
             continue
         versus = "" if " vs " in arm else " vs `random`"
-        significant = (not math.isnan(c["p_accuracy"]) and c["p_accuracy"] < 0.05) or \
-            (not math.isnan(c["p_bootstrap"]) and c["p_bootstrap"] < 0.05)
+        t_significant = not math.isnan(c["p_accuracy"]) and c["p_accuracy"] < 0.05
         lines.append(f"- `{arm}`{versus}, TMR p={tmr}, {len(c['seeds'])} paired seeds: accuracy "
                      f"{100 * c['d_accuracy']:+.2f} points, macro-F1 {100 * c['d_macro_f1']:+.2f} points; "
-                     + ("significant at 0.05." if significant else "not significant at 0.05 (t-test p "
-                        f"{fmt(c['p_accuracy'], 3)}, bootstrap p {fmt(c['p_bootstrap'], 3)})."))
+                     f"paired t-test over seeds p {fmt(c['p_accuracy'], 3)} (accuracy), {fmt(c['p_macro_f1'], 3)} "
+                     f"(macro-F1): {'significant' if t_significant else 'not significant'} at 0.05; bootstrap over "
+                     f"test examples p {fmt(c['p_bootstrap'], 3)}.")
+    spreads = [mean_std([x["accuracy"] for x in scores(runs, arm, tmr).values()])[1]
+               for arm in arm_names(runs) for tmr in tmrs if len(scores(runs, arm, tmr)) > 1]
+    deltas = [abs(c["d_accuracy"]) for c in comparisons.values() if c["seeds"]]
+    if spreads and deltas:
+        lines.append(f"- Noise: within an arm, the seed-to-seed standard deviation of test accuracy averages "
+                     f"{100 * float(np.mean(spreads)):.2f} points; the largest mean difference between arms is "
+                     f"{100 * max(deltas):.2f} points. The bootstrap resamples test examples with the fine-tuned "
+                     "models held fixed, so it measures test-set sampling only, not the variation between "
+                     "training seeds: where the two disagree, the t-test over seeds is the one that answers "
+                     "whether the arm helps.")
+    verdict = [(arm, tmr, c) for (arm, tmr), c in comparisons.items()
+               if arm in ("difference", "difference_ww") and c["seeds"]]
+    if verdict:
+        wins = [f"`{a}` (TMR {t})" for a, t, c in verdict
+                if c["d_accuracy"] > 0 and not math.isnan(c["p_accuracy"]) and c["p_accuracy"] < 0.05]
+        lines.append("- Answer at this scale: " + (
+            "difference masking beats random masking significantly over seeds for " + ", ".join(wins) + "."
+            if wins else "no significant gain of difference masking over random masking in accuracy over seeds "
+            "(differences: " + ", ".join(f"`{a}` TMR {t}: {100 * c['d_accuracy']:+.2f}" for a, t, c in verdict)
+            + " points)."))
     lines.append("")
     report.write_text("\n".join(lines) + "\n", encoding="utf-8")
