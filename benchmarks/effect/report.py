@@ -175,7 +175,7 @@ def write_report(results: Path, report: Path, config: dict[str, Any]) -> None:
     if sessions:
         last = sessions[-1]
         lines += [f"- Command: `{last['command']}`"
-                  + (f" ({len(sessions)} sessions; an interrupted run continues where it stopped)"
+                  + (f" ({len(sessions)} sessions: a rerun skips the finished runs and adds the missing ones)"
                      if len(sessions) > 1 else ""),
                   f"- Config `{last['config']}`: `{json.dumps(config)}`",
                   f"- Wall time: {sum(s['wall_seconds'] for s in sessions) / 60:.1f} min "
