@@ -465,7 +465,8 @@ def run(args: argparse.Namespace) -> int:
         predictions = predict(model, samples, args.eval_batch_size, tokenizer.pad_token_id, device)
         metrics = classification_metrics(np.array([s["label"] for s in samples], dtype=np.int64), predictions,
                                          label_names)
-        evaluation[split] = metrics
+        # per-example predictions, in the split's row order, for paired tests between runs
+        evaluation[split] = {**metrics, "predictions": predictions.tolist()}
         plot_confusion(metrics, split, out / f"confusion-{split}.png")
         logger.log(best["step"], f"final_{split}", {"accuracy": metrics["accuracy"],
                                                     "macro_f1": metrics["macro_f1"]})
