@@ -393,16 +393,15 @@ def run(args: argparse.Namespace) -> int:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from trainer.metrics import MetricsLogger
+    from trainer.train import check_ranges
 
-    for name, value, ok in (("--tmr-probability", args.tmr_probability, 0 <= args.tmr_probability < 1),
-                            ("--validation-fraction", args.validation_fraction, 0 < args.validation_fraction < 1),
-                            ("--epochs", args.epochs, args.epochs >= 1),
-                            ("--patience", args.patience, args.patience >= 1),
-                            ("--batch-size", args.batch_size, args.batch_size >= 1),
-                            ("--eval-batch-size", args.eval_batch_size, args.eval_batch_size >= 1),
-                            ("--max-steps", args.max_steps, args.max_steps >= 0)):
-        if not ok:
-            raise SystemExit(f"{name} {value} is out of range (see --help)")
+    check_ranges(("--tmr-probability", args.tmr_probability, 0 <= args.tmr_probability < 1),
+                 ("--validation-fraction", args.validation_fraction, 0 < args.validation_fraction < 1),
+                 ("--epochs", args.epochs, args.epochs >= 1),
+                 ("--patience", args.patience, args.patience >= 1),
+                 ("--batch-size", args.batch_size, args.batch_size >= 1),
+                 ("--eval-batch-size", args.eval_batch_size, args.eval_batch_size >= 1),
+                 ("--max-steps", args.max_steps, args.max_steps >= 0))
     torch.manual_seed(args.seed)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)

@@ -101,6 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # --- held-out split -------------------------------------------------------------------------
 
 
+def check_ranges(*checks: tuple[str, Any, bool]) -> None:
+    """Exits with a message naming the first (option, value, in_range) check that fails."""
+    for name, value, ok in checks:
+        if not ok:
+            raise SystemExit(f"{name} {value} is out of range (see --help)")
+
+
 def held_out(sample_index: np.ndarray, fraction: float) -> np.ndarray:
     """True for held-out rows: the top 24 bits of (sample_index * 0x9E3779B97F4A7C15 mod 2^64), read as
     a number in [0, 1), are below `fraction`. Depends on the row's global index only."""
@@ -179,18 +186,16 @@ def run(args: argparse.Namespace) -> int:
     from trainer.metrics import MetricsLogger
     from trainer.objectives import OBJECTIVES, load_mlm_model
 
-    for name, value, ok in (("--batch-size", args.batch_size, args.batch_size >= 1),
-                            ("--grad-accumulation", args.grad_accumulation, args.grad_accumulation >= 1),
-                            ("--held-out-fraction", args.held_out_fraction, 0 <= args.held_out_fraction < 1),
-                            ("--warmup-ratio", args.warmup_ratio, 0 <= args.warmup_ratio <= 1),
-                            ("--max-steps", args.max_steps, args.max_steps >= 0),
-                            ("--log-every", args.log_every, args.log_every >= 1),
-                            ("--eval-every", args.eval_every, args.eval_every >= 1),
-                            ("--save-every", args.save_every, args.save_every >= 1),
-                            ("--exlm-states", args.exlm_states, args.exlm_states >= 1),
-                            ("--exlm-token-budget", args.exlm_token_budget, args.exlm_token_budget >= 0)):
-        if not ok:
-            raise SystemExit(f"{name} {value} is out of range (see --help)")
+    check_ranges(("--batch-size", args.batch_size, args.batch_size >= 1),
+                 ("--grad-accumulation", args.grad_accumulation, args.grad_accumulation >= 1),
+                 ("--held-out-fraction", args.held_out_fraction, 0 <= args.held_out_fraction < 1),
+                 ("--warmup-ratio", args.warmup_ratio, 0 <= args.warmup_ratio <= 1),
+                 ("--max-steps", args.max_steps, args.max_steps >= 0),
+                 ("--log-every", args.log_every, args.log_every >= 1),
+                 ("--eval-every", args.eval_every, args.eval_every >= 1),
+                 ("--save-every", args.save_every, args.save_every >= 1),
+                 ("--exlm-states", args.exlm_states, args.exlm_states >= 1),
+                 ("--exlm-token-budget", args.exlm_token_budget, args.exlm_token_budget >= 0))
 
     # Distributed set-up: torchrun sets RANK, LOCAL_RANK and WORLD_SIZE.
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
