@@ -44,7 +44,7 @@ class BuildConfig:
     num_shards: int = 0
     shard_rows: int = 50_000
     row_group_rows: int = 1024
-    tokenize_batch_size: int = 256
+    tokenize_batch_size: int = 1024
     embed_batch_size: int = 256
     encoder_threads: int = 0
     encoder_device: str = "auto"
@@ -66,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dataset_options(parser)
     parser.add_argument("--pack-group-size", type=int, default=2000,
                         help="pack: documents per packing group, packed in document-id order (default: 2000)")
-    parser.add_argument("--tokenize-batch-size", type=int, default=256, help="documents per tokenizer call (default: 256)")
+    parser.add_argument("--tokenize-batch-size", type=int, default=1024,
+                        help="documents per tokenizer call and per table of windows (default: 1024)")
     parser.add_argument("--write-embeddings", action="store_true",
                         help="also write embeddings.parquet (word, embedding) for every word and seed (default: off)")
 

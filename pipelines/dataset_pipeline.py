@@ -1,10 +1,13 @@
 """The `maskstream build` pipeline as composite transforms.
 
-    corpus --TokenizeToWindows--> windows -----------------------------+
+    corpus --TokenizeToWindows--> tables of windows ---------------------+
     words + seeds --EmbedWords--> embeddings --ScoreVocabulary--> word table (similarity)
-                                                                       |
-    windows --AssignSequenceIds + MaskProbabilities--> rows --WriteShards--> shards
+                                                                          |
+    windows --UnitCounts, FirstIdPerUnit, MaskProbabilities--> rows by shard --WriteShards--> shards
     shards + word table + rejects --WriteManifest--> manifest.json, then ROOT/latest
+
+Windows travel as Arrow tables of a whole batch of documents (flat arrays, no per-token Python
+objects), which keeps the memory of the materialized windows near their Parquet size.
 
 `sequence_id` is dense 0..rows-1 and deterministic: windows are ordered by (unit, window
 index), where the unit is the document id (truncate) or the packing group (pack), so the ids do
@@ -13,15 +16,19 @@ not depend on how many workers ran or in what order. Shard i holds a contiguous 
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 
 from pipelines.dataset_writer import (
+    dataset_rows,
     join,
     write_manifest_and_latest,
     write_parquet,
@@ -29,8 +36,7 @@ from pipelines.dataset_writer import (
     write_word_table,
 )
 from pipelines.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
-from pipelines.mask_probability import mask_probabilities
-from pipelines.sequences import TokenizeToWindows, Window, natural_key
+from pipelines.sequences import TokenizeToWindows, natural_key
 from schemas.manifest import Manifest
 
 
@@ -82,48 +88,39 @@ def similarity_array(rows: Iterable[dict[str, Any]]) -> np.ndarray:
     return similarity
 
 
-def sequence_offsets(unit_counts: Iterable[tuple[str, int]]) -> dict[str, Any]:
+def unit_counts(windows: pa.Table) -> list[tuple[str, int]]:
+    """(unit, number of windows) of every unit in a table of windows."""
+    counts = Counter(windows.column("unit").to_pylist())
+    return list(counts.items())
+
+
+def sequence_offsets(per_table: Iterable[list[tuple[str, int]]]) -> dict[str, Any]:
     """First sequence id of every unit, in unit order, and the total."""
     first, total = {}, 0
-    for unit, count in sorted(unit_counts, key=lambda uc: natural_key(uc[0])):
+    for unit, count in sorted(itertools.chain.from_iterable(per_table), key=lambda uc: natural_key(uc[0])):
         first[unit] = total
         total += count
     return {"first": first, "total": total}
 
 
 class ComputeRows(beam.DoFn):
-    """Batches of windows -> dataset rows: sequence id, shard, and mask probabilities."""
+    """A table of windows -> (shard, dataset rows of that shard): sequence ids, mask probabilities."""
 
     def __init__(self, budget: float, alpha: float, weighting: str, max_length: int):
-        self._budget, self._alpha, self._weighting, self._max_length = budget, alpha, weighting, max_length
+        self._options = {"budget": budget, "alpha": alpha, "weighting": weighting, "width": max_length}
         self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
         self._rows = beam.metrics.Metrics.counter("build", "sequences")
 
-    def process(self, batch: Sequence[Window], similarity: np.ndarray, offsets: dict[str, Any], shards: int):
+    def process(self, windows: pa.Table, similarity: np.ndarray, offsets: dict[str, Any], shards: int):
         started = time.perf_counter()
-        probabilities = mask_probabilities(
-            [w.word_ids for w in batch],
-            [w.word_index for w in batch],
-            [w.special_tokens_mask for w in batch],
-            similarity,
-            budget=self._budget,
-            alpha=self._alpha,
-            weighting=self._weighting,
-            width=self._max_length,
-        )
-        total = offsets["total"]
-        for window, probability in zip(batch, probabilities, strict=True):
-            sequence_id = offsets["first"][window.unit] + window.window_index
-            yield sequence_id * shards // total, {
-                "sequence_id": sequence_id,
-                "document_id": window.document_id,
-                "input_ids": window.input_ids,
-                "word_ids": window.word_ids,
-                "word_index": window.word_index,
-                "special_tokens_mask": window.special_tokens_mask,
-                "mask_probability": probability,
-            }
-        self._rows.inc(len(batch))
+        first = offsets["first"]
+        sequence_ids = np.fromiter(map(first.__getitem__, windows.column("unit").to_pylist()), np.int64,
+                                   windows.num_rows) + windows.column("window_index").to_numpy()
+        rows = dataset_rows(windows, sequence_ids, similarity, **self._options)
+        shard = sequence_ids * shards // offsets["total"]
+        for index in np.unique(shard):
+            yield int(index), rows.filter(pa.array(shard == index))
+        self._rows.inc(windows.num_rows)
         self._ms.inc(_elapsed_ms(started))
 
 
@@ -132,10 +129,10 @@ class WriteShardFn(beam.DoFn):
         self._version_url, self._row_group_rows = version_url, row_group_rows
         self._ms = beam.metrics.Metrics.counter("build", "write_ms")
 
-    def process(self, element: tuple[int, Iterable[dict[str, Any]]], shards: int):
+    def process(self, element: tuple[int, Iterable[pa.Table]], shards: int):
         started = time.perf_counter()
-        index, rows = element
-        yield write_shard(self._version_url, index, shards, rows, self._row_group_rows)
+        index, parts = element
+        yield write_shard(self._version_url, index, shards, parts, self._row_group_rows)
         self._ms.inc(_elapsed_ms(started))
 
 
@@ -220,15 +217,13 @@ class BuildDataset(beam.PTransform):
         windows = tokenized["windows"]
         offsets = (
             windows
-            | "UnitOf" >> beam.Map(lambda w: (w.unit, 1))
-            | "WindowsPerUnit" >> beam.CombinePerKey(sum)
+            | "UnitCounts" >> beam.Map(unit_counts)
             | "AllUnits" >> beam.combiners.ToList()
             | "FirstIdPerUnit" >> beam.Map(sequence_offsets)
         )
         shards = offsets | "ShardCount" >> beam.Map(shard_count, config.num_shards, config.shard_rows)
         entries = (
             windows
-            | "BatchWindows" >> beam.BatchElements(min_batch_size=16, max_batch_size=512)
             | "MaskProbabilities"
             >> beam.ParDo(
                 ComputeRows(config.budget, config.alpha, config.weighting, config.max_length),

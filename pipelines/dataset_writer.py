@@ -13,7 +13,7 @@ import datetime
 import hashlib
 import io
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import fsspec
@@ -24,8 +24,6 @@ from fsspec.implementations.local import LocalFileSystem
 
 from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest, ShardEntry, sha256_file, shard_name
 from schemas.tables import SEQUENCE_SCHEMA, WORD_TABLE_SCHEMA
-
-LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability")
 
 
 def new_version_name() -> str:
@@ -60,19 +58,25 @@ def write_atomically(url: str, data: bytes) -> None:
             f.write(data)
 
 
-def sequences_table(rows: Sequence[dict[str, Any]]) -> pa.Table:
-    """Rows (dicts with numpy list columns) -> a table of SEQUENCE_SCHEMA, built from flat arrays."""
-    lengths = np.fromiter((len(r["input_ids"]) for r in rows), np.int64, len(rows))
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
-    columns = {
-        "sequence_id": pa.array([r["sequence_id"] for r in rows], pa.int64()),
-        "document_id": pa.array([r["document_id"] for r in rows], pa.string()),
-    }
-    for name in LIST_COLUMNS:
-        value_type = SEQUENCE_SCHEMA.field(name).type.value_type
-        values = np.concatenate([np.asarray(r[name]) for r in rows]) if rows else np.zeros(0)
-        columns[name] = pa.ListArray.from_arrays(offsets, pa.array(values, type=value_type))
-    return pa.table(columns).cast(SEQUENCE_SCHEMA)
+def dataset_rows(windows: pa.Table, sequence_ids: np.ndarray, similarity: np.ndarray, **probability) -> pa.Table:
+    """Windows (`pipelines.sequences.WINDOWS_SCHEMA`) and their ids -> rows of SEQUENCE_SCHEMA,
+    with mask probabilities (`mask_probabilities_flat`, keyword options passed through)."""
+    from pipelines.mask_probability import mask_probabilities_flat
+    from pipelines.sequences import flat, list_column
+
+    word_ids, offsets = flat(windows, "word_ids")
+    word_index, _ = flat(windows, "word_index")
+    special, _ = flat(windows, "special_tokens_mask")
+    p = mask_probabilities_flat(word_ids, word_index, special, offsets, similarity, **probability)
+    return pa.table({
+        "sequence_id": pa.array(np.asarray(sequence_ids, np.int64), pa.int64()),
+        "document_id": windows.column("document_id"),
+        "input_ids": windows.column("input_ids"),
+        "word_ids": windows.column("word_ids"),
+        "word_index": windows.column("word_index"),
+        "special_tokens_mask": windows.column("special_tokens_mask"),
+        "mask_probability": list_column(p, offsets, pa.float32()),
+    }).cast(SEQUENCE_SCHEMA)
 
 
 def write_parquet(table: pa.Table, url: str, row_group_rows: int) -> tuple[int, str]:
@@ -85,13 +89,14 @@ def write_parquet(table: pa.Table, url: str, row_group_rows: int) -> tuple[int, 
     return len(data), hashlib.sha256(data).hexdigest()
 
 
-def write_shard(version_url: str, index: int, count: int, rows: Iterable[dict[str, Any]], row_group_rows: int) -> ShardEntry:
-    rows = sorted(rows, key=lambda r: r["sequence_id"])
-    table = sequences_table(rows)
+def write_shard(version_url: str, index: int, count: int, parts: Iterable[pa.Table], row_group_rows: int) -> ShardEntry:
+    """Writes shard `index` of `count` from parts of SEQUENCE_SCHEMA rows, in sequence-id order."""
+    parts = list(parts)
+    table = pa.concat_tables(parts).sort_by("sequence_id") if parts else SEQUENCE_SCHEMA.empty_table()
     name = shard_name(index, count)
     size, digest = write_parquet(table, join(version_url, name), row_group_rows)
-    tokens = int(sum(len(r["input_ids"]) for r in rows))
-    return ShardEntry(path=name, rows=len(rows), bytes=size, sha256=digest, tokens=tokens)
+    tokens = len(table.column("input_ids").combine_chunks().values) if table.num_rows else 0
+    return ShardEntry(path=name, rows=table.num_rows, bytes=size, sha256=digest, tokens=tokens)
 
 
 def write_word_table(version_url: str, name: str, rows: Iterable[dict[str, Any]]) -> int:

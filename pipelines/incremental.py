@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.dataset_writer import join, write_atomically
-from pipelines.sequences import TokenizedDocument, natural_key
+from pipelines.sequences import TOKENIZED_SCHEMA, natural_key
 
 LOG = logging.getLogger("maskstream.update")
 
@@ -110,10 +110,10 @@ class ProcessFileFn(beam.DoFn):
     """(path, {"key", "documents", "rejects"}) -> writes the file's cache entry; yields its key.
 
     Counts words exactly as `maskstream stats` (one Counter per document) and tokenizes exactly
-    as `maskstream build` (`tokenized_document`), in batches.
+    as `maskstream build` (`tokenize_documents`), in batches.
     """
 
-    def __init__(self, cache_url: str, tokenizer: str, batch_size: int = 256):
+    def __init__(self, cache_url: str, tokenizer: str, batch_size: int = 1024):
         self._cache_url, self._tokenizer_name, self._batch_size = cache_url, tokenizer, batch_size
         self._files = beam.metrics.Metrics.counter("update", "files_processed")
         self._documents = beam.metrics.Metrics.counter("update", "documents_tokenized")
@@ -128,7 +128,7 @@ class ProcessFileFn(beam.DoFn):
         from collections import Counter
 
         from pipelines.counting import word_counts_of_document
-        from pipelines.sequences import tokenized_document
+        from pipelines.sequences import tokenize_documents
 
         started = time.perf_counter()
         path, grouped = element
@@ -142,24 +142,19 @@ class ProcessFileFn(beam.DoFn):
                 counts[(word,)] += 1  # df under a tuple key, one dict for both
         words = sorted(w for w in counts if isinstance(w, str))
         local = {w: i for i, w in enumerate(words)}
-        tokenized: list[TokenizedDocument] = []
+        tables = []
         for start in range(0, len(documents), self._batch_size):
-            batch = documents[start : start + self._batch_size]
-            encodings = self._tokenizer.encode_batch([d.text for d in batch], add_special_tokens=False)
-            for document, encoding in zip(batch, encodings, strict=True):
-                result = tokenized_document(document, encoding, local)
-                if result is None:
-                    rejects.append({"source": document.source, "location": document.document_id,
-                                    "reason": "no tokens"})
-                else:
-                    tokenized.append(result)
+            table, empty = tokenize_documents(self._tokenizer, documents[start : start + self._batch_size], local)
+            tables.append(table)
+            rejects.extend({"source": d.source, "location": d.document_id, "reason": "no tokens"} for d in empty)
         entry_url = join(self._cache_url, FILES_DIR, key)
         write_parquet_file(pa.table({
             "word": pa.array(words, pa.string()),
             "tf": pa.array([counts[w] for w in words], pa.int64()),
             "df": pa.array([counts[(w,)] for w in words], pa.int64()),
         }), join(entry_url, "words.parquet"))
-        write_parquet_file(documents_table(tokenized), join(entry_url, "documents.parquet"))
+        tokenized = pa.concat_tables(tables) if tables else TOKENIZED_SCHEMA.empty_table()
+        write_parquet_file(tokenized, join(entry_url, "documents.parquet"))
         entry = {"path": path, "documents": len(documents), "rejects": rejects, "format": CACHE_FORMAT}
         write_atomically(join(entry_url, ENTRY_NAME), json.dumps(entry).encode("utf-8"))
         self._files.inc()
@@ -198,21 +193,6 @@ def write_parquet_file(table: pa.Table, url: str) -> None:
     write_parquet(table, url, 100_000)
 
 
-def documents_table(documents: Sequence[TokenizedDocument]) -> pa.Table:
-    def lists(name: str) -> pa.Array:
-        arrays = [getattr(d, name) for d in documents]
-        offsets = np.concatenate([[0], np.cumsum([len(a) for a in arrays])]).astype(np.int32)
-        values = np.concatenate(arrays).astype(np.int32) if arrays else np.zeros(0, np.int32)
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()))
-
-    return pa.table({
-        "document_id": pa.array([d.document_id for d in documents], pa.string()),
-        "input_ids": lists("input_ids"),
-        "word_ids": lists("word_ids"),
-        "word_index": lists("word_index"),
-    })
-
-
 @dataclasses.dataclass
 class FileEntry:
     path: str
@@ -220,7 +200,7 @@ class FileEntry:
     documents: int
     rejects: list[dict[str, str]]
     words: pa.Table  # word, tf, df
-    tokenized: pa.Table  # documents_table, word_index into `words`
+    tokenized: pa.Table  # TOKENIZED_SCHEMA, word_index into `words`
 
 
 def read_entry(cache_url: str, path: str, key: str) -> FileEntry:
@@ -335,31 +315,39 @@ def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float)
 
 
 def windows_of(entries: Sequence[FileEntry], index: dict[str, int], tokenizer: str, max_length: int,
-               packing: str) -> list:
-    """Every window of the corpus in sequence-id order (as the build orders them)."""
-    from pipelines.sequences import load_backend_tokenizer, make_windows, special_template
+               packing: str) -> pa.Table:
+    """Every window of the corpus (WINDOWS_SCHEMA) in sequence-id order, as the build orders them."""
+    from pipelines.sequences import (
+        WINDOWS_SCHEMA,
+        cut_windows,
+        flat,
+        list_column,
+        load_backend_tokenizer,
+        pack_documents,
+        sort_documents,
+        special_template,
+    )
 
     prefix, suffix = special_template(load_backend_tokenizer(tokenizer))
-    windows = []
+    tables = []
     for entry in entries:
+        if entry.tokenized.num_rows == 0:
+            continue
+        # The file's own word list -> this version's word table rows (a local -1 hits the trailing -1).
         to_global = np.array([index.get(w, -1) for w in entry.words.column("word").to_pylist()] + [-1], np.int32)
-        table = entry.tokenized
-        columns = {name: table.column(name).to_pylist() for name in ("input_ids", "word_ids", "word_index")}
-        documents = [
-            TokenizedDocument(document_id, np.asarray(ids, np.int32), np.asarray(occ, np.int32),
-                              to_global[np.asarray(local, np.int64)])  # local -1 -> the trailing -1
-            for document_id, ids, occ, local in zip(table.column("document_id").to_pylist(), columns["input_ids"],
-                                                    columns["word_ids"], columns["word_index"], strict=True)
-        ]
+        local, offsets = flat(entry.tokenized, "word_index")
+        documents = entry.tokenized.set_column(
+            entry.tokenized.schema.get_field_index("word_index"), "word_index",
+            list_column(to_global[local], offsets, pa.int32()))
         if packing == "pack":  # within the file, in document order
-            documents.sort(key=lambda d: natural_key(d.document_id))
-            if documents:
-                windows.extend(make_windows(entry.path, documents, suffix[-1:], prefix, suffix, max_length))
+            tables.append(pack_documents(entry.path, sort_documents(documents), suffix[-1:], prefix, suffix,
+                                         max_length))
         else:
-            for document in documents:
-                windows.extend(make_windows(document.document_id, [document], [], prefix, suffix, max_length))
-    windows.sort(key=lambda w: (natural_key(w.unit), w.window_index))
-    return windows
+            tables.append(cut_windows(documents, prefix, suffix, max_length))
+    windows = pa.concat_tables(tables) if tables else WINDOWS_SCHEMA.empty_table()
+    units = windows.column("unit").to_pylist()
+    window_index = windows.column("window_index").to_pylist()
+    return windows.take(sorted(range(len(units)), key=lambda i: (natural_key(units[i]), window_index[i])))
 
 
 def update(options: UpdateOptions) -> dict[str, Any]:
@@ -374,6 +362,7 @@ def update(options: UpdateOptions) -> dict[str, Any]:
     from pipelines.corpus import corpus_fingerprint
     from pipelines.dataset_pipeline import shard_count, write_rejects
     from pipelines.dataset_writer import (
+        dataset_rows,
         new_version_name,
         prepare_version,
         write_manifest_and_latest,
@@ -381,7 +370,6 @@ def update(options: UpdateOptions) -> dict[str, Any]:
         write_word_table,
     )
     from pipelines.embeddings import nearest_seed_similarity
-    from pipelines.mask_probability import mask_probabilities
     from pipelines.seeds import load_stop_words, select_seeds
     from schemas.formulas import FORMULA_VERSIONS
     from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME, Manifest
@@ -455,27 +443,20 @@ def update(options: UpdateOptions) -> dict[str, Any]:
 
     index = {w: i for i, w in enumerate(vocabulary)}
     windows = windows_of(entries, index, config.tokenizer, config.max_length, config.packing)
-    total = len(windows)
+    total = windows.num_rows
     shards = shard_count({"total": total}, config.num_shards, config.shard_rows)
     lap("windows")
-    by_shard: list[list[dict]] = [[] for _ in range(shards)]
-    for start in range(0, total, 512):
-        batch = windows[start : start + 512]
-        probabilities = mask_probabilities(
-            [w.word_ids for w in batch], [w.word_index for w in batch], [w.special_tokens_mask for w in batch],
-            similarity, budget=config.budget, alpha=config.alpha, weighting=config.weighting,
-            width=config.max_length)
-        for offset, (window, probability) in enumerate(zip(batch, probabilities, strict=True)):
-            sequence_id = start + offset
-            by_shard[sequence_id * shards // total].append({
-                "sequence_id": sequence_id, "document_id": window.document_id, "input_ids": window.input_ids,
-                "word_ids": window.word_ids, "word_index": window.word_index,
-                "special_tokens_mask": window.special_tokens_mask, "mask_probability": probability,
-            })
+    probability = {"budget": config.budget, "alpha": config.alpha, "weighting": config.weighting,
+                   "width": config.max_length}
+    # Shard i is ids [i * total // shards, (i + 1) * total // shards), as the build's `sequence_id * shards // total`.
+    bounds = [-(-i * total // shards) for i in range(shards + 1)]
+    parts = [dataset_rows(windows.slice(start, end - start), np.arange(start, end), similarity, **probability)
+             for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+    del windows
     lap("mask_probability")
-    shard_entries = [write_shard(version_url, i, shards, rows_, config.row_group_rows)
-                     for i, rows_ in enumerate(by_shard)]
-    del by_shard
+    shard_entries = [write_shard(version_url, i, shards, [part], config.row_group_rows)
+                     for i, part in enumerate(parts)]
+    del parts
     write_word_table(version_url, WORD_TABLE_NAME, word_rows)
     rejects = [r for entry in entries for r in entry.rejects]
     rejected = write_rejects(version_url, rejects)

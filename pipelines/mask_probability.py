@@ -28,10 +28,12 @@ import numpy as np
 WEIGHTINGS = ("similarity", "rank")
 
 
-def _pad(arrays: Sequence[np.ndarray], fill, dtype, width: int) -> np.ndarray:
-    out = np.full((len(arrays), max([width, *(len(a) for a in arrays)])), fill, dtype=dtype)
-    for i, a in enumerate(arrays):
-        out[i, : len(a)] = a
+def _padded(values: np.ndarray, offsets: np.ndarray, fill, dtype, width: int) -> np.ndarray:
+    """Flat ragged rows -> a [rows, max(width, longest row)] array, vectorized."""
+    lengths = np.diff(offsets)
+    out = np.full((len(lengths), max(width, int(lengths.max(initial=0)))), fill, dtype=dtype)
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    out[rows, np.arange(len(values)) - np.repeat(offsets[:-1], lengths)] = values
     return out
 
 
@@ -90,13 +92,29 @@ def mask_probabilities(
     word_index: Sequence[np.ndarray],
     special_tokens_mask: Sequence[np.ndarray],
     similarity: np.ndarray,
+    **options,
+) -> list[np.ndarray]:
+    """`mask_probabilities_flat` for a list of sequences; returns one array per sequence."""
+    offsets = np.concatenate([[0], np.cumsum([len(a) for a in word_ids])]).astype(np.int64)
+    flat = [np.concatenate(a) if len(a) else np.zeros(0) for a in (word_ids, word_index, special_tokens_mask)]
+    p = mask_probabilities_flat(*flat, offsets, similarity, **options)
+    return [p[offsets[i] : offsets[i + 1]] for i in range(len(word_ids))]
+
+
+def mask_probabilities_flat(
+    word_ids: np.ndarray,
+    word_index: np.ndarray,
+    special_tokens_mask: np.ndarray,
+    offsets: np.ndarray,
+    similarity: np.ndarray,
     *,
     budget: float = 0.15,
     alpha: float = 1.0,
     weighting: str = "similarity",
     width: int = 0,
-) -> list[np.ndarray]:
-    """float32 mask probability per token for a batch of sequences (ragged, unpadded).
+) -> np.ndarray:
+    """float32 mask probability per token for a batch of sequences, flat: sequence i is
+    `[offsets[i], offsets[i + 1])` of the three flat arrays and of the result.
 
     `similarity[k]` is word-table row k's similarity; `word_index` -1 means no known word.
     Rows are padded to at least `width`: with a fixed width (the maximum sequence length) each
@@ -106,10 +124,9 @@ def mask_probabilities(
         raise ValueError(f"budget must be in (0, 1], got {budget}")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    lengths = [len(a) for a in word_ids]
-    ids = _pad(word_ids, -1, np.int64, width)
-    index = _pad(word_index, -1, np.int64, width)
-    valid = _pad(special_tokens_mask, 1, np.int8, width) == 0
+    ids = _padded(word_ids, offsets, -1, np.int64, width)
+    index = _padded(word_index, offsets, -1, np.int64, width)
+    valid = _padded(special_tokens_mask, offsets, 1, np.int8, width) == 0
     known = valid & (index >= 0)
     word_similarity = np.where(known, similarity[np.maximum(index, 0)] if len(similarity) else 0.0, 0.0)
 
@@ -120,4 +137,5 @@ def mask_probabilities(
     p_sim = np.where(total > 0, weights / np.where(total > 0, total, 1.0), uniform)
     q = alpha * p_sim + (1.0 - alpha) * uniform
     p = scale_to_budget(q, valid, budget).astype(np.float32)
-    return [p[i, :n] for i, n in enumerate(lengths)]
+    lengths = np.diff(offsets)
+    return p[np.arange(p.shape[1])[None, :] < lengths[:, None]]  # row-major: back to flat order

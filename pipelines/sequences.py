@@ -1,10 +1,18 @@
 """Tokenize documents and cut them into training sequences, with a word id per token.
 
-The word behind a token is found from the tokenizer's character offsets against
-`schemas.words.word_spans` of the same text, so it is exactly the word the statistics counted:
-a token belongs to the word whose span holds the token's first character. All subword tokens of
-one word share its occurrence id; a token outside every word (punctuation) is an occurrence of
-its own; special tokens get -1.
+Everything here works on batches, as Arrow tables of flat arrays (no per-token Python):
+
+- `tokenize_documents`: a batch of documents -> TOKENIZED_SCHEMA (token ids, a word occurrence
+  id and a word-table row per token, no special tokens).
+- `cut_windows`: tokenized documents -> WINDOWS_SCHEMA, sequences of at most `max_length`
+  tokens wrapped in the tokenizer's special tokens, before their global `sequence_id` and mask
+  probabilities are known.
+
+The word behind a token is found from the tokenizer's character offsets against the words of
+`schemas.words` in the same text, so it is exactly the word the statistics counted: a token
+belongs to the word whose span holds the token's first character. All subword tokens of one
+word share its occurrence id; a token outside every word (punctuation) is an occurrence of its
+own; special tokens get -1.
 
 Sequences (`--packing`):
 - `truncate`: each document is cut into consecutive windows of at most `max_length` tokens
@@ -20,103 +28,125 @@ A window never ends inside a word unless that word alone is longer than a window
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 
-from schemas.words import word_spans
+from schemas.words import WORD_PATTERN, normalize_word
+
+TOKENIZED_SCHEMA = pa.schema([
+    pa.field("document_id", pa.string()),
+    pa.field("input_ids", pa.list_(pa.int32())),  # no special tokens
+    pa.field("word_ids", pa.list_(pa.int32())),  # word occurrence within the document, from 0
+    pa.field("word_index", pa.list_(pa.int32())),  # word-table row; -1 for punctuation, unknown words
+])
+
+WINDOWS_SCHEMA = pa.schema([
+    pa.field("unit", pa.string()),  # the document (truncate) or packing group (pack) it came from
+    pa.field("window_index", pa.int32()),  # position of the window within its unit
+    pa.field("document_id", pa.string()),  # the first document in the window
+    pa.field("input_ids", pa.list_(pa.int32())),
+    pa.field("word_ids", pa.list_(pa.int32())),
+    pa.field("word_index", pa.list_(pa.int32())),
+    pa.field("special_tokens_mask", pa.list_(pa.int8())),
+])
+
+_SPLIT_WORDS = re.compile(f"({WORD_PATTERN.pattern})")
 
 
-class TokenizedDocument(NamedTuple):
-    document_id: str
-    input_ids: np.ndarray  # int32, no special tokens
-    word_ids: np.ndarray  # int32 occurrence index within the document
-    word_index: np.ndarray  # int32 word-table row, -1 for punctuation / unknown words
+def list_column(values: np.ndarray, offsets: np.ndarray, value_type: pa.DataType) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=value_type))
 
 
-class Window(NamedTuple):
-    """A sequence before its global `sequence_id` and mask probabilities are known."""
+def flat(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets) of a list column, offsets from 0 (slices and chunks are combined)."""
+    column = table.column(name).combine_chunks()
+    if isinstance(column, pa.ChunkedArray):  # an empty table
+        column = pa.array([], column.type)
+    offsets = column.offsets.to_numpy().astype(np.int64)
+    values = column.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+    return values, offsets - offsets[0]
 
-    unit: str  # sort key of the document (truncate) or packing group (pack) it came from
-    window_index: int  # position of the window within its unit
-    document_id: str  # the first document in the window
-    input_ids: np.ndarray
-    word_ids: np.ndarray
-    word_index: np.ndarray
-    special_tokens_mask: np.ndarray
+
+def word_spans_of_text(text: str, vocabulary: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, word-table row or -1) of every word of `text` (see `schemas.words`).
+
+    One regex split of the whole text and one normalization per distinct spelling, so the cost
+    per word is a few C-level steps.
+    """
+    pieces = _SPLIT_WORDS.split(text)  # [gap, word, gap, word, ..., gap]
+    ends = np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)))
+    spellings = pieces[1::2]
+    row_of = {s: vocabulary.get(normalize_word(s), -1) for s in set(spellings)}
+    rows = np.fromiter(map(row_of.__getitem__, spellings), np.int32, len(spellings))
+    return ends[0::2][:-1], ends[1::2], rows
 
 
 def align_tokens_to_words(
-    token_starts: np.ndarray, spans: Sequence[tuple[int, int, str]]
+    token_starts: np.ndarray, span_starts: np.ndarray, span_ends: np.ndarray, document_starts: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(occurrence id per token, index into `spans` per token or -1), vectorized.
+    """(occurrence id per token, index of its span or -1), vectorized over many documents.
 
     A token belongs to the span holding its first character; consecutive tokens of one span
     share an occurrence id; every token outside all spans is an occurrence of its own.
+    Occurrence ids restart from 0 at each of `document_starts` (token positions; default: one
+    document). Spans and token starts are character offsets in one text (documents joined).
     """
     n = len(token_starts)
     if n == 0:
         return np.zeros(0, np.int32), np.zeros(0, np.int32)
-    starts = np.fromiter((s for s, _, _ in spans), np.int64, len(spans))
-    ends = np.fromiter((e for _, e, _ in spans), np.int64, len(spans))
-    span = np.searchsorted(starts, token_starts, side="right") - 1
-    inside = (span >= 0) & (token_starts < ends[np.maximum(span, 0)]) if len(spans) else np.zeros(n, bool)
+    span = np.searchsorted(span_starts, token_starts, side="right") - 1
+    if len(span_starts):
+        inside = (span >= 0) & (token_starts < span_ends[np.maximum(span, 0)])
+    else:
+        inside = np.zeros(n, bool)
     span = np.where(inside, span, -1)
     # A unit is a span, or one outside token (negative keys never collide with span indices).
     unit = np.where(inside, span, -1 - np.arange(n))
     new = np.ones(n, bool)
     new[1:] = unit[1:] != unit[:-1]
-    return (np.cumsum(new) - 1).astype(np.int32), span.astype(np.int32)
+    starts = np.zeros(1, np.int64) if document_starts is None else np.asarray(document_starts, np.int64)
+    new[starts[starts < n]] = True
+    occurrence = np.cumsum(new) - 1
+    lengths = np.diff(np.append(starts, n))
+    occurrence -= np.repeat(occurrence[np.minimum(starts, n - 1)], lengths)
+    return occurrence.astype(np.int32), span.astype(np.int32)
 
 
-class TokenizeDocuments(beam.DoFn):
-    """Batches of documents -> TokenizedDocument (HF fast tokenizer, loaded once per DoFn)."""
+def tokenize_documents(tokenizer, documents: Sequence[Any], vocabulary: Mapping[str, int]) -> tuple[pa.Table, list]:
+    """(TOKENIZED_SCHEMA table of the documents with tokens, the documents without any token).
 
-    def __init__(self, tokenizer_name: str):
-        self._tokenizer_name = tokenizer_name
-        self._documents = beam.metrics.Metrics.counter("build", "documents_tokenized")
-        self._empty = beam.metrics.Metrics.counter("build", "documents_without_tokens")
-        self._tokens = beam.metrics.Metrics.counter("build", "tokens")
-        self._ms = beam.metrics.Metrics.counter("build", "tokenize_ms")
-
-    def setup(self) -> None:
-        self._tokenizer = load_backend_tokenizer(self._tokenizer_name)
-
-    def process(self, batch: Sequence[Any], vocabulary: dict[str, int]) -> Iterator[Any]:
-        started = time.perf_counter()
-        texts = [d.text for d in batch]
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
-        for document, encoding in zip(batch, encodings, strict=True):
-            tokenized = tokenized_document(document, encoding, vocabulary)
-            if tokenized is None:
-                self._empty.inc()
-                yield beam.pvalue.TaggedOutput(
-                    "rejects",
-                    {"source": document.source, "location": document.document_id, "reason": "no tokens"},
-                )
-                continue
-            self._documents.inc()
-            self._tokens.inc(len(tokenized.input_ids))
-            yield tokenized
-        self._ms.inc(int((time.perf_counter() - started) * 1000))
-
-
-def tokenized_document(document: Any, encoding: Any, vocabulary: dict[str, int]) -> TokenizedDocument | None:
-    """A document and its tokenizer encoding -> TokenizedDocument (None when it has no token);
-    `word_index` is the word's row in `vocabulary`, -1 outside words and for unknown words."""
-    ids = np.asarray(encoding.ids, np.int32)
-    if len(ids) == 0:
-        return None
-    spans = word_spans(document.text)
-    starts = np.fromiter((s for s, _ in encoding.offsets), np.int64, len(ids))
-    occurrence, span = align_tokens_to_words(starts, spans)
-    span_word_index = np.fromiter((vocabulary.get(w, -1) for _, _, w in spans), np.int32, len(spans))
-    word_index = np.where(span >= 0, span_word_index[np.maximum(span, 0)] if len(spans) else -1, -1)
-    return TokenizedDocument(document.document_id, ids, occurrence, word_index.astype(np.int32))
+    `tokenizer` is a `tokenizers.Tokenizer` (see `load_backend_tokenizer`); `word_index` is the
+    word's row in `vocabulary`, -1 outside words and for words it does not hold.
+    """
+    texts = [d.text for d in documents]
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    ids = [e.ids for e in encodings]
+    counts = np.fromiter(map(len, ids), np.int64, len(ids))
+    keep = counts > 0
+    # Character offsets into the documents joined by "\n" (never part of a word).
+    bases = np.concatenate([[0], np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1)])[:-1]
+    chain = itertools.chain.from_iterable
+    # (start, end) pairs flattened at C speed; keep the starts.
+    starts = np.fromiter(chain(chain(e.offsets for e in encodings)), np.int64, 2 * int(counts.sum()))[0::2]
+    starts += np.repeat(bases, counts)
+    span_starts, span_ends, span_rows = word_spans_of_text("\n".join(texts), vocabulary)
+    offsets = np.concatenate([[0], np.cumsum(counts[keep])])
+    occurrence, span = align_tokens_to_words(starts, span_starts, span_ends, offsets[:-1])
+    word_index = np.where(span >= 0, span_rows[np.maximum(span, 0)] if len(span_rows) else -1, -1)
+    table = pa.table({
+        "document_id": pa.array([d.document_id for d, k in zip(documents, keep, strict=True) if k], pa.string()),
+        "input_ids": list_column(np.fromiter(chain(ids), np.int32, len(starts)), offsets, pa.int32()),
+        "word_ids": list_column(occurrence, offsets, pa.int32()),
+        "word_index": list_column(word_index.astype(np.int32), offsets, pa.int32()),
+    }, schema=TOKENIZED_SCHEMA)
+    return table, [d for d, k in zip(documents, keep, strict=True) if not k]
 
 
 def load_backend_tokenizer(name: str):
@@ -156,70 +186,159 @@ def cut_points(word_ids: np.ndarray, capacity: int) -> list[int]:
     return cuts
 
 
-def make_windows(
-    unit: str,
-    stream: Sequence[TokenizedDocument],
-    separator: Sequence[int],
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(s, e) for each pair, vectorized."""
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    first = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    return first + np.arange(total)
+
+
+def cut_windows(
+    streams: pa.Table,
     prefix: Sequence[int],
     suffix: Sequence[int],
     max_length: int,
-) -> Iterator[Window]:
-    """Concatenates `stream` (documents separated by `separator`) and cuts it into windows,
-    each wrapped in `prefix`/`suffix`; word ids are renumbered from 0 within each window."""
-    ids, occ, index, special, doc = [], [], [], [], []
-    offset = 0
-    for position, document in enumerate(stream):
-        if position and separator:
-            ids.append(np.asarray(separator, np.int32))
-            occ.append(np.full(len(separator), -1, np.int32))
-            index.append(np.full(len(separator), -1, np.int32))
-            special.append(np.ones(len(separator), np.int8))
-            doc.append(np.full(len(separator), position, np.int32))
-        ids.append(document.input_ids)
-        occ.append(document.word_ids + offset)
-        offset += int(document.word_ids.max(initial=-1)) + 1
-        index.append(document.word_index)
-        special.append(np.zeros(len(document.input_ids), np.int8))
-        doc.append(np.full(len(document.input_ids), position, np.int32))
-    ids, occ, index, special, doc = (np.concatenate(a) for a in (ids, occ, index, special, doc))
+    special_tokens_mask: np.ndarray | None = None,
+    document_ids: Sequence[str] | None = None,
+    document_of_token: np.ndarray | None = None,
+) -> pa.Table:
+    """Token streams -> WINDOWS_SCHEMA: each stream cut into windows of at most `max_length`
+    tokens with `prefix`/`suffix` around each; word ids renumbered from 0 within each window.
+
+    `streams` has TOKENIZED_SCHEMA's columns; its `document_id` names the unit. A stream is one
+    document (truncate), or several joined by separator tokens (pack): then
+    `special_tokens_mask` marks the separators (flat, 1 = special), `document_of_token` gives
+    each token's document in `document_ids`; separators at a window's edge are dropped.
+    """
     capacity = max_length - len(prefix) - len(suffix)
     if capacity < 1:
         raise ValueError(f"max_length {max_length} leaves no room for tokens between the special tokens")
-    cuts = cut_points(occ, capacity)
-    bounds = [*cuts, len(ids)]
-    pre, suf = np.asarray(prefix, np.int32), np.asarray(suffix, np.int32)
-    n_pre, n_suf = len(pre), len(suf)
-    for window_index, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        # A separator at either edge of a window adds nothing: the prefix/suffix are there.
-        while start < end and special[start]:
-            start += 1
-        while end > start and special[end - 1]:
-            end -= 1
-        if start == end:
-            continue
-        body_occ = occ[start:end]
-        # Renumber occurrences densely from 0 (separators stay -1).
-        is_word = body_occ >= 0
-        new = np.zeros(end - start, bool)
-        new[is_word] = True
-        new[1:] &= body_occ[1:] != body_occ[:-1]
-        renumbered = np.where(is_word, np.cumsum(new) - 1, -1).astype(np.int32)
-        yield Window(
-            unit=unit,
-            window_index=window_index,
-            document_id=stream[int(doc[start])].document_id,
-            input_ids=np.concatenate([pre, ids[start:end], suf]),
-            word_ids=np.concatenate([np.full(n_pre, -1, np.int32), renumbered, np.full(n_suf, -1, np.int32)]),
-            word_index=np.concatenate([np.full(n_pre, -1, np.int32), index[start:end], np.full(n_suf, -1, np.int32)]),
-            special_tokens_mask=np.concatenate(
-                [np.ones(n_pre, np.int8), special[start:end], np.ones(n_suf, np.int8)]
-            ),
-        )
+    ids, offsets = flat(streams, "input_ids")
+    occurrence, _ = flat(streams, "word_ids")
+    word_index, _ = flat(streams, "word_index")
+    special = np.zeros(len(ids), np.int8) if special_tokens_mask is None else special_tokens_mask
+    units = streams.column("document_id").to_pylist()
+    lengths = np.diff(offsets)
+
+    # Window bounds: one window for a stream that fits, else cut at word starts.
+    window_unit, window_start, window_end, window_index = [], [], [], []
+    for u in np.flatnonzero(lengths > capacity):
+        base = int(offsets[u])
+        bounds = [*cut_points(occurrence[base : int(offsets[u + 1])], capacity), int(lengths[u])]
+        window_unit.extend([u] * (len(bounds) - 1))
+        window_start.extend(base + b for b in bounds[:-1])
+        window_end.extend(base + b for b in bounds[1:])
+        window_index.extend(range(len(bounds) - 1))
+    short = np.flatnonzero(lengths <= capacity)
+    window_unit = np.concatenate([short, np.asarray(window_unit, np.int64)])
+    window_start = np.concatenate([offsets[short], np.asarray(window_start, np.int64)])
+    window_end = np.concatenate([offsets[short + 1], np.asarray(window_end, np.int64)])
+    window_index = np.concatenate([np.zeros(len(short), np.int64), np.asarray(window_index, np.int64)])
+    order = np.lexsort((window_index, window_unit))
+    window_unit, window_start, window_end, window_index = (
+        a[order] for a in (window_unit, window_start, window_end, window_index))
+    if special_tokens_mask is not None:  # a separator at either edge adds nothing: the prefix/suffix are there
+        for w in range(len(window_start)):
+            while window_start[w] < window_end[w] and special[window_start[w]]:
+                window_start[w] += 1
+            while window_end[w] > window_start[w] and special[window_end[w] - 1]:
+                window_end[w] -= 1
+        nonempty = window_end > window_start
+        window_unit, window_start, window_end, window_index = (
+            a[nonempty] for a in (window_unit, window_start, window_end, window_index))
+
+    # Assemble: prefix, body, suffix per window, all windows at once.
+    n_pre, n_suf = len(prefix), len(suffix)
+    body_lengths = window_end - window_start
+    out_offsets = np.concatenate([[0], np.cumsum(body_lengths + n_pre + n_suf)])
+    body = _ranges(window_start, window_end)  # token positions in the streams
+    window_of_body = np.repeat(np.arange(len(window_start)), body_lengths)
+    position = out_offsets[:-1][window_of_body] + n_pre + (body - np.repeat(window_start, body_lengths))
+    total = int(out_offsets[-1])
+    out_ids = np.empty(total, np.int32)
+    out_word_ids = np.full(total, -1, np.int32)
+    out_word_index = np.full(total, -1, np.int32)
+    out_special = np.ones(total, np.int8)
+    for k, token in enumerate(prefix):
+        out_ids[out_offsets[:-1] + k] = token
+    for k, token in enumerate(suffix):
+        out_ids[out_offsets[1:] - n_suf + k] = token
+    out_ids[position] = ids[body]
+    body_occurrence = occurrence[body]
+    first_occurrence = np.repeat(occurrence[window_start] if len(window_start) else np.zeros(0, np.int32),
+                                 body_lengths)
+    out_word_ids[position] = np.where(body_occurrence >= 0, body_occurrence - first_occurrence, -1)
+    out_word_index[position] = word_index[body]
+    out_special[position] = special[body]
+    if document_ids is None:
+        first_document = [units[u] for u in window_unit]
+    else:
+        first_document = [document_ids[d] for d in document_of_token[window_start]]
+    return pa.table({
+        "unit": pa.array([units[u] for u in window_unit], pa.string()),
+        "window_index": pa.array(window_index.astype(np.int32), pa.int32()),
+        "document_id": pa.array(first_document, pa.string()),
+        "input_ids": list_column(out_ids, out_offsets, pa.int32()),
+        "word_ids": list_column(out_word_ids, out_offsets, pa.int32()),
+        "word_index": list_column(out_word_index, out_offsets, pa.int32()),
+        "special_tokens_mask": list_column(out_special, out_offsets, pa.int8()),
+    }, schema=WINDOWS_SCHEMA)
+
+
+def pack_documents(unit: str, documents: pa.Table, separator: Sequence[int], prefix: Sequence[int],
+                   suffix: Sequence[int], max_length: int) -> pa.Table:
+    """TOKENIZED_SCHEMA documents, in order -> the windows of their concatenation (pack mode);
+    word occurrence ids run on across documents, separators are special tokens."""
+    ids, offsets = flat(documents, "input_ids")
+    occurrence, _ = flat(documents, "word_ids")
+    word_index, _ = flat(documents, "word_index")
+    n_docs, n_sep = documents.num_rows, len(separator)
+    lengths = np.diff(offsets)
+    # Each document after the first is preceded by the separator.
+    starts = offsets[:-1] + np.arange(n_docs) * n_sep
+    total = int(lengths.sum()) + max(n_docs - 1, 0) * n_sep
+    stream_ids = np.empty(total, np.int32)
+    stream_occurrence = np.full(total, -1, np.int32)
+    stream_index = np.full(total, -1, np.int32)
+    special = np.ones(total, np.int8)
+    document_of_token = np.zeros(total, np.int64)
+    for k, token in enumerate(separator):
+        stream_ids[starts[1:] - n_sep + k] = token
+        document_of_token[starts[1:] - n_sep + k] = np.arange(1, n_docs)
+    body = _ranges(starts, starts + lengths)
+    # Occurrences continue across documents: each document's ids shifted past the previous ones.
+    per_doc = np.zeros(n_docs, np.int64)
+    if len(occurrence):
+        nonempty = lengths > 0
+        last = np.where(nonempty, occurrence[np.maximum(offsets[1:] - 1, 0)].astype(np.int64) + 1, 0)
+        per_doc = np.concatenate([[0], np.cumsum(last)[:-1]])
+    stream_ids[body] = ids
+    stream_occurrence[body] = occurrence + np.repeat(per_doc, lengths)
+    stream_index[body] = word_index
+    special[body] = 0
+    document_of_token[body] = np.repeat(np.arange(n_docs), lengths)
+    stream = pa.table({
+        "document_id": pa.array([unit], pa.string()),
+        "input_ids": list_column(stream_ids, np.array([0, total]), pa.int32()),
+        "word_ids": list_column(stream_occurrence, np.array([0, total]), pa.int32()),
+        "word_index": list_column(stream_index, np.array([0, total]), pa.int32()),
+    }, schema=TOKENIZED_SCHEMA)
+    return cut_windows(stream, prefix, suffix, max_length, special_tokens_mask=special,
+                       document_ids=documents.column("document_id").to_pylist(), document_of_token=document_of_token)
 
 
 def natural_key(name: str) -> tuple:
     """Sort key that orders "x:line 2" before "x:line 10"."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def sort_documents(documents: pa.Table) -> pa.Table:
+    """Rows in natural document-id order."""
+    ids = documents.column("document_id").to_pylist()
+    return documents.take(sorted(range(len(ids)), key=lambda i: natural_key(ids[i])))
 
 
 def pack_group(document_id: str, groups: int) -> str:
@@ -228,7 +347,39 @@ def pack_group(document_id: str, groups: int) -> str:
     return f"pack-{int.from_bytes(digest[:8], 'big') % max(groups, 1):06d}"
 
 
-class _WindowDocuments(beam.DoFn):
+class TokenizeDocuments(beam.DoFn):
+    """Batches of documents -> tokenized tables (TOKENIZED_SCHEMA), or, with `max_length`, their
+    windows (WINDOWS_SCHEMA, truncate mode); documents without a token go to "rejects"."""
+
+    def __init__(self, tokenizer_name: str, max_length: int = 0):
+        self._tokenizer_name = tokenizer_name
+        self._max_length = max_length
+        self._documents = beam.metrics.Metrics.counter("build", "documents_tokenized")
+        self._empty = beam.metrics.Metrics.counter("build", "documents_without_tokens")
+        self._tokens = beam.metrics.Metrics.counter("build", "tokens")
+        self._ms = beam.metrics.Metrics.counter("build", "tokenize_ms")
+
+    def setup(self) -> None:
+        self._tokenizer = load_backend_tokenizer(self._tokenizer_name)
+        self._prefix, self._suffix = special_template(self._tokenizer)
+
+    def process(self, batch: Sequence[Any], vocabulary: Mapping[str, int]) -> Iterator[Any]:
+        started = time.perf_counter()
+        table, empty = tokenize_documents(self._tokenizer, batch, vocabulary)
+        for document in empty:
+            self._empty.inc()
+            yield beam.pvalue.TaggedOutput(
+                "rejects", {"source": document.source, "location": document.document_id, "reason": "no tokens"})
+        self._documents.inc(table.num_rows)
+        self._tokens.inc(len(table.column("input_ids").combine_chunks().values))
+        if table.num_rows:
+            yield cut_windows(table, self._prefix, self._suffix, self._max_length) if self._max_length else table
+        self._ms.inc(int((time.perf_counter() - started) * 1000))
+
+
+class _PackGroups(beam.DoFn):
+    """(group, tokenized tables) -> the group's windows, documents in document-id order."""
+
     def __init__(self, tokenizer_name: str, max_length: int):
         self._tokenizer_name = tokenizer_name
         self._max_length = max_length
@@ -237,20 +388,29 @@ class _WindowDocuments(beam.DoFn):
     def setup(self) -> None:
         self._prefix, self._suffix = special_template(load_backend_tokenizer(self._tokenizer_name))
 
-    def process(self, element: Any) -> Iterable[Window]:
+    def process(self, element: tuple[str, Sequence[pa.Table]]) -> Iterator[pa.Table]:
         started = time.perf_counter()
-        if isinstance(element, TokenizedDocument):  # truncate: one document is one unit
-            windows = make_windows(element.document_id, [element], [], self._prefix, self._suffix, self._max_length)
-        else:  # pack: a group, concatenated in document-id order
-            unit, documents = element
-            documents = sorted(documents, key=lambda d: natural_key(d.document_id))
-            windows = make_windows(unit, documents, self._suffix[-1:], self._prefix, self._suffix, self._max_length)
-        yield from list(windows)
+        unit, tables = element
+        documents = sort_documents(pa.concat_tables(tables))
+        yield pack_documents(unit, documents, self._suffix[-1:], self._prefix, self._suffix, self._max_length)
         self._ms.inc(int((time.perf_counter() - started) * 1000))
 
 
+def split_by_pack_group(table: pa.Table, documents: int, group_size: int) -> Iterator[tuple[str, pa.Table]]:
+    groups = [pack_group(d, -(-documents // group_size)) for d in table.column("document_id").to_pylist()]
+    by_group: dict[str, list[int]] = {}
+    for row, group in enumerate(groups):
+        by_group.setdefault(group, []).append(row)
+    for group, rows in by_group.items():
+        yield group, table.take(rows)
+
+
 class TokenizeToWindows(beam.PTransform):
-    """Documents -> {"windows": Window, "rejects": dict} (documents that yield no token)."""
+    """Documents -> {"windows": WINDOWS_SCHEMA tables, "rejects": dict} (documents without a token).
+
+    Each element of "windows" holds the windows of a batch of documents (truncate) or of one
+    packing group (pack); every unit's windows are in exactly one element.
+    """
 
     def __init__(
         self,
@@ -260,7 +420,7 @@ class TokenizeToWindows(beam.PTransform):
         max_length: int = 128,
         packing: str = "truncate",
         pack_group_size: int = 2000,
-        batch_size: int = 256,
+        batch_size: int = 1024,
     ):
         super().__init__()
         if packing not in ("truncate", "pack"):
@@ -273,26 +433,23 @@ class TokenizeToWindows(beam.PTransform):
         self._batch_size = batch_size
 
     def expand(self, documents):
+        truncate = self._packing == "truncate"
         tokenized = (
             documents
-            | "BatchDocuments" >> beam.BatchElements(min_batch_size=8, max_batch_size=self._batch_size)
+            | "BatchDocuments" >> beam.BatchElements(min_batch_size=self._batch_size, max_batch_size=self._batch_size)
             | "Tokenize"
-            >> beam.ParDo(TokenizeDocuments(self._tokenizer_name), self._vocabulary).with_outputs(
-                "rejects", main="documents"
-            )
+            >> beam.ParDo(
+                TokenizeDocuments(self._tokenizer_name, self._max_length if truncate else 0), self._vocabulary
+            ).with_outputs("rejects", main="tables")
         )
-        units = tokenized.documents
-        if self._packing == "pack":
-            count = documents | "CountDocuments" >> beam.combiners.Count.Globally()
-            group_size = self._pack_group_size
-            units = (
-                units
-                | "KeyByPackGroup"
-                >> beam.Map(
-                    lambda d, n: (pack_group(d.document_id, -(-n // group_size)), d),
-                    n=beam.pvalue.AsSingleton(count),
-                )
-                | "GroupForPacking" >> beam.GroupByKey()
-            )
-        windows = units | "CutWindows" >> beam.ParDo(_WindowDocuments(self._tokenizer_name, self._max_length))
+        if truncate:
+            return {"windows": tokenized.tables, "rejects": tokenized.rejects}
+        count = documents | "CountDocuments" >> beam.combiners.Count.Globally()
+        windows = (
+            tokenized.tables
+            | "SplitByPackGroup" >> beam.FlatMap(split_by_pack_group, beam.pvalue.AsSingleton(count),
+                                                 self._pack_group_size)
+            | "GroupForPacking" >> beam.GroupByKey()
+            | "PackGroups" >> beam.ParDo(_PackGroups(self._tokenizer_name, self._max_length))
+        )
         return {"windows": windows, "rejects": tokenized.rejects}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from types import SimpleNamespace
 
 import apache_beam as beam
 import numpy as np
@@ -42,7 +43,9 @@ def test_word_ids_follow_the_tokenizers_own_word_boundaries(sample_corpus, minil
                 continue
             encoding = backend.encode(text, add_special_tokens=False)
             starts = np.array([s for s, _ in encoding.offsets])
-            ours, span = align_tokens_to_words(starts, word_spans(text))
+            spans = word_spans(text)
+            ours, span = align_tokens_to_words(starts, np.array([s for s, _, _ in spans]),
+                                               np.array([e for _, e, _ in spans]))
             theirs = hf(text, add_special_tokens=False).word_ids()
             # Same partition of tokens into words (the tokenizer numbers punctuation as words too).
             assert np.array_equal(np.diff(ours) != 0, np.diff(np.array(theirs)) != 0)
@@ -60,6 +63,15 @@ def test_cut_points_never_split_a_word_unless_it_fills_the_window():
     assert cut_points(word_ids, 100) == [0]
 
 
+def _rows(tables) -> list[SimpleNamespace]:
+    """Tables of windows -> one object per window, list columns as numpy arrays."""
+    rows = []
+    for table in tables:
+        for row in table.to_pylist():
+            rows.append(SimpleNamespace(**{k: np.array(v) if isinstance(v, list) else v for k, v in row.items()}))
+    return rows
+
+
 def _flatten_bodies(windows) -> dict[str, list[int]]:
     by_unit: dict[str, list] = {}
     for w in sorted(windows, key=lambda w: (w.unit, w.window_index)):
@@ -69,7 +81,8 @@ def _flatten_bodies(windows) -> dict[str, list[int]]:
 
 
 def _check_windows(expected_tokens: dict[str, list[int]], packing: str, cls_id: int, sep_id: int):
-    def check(windows):
+    def check(tables):
+        windows = _rows(tables)
         assert windows, "no windows"
         for w in windows:
             n = len(w.input_ids)
@@ -206,3 +219,29 @@ def test_word_encoder_pools_each_word_on_its_own(minilm_path, pooling):
             out = model(**ids)
         expected = out.pooler_output[0] if pooling == "pooler" else out.last_hidden_state[0, 1:-1].mean(0)
         np.testing.assert_allclose(result.inference, expected.numpy(), atol=1e-4)
+
+
+def test_a_batch_is_tokenized_as_each_document_alone(documents, minilm_path):
+    """Batching joins the documents' texts; every row must equal the document tokenized alone,
+    and each token's word must be the normalized word whose span holds its first character."""
+    from pipelines.sequences import tokenize_documents
+
+    extra = [Document("x:line 1", "x", "  \t  "), Document("x:line 2", "x", "Ünïcödé ﬁle naïve — İstanbul x² and Café")]
+    batch = [*documents[:60], *extra]
+    vocabulary = {w: i for i, w in enumerate(sorted({w for d in batch for _, _, w in word_spans(d.text)})) if i % 5}
+    backend = load_backend_tokenizer(minilm_path)
+    table, empty = tokenize_documents(backend, batch, vocabulary)
+    assert [d.document_id for d in empty] == ["x:line 1"]
+    rows = {r["document_id"]: r for r in table.to_pylist()}
+    assert len(rows) == len(batch) - 1
+    for document in batch[:-2] + batch[-1:]:
+        alone, _ = tokenize_documents(backend, [document], vocabulary)
+        assert alone.to_pylist() == [rows[document.document_id]]
+        encoding = backend.encode(document.text, add_special_tokens=False)
+        spans = word_spans(document.text)
+        expected = []
+        for start, _ in encoding.offsets:
+            word = next((w for s, e, w in spans if s <= start < e), None)
+            expected.append(-1 if word is None else vocabulary.get(word, -1))
+        assert rows[document.document_id]["word_index"] == expected
+        assert rows[document.document_id]["input_ids"] == encoding.ids
