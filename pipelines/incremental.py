@@ -39,6 +39,7 @@ import apache_beam as beam
 import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.dataset_writer import join, write_atomically
@@ -228,12 +229,10 @@ def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.
     for part in sorted(fs.glob(f"{path}/part-*.parquet")):
         with fs.open(part, "rb") as f:
             table = pq.read_table(f)
-        words = table.column("word").to_pylist()
+        table = table.filter(pc.is_in(table.column("word"), pa.array(sorted(wanted), pa.string())))
         dim = table.schema.field("embedding").type.list_size
         vectors = table.column("embedding").combine_chunks().flatten().to_numpy().reshape(-1, dim)
-        for word, vector in zip(words, vectors, strict=True):
-            if word in wanted:
-                found[word] = vector
+        found.update(zip(table.column("word").to_pylist(), vectors, strict=True))
     return found
 
 
@@ -300,17 +299,16 @@ def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float)
 
     from pipelines.tf_icf import word_stats_row, wordfreq_floor
 
-    tf: dict[str, int] = {}
-    df: dict[str, int] = {}
-    documents = 0
-    for entry in entries:
-        documents += entry.documents
-        for word, t, d in zip(*(entry.words.column(c).to_pylist() for c in ("word", "tf", "df")), strict=True):
-            tf[word] = tf.get(word, 0) + t
-            df[word] = df.get(word, 0) + d
-    total = sum(tf.values())
+    entries = list(entries)
+    documents = sum(entry.documents for entry in entries)
+    # Sum (tf, df) per word over the files, in Arrow; then one row per word, sorted by word.
+    merged = pa.concat_tables([entry.words for entry in entries]).group_by("word").aggregate(
+        [("tf", "sum"), ("df", "sum")]).sort_by("word")
+    words, tf, df = (merged.column(c).to_pylist() for c in ("word", "tf_sum", "df_sum"))
+    total = sum(tf)
     floor = wordfreq_floor(unseen_count)
-    rows = [word_stats_row((w, (tf[w], df[w]), word_frequency(w, language)), total, floor) for w in sorted(tf)]
+    rows = [word_stats_row((w, (t, d), word_frequency(w, language)), total, floor)
+            for w, t, d in zip(words, tf, df, strict=True)]
     return rows, documents, total
 
 
@@ -393,7 +391,8 @@ def update(options: UpdateOptions) -> dict[str, Any]:
     version_url = prepare_version(root, version)
     lap("fingerprint")
 
-    missing = {path: key for path, key in keys.items() if key not in complete_entries(cache_url)}
+    complete = complete_entries(cache_url)
+    missing = {path: key for path, key in keys.items() if key not in complete}
     counters: dict[str, int] = {"files": len(keys), "files_processed": 0, "documents_tokenized": 0}
     LOG.info("%s: %d input files, %d cached, %d to count and tokenize", version_url, len(keys),
              len(keys) - len(missing), len(missing))

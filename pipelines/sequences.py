@@ -27,6 +27,7 @@ A window never ends inside a word unless that word alone is longer than a window
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import re
@@ -149,8 +150,10 @@ def tokenize_documents(tokenizer, documents: Sequence[Any], vocabulary: Mapping[
     return table, [d for d, k in zip(documents, keep, strict=True) if not k]
 
 
+@functools.lru_cache(maxsize=4)
 def load_backend_tokenizer(name: str):
-    """The fast tokenizer's Rust backend, without the padding/truncation its config may carry."""
+    """The fast tokenizer's Rust backend, without the padding/truncation its config may carry
+    (loaded once per process and name; callers only encode with it)."""
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
