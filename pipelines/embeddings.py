@@ -147,7 +147,7 @@ class EmbedWords(beam.PTransform):
 
 
 def _unit(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, None]
     return matrix / np.where(norms > 0, norms, 1.0)
 
 
@@ -157,17 +157,19 @@ def nearest_seed_similarity(
     """(similarity float32 [n], index of the nearest seed int [n]) for each word."""
     if reduce not in REDUCTIONS:
         raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
-    words, seeds = _unit(np.asarray(word_embeddings, np.float64)), _unit(np.asarray(seed_embeddings, np.float64))
-    # Row by row (matrix-vector), so a word's score does not depend on the batch it came in.
-    cosine = np.stack([seeds @ word for word in words]) if len(words) else np.zeros((0, len(seeds)))
+    seeds = _unit(np.asarray(seed_embeddings, np.float64))
+    words = _unit(np.asarray(word_embeddings, np.float64).reshape(len(word_embeddings), seeds.shape[1]))
+    # einsum's own loops (not BLAS): each word's sums run in one fixed order, so a word's score
+    # does not depend on how many words share its batch (a build and an update agree bit for bit).
+    cosine = np.einsum("ij,kj->ik", words, seeds)
     nearest = cosine.argmax(axis=1)
     if reduce == "max":
         similarity = cosine[np.arange(len(words)), nearest]
     elif reduce == "mean":
         similarity = cosine.mean(axis=1)
     else:
-        centroid = _unit(seeds.mean(axis=0))
-        similarity = np.array([word @ centroid for word in words])
+        centroid = _unit(seeds.mean(axis=0, keepdims=True))[0]
+        similarity = np.einsum("ij,j->i", words, centroid)
     return similarity.astype(np.float32), nearest
 
 
