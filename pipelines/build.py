@@ -48,6 +48,7 @@ class BuildConfig:
     embed_batch_size: int = 256
     encoder_threads: int = 0
     encoder_device: str = "auto"
+    encoder_dtype: str = "float32"  # resolved (`resolve_encoder_dtype`): float32 or bfloat16, never auto
     write_embeddings: bool = False
 
 
@@ -103,6 +104,11 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoder-device", default="auto",
                         help="torch device of the word encoder: auto (cuda when available), cpu, cuda, cuda:1, ... "
                              "(default: auto)")
+    parser.add_argument("--encoder-dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                        help="precision of the word encoder's forward pass (pooling stays float32): auto is "
+                             "bfloat16 where the device does it natively (a CUDA GPU with bf16, a CPU with "
+                             "avx512_bf16 or amx_bf16), else float32; resolved on the machine that runs the "
+                             "command (default: auto)")
     parser.add_argument("--encoder-threads", type=int, default=0,
                         help="torch threads per encoder process; 0 keeps torch's default (all cores). With several "
                              "worker processes on one machine, set cores / workers (default: 0)")
@@ -115,6 +121,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         raise ValueError(f"--budget must be in (0, 1], got {args.budget}")
     if not 0.0 <= args.alpha <= 1.0:
         raise ValueError(f"--alpha must be in [0, 1], got {args.alpha}")
+    from pipelines.embeddings import resolve_encoder_dtype
+
     return BuildConfig(
         tokenizer=args.tokenizer or args.model,
         encoder=args.model,
@@ -133,6 +141,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         embed_batch_size=args.embed_batch_size,
         encoder_threads=args.encoder_threads,
         encoder_device=args.encoder_device,
+        encoder_dtype=resolve_encoder_dtype(args.encoder_device, args.encoder_dtype),
         write_embeddings=args.write_embeddings,
     )
 
@@ -234,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
         "version": version,
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "tokenizer": tokenizer_info(config.tokenizer),
-        "encoder": {"name": config.encoder, "pooling": config.pooling, "max_word_tokens": 16},
+        "encoder": {"name": config.encoder, "pooling": config.pooling, "max_word_tokens": 16,
+                    "dtype": config.encoder_dtype},
         "seeds": seeds,
         "formulas": dict(FORMULA_VERSIONS),
         "config": {**dataclasses.asdict(config), "input": list(args.input), "stats": args.stats,

@@ -198,7 +198,7 @@ class BuildDataset(beam.PTransform):
 
         handler = WordEncoderHandler(
             config.encoder, pooling=config.pooling, threads=config.encoder_threads, device=config.encoder_device,
-            batch_rows=config.embed_batch_size,
+            batch_rows=config.embed_batch_size, dtype=config.encoder_dtype,
         )
         scored = pipeline | "ScoreVocabulary" >> ScoreVocabulary(
             self._vocabulary, self._seeds, handler, config.reduce, config.embed_batch_size

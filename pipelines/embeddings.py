@@ -4,7 +4,9 @@ Every word type is encoded once, on its own (`[CLS] word [SEP]`), and pooled: `m
 word's own tokens (specials excluded; the default) or the model's `pooler` output. Encoding runs
 in Beam's `RunInference` with `WordEncoderHandler`, in batches of ~256 words (sorted by length,
 at most 16 tokens each, words of one token count per batch),
-so the cost grows with the vocabulary, not with the corpus.
+so the cost grows with the vocabulary, not with the corpus. The forward pass runs in float32 or
+under bfloat16 autocast (`resolve_encoder_dtype`: `auto` picks bfloat16 where the device does it
+natively); pooling is always done in float32.
 
 Similarity of a word to the seeds is the cosine of their embeddings, reduced by
 - `max`: to the nearest seed (the paper's default),
@@ -15,6 +17,8 @@ Similarity of a word to the seeds is the cosine of their embeddings, reduced by
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections.abc import Iterable, Sequence
 
@@ -24,6 +28,51 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInf
 
 POOLINGS = ("mean", "pooler")
 REDUCTIONS = ("max", "mean", "centroid")
+DTYPES = ("float32", "bfloat16")  # what the encoder runs in; `auto` resolves to one of them
+CPUINFO = "/proc/cpuinfo"
+
+LOG = logging.getLogger("maskstream.embeddings")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo; empty where it cannot be read)."""
+    try:
+        with open(CPUINFO, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return set()
+
+
+def resolve_encoder_dtype(device: str, requested: str) -> str:
+    """`float32` or `bfloat16` for `--encoder-dtype` on `--encoder-device`. `auto` is bfloat16
+    where the device computes it natively (CUDA: `torch.cuda.is_bf16_supported` without
+    emulation; CPU: the avx512_bf16 or amx_bf16 flag), else float32. Resolved where the
+    command runs: with a remote runner whose workers differ, pass the dtype explicitly."""
+    if requested in DTYPES:
+        return requested
+    if requested != "auto":
+        raise ValueError(f"--encoder-dtype must be auto or one of {DTYPES}, got {requested!r}")
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as e:
+        raise ValueError(f"--encoder-device {device!r}: {e}") from e
+    if kind == "cuda":
+        native = False
+        if torch.cuda.is_available():  # else the encoder fails to load, with a clearer message
+            with torch.cuda.device(torch.device(device)):  # is_bf16_supported asks the current device
+                native = torch.cuda.is_bf16_supported(including_emulation=False)
+    elif kind == "cpu":
+        native = bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+    else:
+        native = False
+    return "bfloat16" if native else "float32"
 
 
 class LoadedEncoder:
@@ -34,12 +83,17 @@ class LoadedEncoder:
 
 
 class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
-    """RunInference handler: a batch of words -> one float32 embedding per word."""
+    """RunInference handler: a batch of words -> one float32 embedding per word.
+
+    `dtype` (resolved, see `resolve_encoder_dtype`): `bfloat16` runs the model under bfloat16
+    autocast; the pooled embedding is computed and returned in float32 either way."""
 
     def __init__(self, model_name: str, *, pooling: str = "mean", max_word_tokens: int = 16, threads: int = 0,
-                 device: str = "auto", batch_rows: int = 0):
+                 device: str = "auto", batch_rows: int = 0, dtype: str = "float32"):
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES} (resolve `auto` first), got {dtype!r}")
         super().__init__()
         self._model_name = model_name
         self._pooling = pooling
@@ -49,6 +103,7 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         # > 0: every batch is padded to this many rows (repeating its last word), so that with
         # `word_batches` each word is always encoded in a batch of the same shape.
         self._batch_rows = batch_rows
+        self._dtype = dtype
         self._calls = beam.metrics.Metrics.counter("build", "encoder_calls")
         self._words = beam.metrics.Metrics.counter("build", "encoded_words")
         self._ms = beam.metrics.Metrics.counter("build", "encode_ms")
@@ -64,6 +119,7 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         device = ("cuda" if torch.cuda.is_available() else "cpu") if self._device == "auto" else self._device
         model = AutoModel.from_pretrained(self._model_name).to(device)
         model.eval()
+        LOG.info("word encoder %s on %s in %s", self._model_name, device, self._dtype)
         return LoadedEncoder(tokenizer, model)
 
     def run_inference(self, batch: Sequence[str], model, inference_args=None) -> Iterable[PredictionResult]:
@@ -82,14 +138,17 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         )
         special = inputs.pop("special_tokens_mask").to(encoder.device)
         inputs = inputs.to(encoder.device)
+        autocast = (torch.autocast(encoder.device.type, dtype=torch.bfloat16) if self._dtype == "bfloat16"
+                    else contextlib.nullcontext())
         with torch.inference_mode():
-            output = encoder(**inputs)
+            with autocast:
+                output = encoder(**inputs)
             if self._pooling == "pooler":
-                pooled = output.pooler_output
+                pooled = output.pooler_output.float()
             else:
-                own = (inputs["attention_mask"] * (1 - special)).unsqueeze(-1).to(output.last_hidden_state.dtype)
-                pooled = (output.last_hidden_state * own).sum(1) / own.sum(1).clamp(min=1)
-        embeddings = pooled.float().cpu().numpy()[: len(batch)]
+                own = (inputs["attention_mask"] * (1 - special)).unsqueeze(-1).float()
+                pooled = (output.last_hidden_state.float() * own).sum(1) / own.sum(1).clamp(min=1)
+        embeddings = pooled.cpu().numpy()[: len(batch)]
         self._calls.inc()
         self._words.inc(len(batch))
         self._ms.inc(int((time.perf_counter() - started) * 1000))
@@ -98,6 +157,10 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
     @property
     def model_name(self) -> str:
         return self._model_name
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
 
     def get_num_bytes(self, batch: Sequence[str]) -> int:
         return sum(len(w.encode("utf-8")) for w in batch)

@@ -91,10 +91,11 @@ def file_settings(tokenizer: str, text_field: str, txt_mode: str) -> FileSetting
     return FileSettings(tokenizer, sha256_text(definition), text_field, txt_mode)
 
 
-def encoder_key(encoder: str, pooling: str) -> str:
+def encoder_key(encoder: str, pooling: str, dtype: str = "float32") -> str:
     """Identifies word embeddings: the encoder's name, or for a local folder the hash of its
-    weights and config (a retrained model in the same folder gets a new key)."""
-    parts = [encoder, pooling, str(MAX_WORD_TOKENS)]
+    weights and config (a retrained model in the same folder gets a new key), and the dtype it
+    ran in (float32 keys are those of caches made before the dtype existed)."""
+    parts = [encoder, pooling, str(MAX_WORD_TOKENS)] + ([f"dtype:{dtype}"] if dtype != "float32" else [])
     if os.path.isdir(encoder):
         for name in sorted(os.listdir(encoder)):
             if name.endswith((".safetensors", ".bin", ".json", ".txt")):
@@ -237,14 +238,14 @@ def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.
 
 
 def encode_words(words: Sequence[str], encoder: str, pooling: str, device: str, threads: int,
-                 batch_size: int) -> dict[str, np.ndarray]:
+                 batch_size: int, dtype: str = "float32") -> dict[str, np.ndarray]:
     """Embeddings of `words` with the build's encoder, batched as the build batches them."""
     from pipelines.embeddings import WordEncoderHandler, word_batches
 
     if not words:
         return {}
     handler = WordEncoderHandler(encoder, pooling=pooling, max_word_tokens=MAX_WORD_TOKENS, threads=threads,
-                                 device=device, batch_rows=batch_size)
+                                 device=device, batch_rows=batch_size, dtype=dtype)
     model = handler.load_model()
     result: dict[str, np.ndarray] = {}
     for batch in word_batches(words, encoder, batch_size, MAX_WORD_TOKENS):
@@ -422,11 +423,11 @@ def update(options: UpdateOptions) -> dict[str, Any]:
     vocabulary = [row["word"] for row in rows]
     lap("stats_and_seeds")
 
-    embedding_key = encoder_key(config.encoder, config.pooling)
+    embedding_key = encoder_key(config.encoder, config.pooling, config.encoder_dtype)
     wanted = set(vocabulary) | set(seeds)
     embeddings = read_embeddings(cache_url, embedding_key, wanted)
     new = encode_words(sorted(wanted - embeddings.keys()), config.encoder, config.pooling, config.encoder_device,
-                       config.encoder_threads, config.embed_batch_size)
+                       config.encoder_threads, config.embed_batch_size, config.encoder_dtype)
     write_embeddings_part(cache_url, embedding_key, new)
     embeddings.update(new)
     counters["words_encoded"] = len(new)
@@ -475,7 +476,8 @@ def update(options: UpdateOptions) -> dict[str, Any]:
         version=version,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         tokenizer=tokenizer_info(config.tokenizer),
-        encoder={"name": config.encoder, "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS},
+        encoder={"name": config.encoder, "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
+                 "dtype": config.encoder_dtype},
         seeds=seeds,
         formulas=dict(FORMULA_VERSIONS),
         config={**dataclasses.asdict(config), "input": list(options.inputs), "seeds_config": seeds_json["config"],

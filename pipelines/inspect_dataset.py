@@ -43,7 +43,8 @@ def summary_lines(version_url: str, manifest) -> list[str]:
         f"created          {manifest.created_at} (schema {manifest.schema_version})",
         f"tokenizer        {manifest.tokenizer.get('name')} (vocab {manifest.tokenizer.get('vocab_size')}, "
         f"hash {str(manifest.tokenizer.get('vocab_hash'))[:12]})",
-        f"encoder          {manifest.encoder.get('name')} ({manifest.encoder.get('pooling', '?')} pooling)",
+        f"encoder          {manifest.encoder.get('name')} ({manifest.encoder.get('pooling', '?')} pooling, "
+        f"{manifest.encoder.get('dtype', 'float32')})",
         f"seeds            {', '.join(manifest.seeds)}",
         f"documents        read {docs.get('read', '?')}, accepted {docs.get('accepted', '?')}, "
         f"rejected {docs.get('rejected', '?')}",

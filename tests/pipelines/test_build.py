@@ -194,6 +194,14 @@ def test_encoder_sees_exactly_the_unique_words_and_seeds(built, minilm_path):
     assert spy.calls <= len(expected) / 256 + 16
 
 
+def test_manifest_records_the_resolved_encoder_dtype(built):
+    from pipelines.embeddings import resolve_encoder_dtype
+
+    manifest = built["manifest"]
+    dtype = resolve_encoder_dtype("auto", "auto")  # the build ran with the default --encoder-dtype auto
+    assert manifest.encoder["dtype"] == manifest.config["encoder_dtype"] == dtype
+
+
 def test_inspect_summarizes_marks_and_plots(built, tmp_path, capsys):
     plot = tmp_path / "hist.png"
     assert main(["inspect", built["root"], "--plot", str(plot), "--samples", "2"]) == 0

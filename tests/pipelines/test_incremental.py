@@ -12,12 +12,14 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from maskstream.cli import build_parser
 from pipelines.dataset_writer import verify_shard
+from pipelines.incremental import update
 from schemas.manifest import MANIFEST_NAME, load_manifest
 
 FILES, DOCUMENTS_PER_FILE = 100, 2
@@ -110,6 +112,34 @@ def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) 
     run_cli(["build", "--input", corpus, "--stats", str(tmp_path / "stats"), "--seeds", str(tmp_path / "seeds.json"),
              "--output", str(tmp_path / "dataset"), "--shard-rows", "100"], subprocess_env)
     assert_same_dataset(second["version"], str(tmp_path / "dataset"))
+
+
+def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first_build) -> None:
+    from pipelines.embeddings import resolve_encoder_dtype
+    from pipelines.incremental import encoder_key
+    from pipelines.update import options_from_args
+
+    url, manifest = load_manifest(str(first_build["root"]))  # latest: the corpus as it is now
+    dtype = resolve_encoder_dtype("auto", "auto")  # the default, --encoder-dtype auto
+    assert manifest.encoder["dtype"] == manifest.config["encoder_dtype"] == dtype
+    assert manifest.config["embedding_cache"] == encoder_key(manifest.encoder["name"], "mean", dtype)
+    # The other dtype reads none of these embeddings: it encodes every word again, in its own cache.
+    other = "float32" if dtype == "bfloat16" else "bfloat16"
+    root = first_build["base"] / f"dtype-{other}"
+    shutil.copytree(first_build["root"], root)
+    args, _ = build_parser().parse_known_args(["update", "--input", f"{first_build['corpus']}/*.jsonl", "--output",
+                                               str(root), "--shard-rows", "100", "--encoder-dtype", other])
+    report = update(options_from_args(args, args.input, args.output))
+    assert report["counts"]["files_processed"] == 0 and report["counts"]["words_from_cache"] == 0
+    _, changed = load_manifest(report["version"])
+    assert changed.encoder["dtype"] == other
+    assert changed.config["embedding_cache"] not in (manifest.config["embedding_cache"], None)
+    assert {p.name for p in (root / "_cache" / "embeddings").iterdir()} == {
+        manifest.config["embedding_cache"], changed.config["embedding_cache"]}
+    before, after = (pq.read_table(f"{v}/words.parquet") for v in (url, report["version"]))
+    assert before.column("word").equals(after.column("word"))
+    similarity = [np.asarray(t.column("similarity").to_pylist()) for t in (before, after)]
+    assert np.abs(similarity[0] - similarity[1]).max() < 0.01
 
 
 def test_gc_keeps_latest_and_removes_unused_cache(first_build, subprocess_env) -> None:
