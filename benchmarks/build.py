@@ -126,18 +126,23 @@ def main() -> int:
         print(json.dumps(rows[-1]), flush=True)
 
     print("\n| corpus | docs | tokens | unique words encoded | HF tokenizer alone tok/s | build tok/s | ratio "
-          "| build wall s | encode s | tokenize+windows s | probabilities s | write s | peak RSS GB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| build wall s | encode s | words/s encoded | ratio without encode | tokenize s | probabilities s "
+          "| write s | peak RSS GB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        # The encoder runs in its own stage, alone: wall - encode is what the rest of the build costs.
+        rest_tok_s = r["tokens"] / max(r["wall_s"] - r["encode_s"], 1e-9)
         print(f"| {r['corpus']} | {r['documents']} | {r['tokens']} | {r['words']} | {r['peer_tok_s']:,.0f} "
               f"| {r['build_tok_s']:,.0f} | {r['build_tok_s'] / r['peer_tok_s']:.3f} | {r['wall_s']:.1f} "
-              f"| {r['encode_s']:.1f} | {r['tokenize_s']:.1f} | {r['probability_s']:.1f} | {r['write_s']:.1f} "
-              f"| {r['peak_gb']:.2f} |")
+              f"| {r['encode_s']:.1f} | {r['words'] / max(r['encode_s'], 1e-9):,.0f} "
+              f"| {rest_tok_s / r['peer_tok_s']:.3f} | {r['tokenize_s']:.1f} | {r['probability_s']:.1f} "
+              f"| {r['write_s']:.1f} | {r['peak_gb']:.2f} |")
     if len(rows) == 2:
         a, b = rows
         print(f"\nx{args.repeat} / x1: tokens {b['tokens'] / a['tokens']:.2f}, encode time {b['encode_s'] / max(a['encode_s'], 1e-9):.2f}, "
               f"tokenize time {b['tokenize_s'] / max(a['tokenize_s'], 1e-9):.2f}, build wall {b['wall_s'] / a['wall_s']:.2f}")
-    print("targets: build tok/s >= 0.5 x the tokenizer's; peak RSS <= 4 GB")
+    print("targets: build tok/s >= 0.5 x the tokenizer's; peak RSS <= 4 GB. 'ratio without encode' is derived "
+          "(tokens / (wall - encode s)): what the build costs besides encoding the vocabulary once")
     return 0
 
 
