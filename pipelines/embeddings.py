@@ -209,9 +209,9 @@ class EmbedWords(beam.PTransform):
         )
 
 
-def _unit(matrix: np.ndarray) -> np.ndarray:
-    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, None]
-    return matrix / np.where(norms > 0, norms, 1.0)
+def _norms(matrix: np.ndarray) -> np.ndarray:
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
+    return np.where(norms > 0, norms, 1.0)
 
 
 def nearest_seed_similarity(
@@ -220,19 +220,22 @@ def nearest_seed_similarity(
     """(similarity float32 [n], index of the nearest seed int [n]) for each word."""
     if reduce not in REDUCTIONS:
         raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
-    seeds = _unit(np.asarray(seed_embeddings, np.float64))
-    words = _unit(np.asarray(word_embeddings, np.float64).reshape(len(word_embeddings), seeds.shape[1]))
-    # einsum's own loops (not BLAS): each word's sums run in one fixed order, so a word's score
-    # does not depend on how many words share its batch (a build and an update agree bit for bit).
-    cosine = np.einsum("ij,kj->ik", words, seeds)
+    seeds = np.asarray(seed_embeddings, np.float64)
+    seeds = seeds / _norms(seeds)[:, None]
+    words = np.asarray(word_embeddings).reshape(len(word_embeddings), seeds.shape[1])
+    # einsum's own loops (not BLAS), accumulating in float64 without copying the words: each
+    # word's sums run in one fixed order, so its score does not depend on how many words share
+    # its batch (a build and an update agree bit for bit).
+    cosine = np.einsum("ij,kj->ik", words, seeds, dtype=np.float64) / _norms(words)[:, None]
     nearest = cosine.argmax(axis=1)
     if reduce == "max":
         similarity = cosine[np.arange(len(words)), nearest]
     elif reduce == "mean":
         similarity = cosine.mean(axis=1)
     else:
-        centroid = _unit(seeds.mean(axis=0, keepdims=True))[0]
-        similarity = np.einsum("ij,j->i", words, centroid)
+        centroid = seeds.mean(axis=0)
+        centroid = centroid / _norms(centroid[None])[0]
+        similarity = np.einsum("ij,j->i", words, centroid, dtype=np.float64) / _norms(words)
     return similarity.astype(np.float32), nearest
 
 

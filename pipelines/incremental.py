@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
+import gc
 import hashlib
 import io
 import json
@@ -33,6 +35,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import apache_beam as beam
@@ -237,18 +240,47 @@ def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.
     return found
 
 
-def encode_words(words: Sequence[str], encoder: str, pooling: str, device: str, threads: int,
-                 batch_size: int, dtype: str = "float32") -> dict[str, np.ndarray]:
+@functools.lru_cache(maxsize=1)
+def _load_encoder(encoder: str, pooling: str, threads: int, device: str, batch_rows: int, dtype: str) -> Future:
+    def load():
+        from pipelines.embeddings import WordEncoderHandler
+
+        handler = WordEncoderHandler(encoder, pooling=pooling, max_word_tokens=MAX_WORD_TOKENS, threads=threads,
+                                     device=device, batch_rows=batch_rows, dtype=dtype)
+        return handler, handler.load_model()
+
+    executor = ThreadPoolExecutor(1, thread_name_prefix="load-encoder")
+    future = executor.submit(load)
+    executor.shutdown(wait=False)
+    return future
+
+
+class EncoderLoader:
+    """The word encoder, loaded on a background thread started before the files are counted
+    (importing torch and reading the model costs seconds that would otherwise add to every
+    update), and once per process: `maskstream watch` keeps it between rebuilds.
+    `get()` waits for it and re-raises its error (and forgets a failed load)."""
+
+    def __init__(self, config: Any):
+        self._key = (config.encoder, config.pooling, config.encoder_threads, config.encoder_device,
+                     config.embed_batch_size, config.encoder_dtype)
+        self._future = _load_encoder(*self._key)
+
+    def get(self):
+        if self._future.exception() is not None:
+            _load_encoder.cache_clear()
+        return self._future.result()
+
+
+def encode_words(words: Sequence[str], encoder: EncoderLoader, batch_size: int) -> dict[str, np.ndarray]:
     """Embeddings of `words` with the build's encoder, batched as the build batches them."""
-    from pipelines.embeddings import WordEncoderHandler, word_batches
+    from pipelines.embeddings import word_batches
 
     if not words:
         return {}
-    handler = WordEncoderHandler(encoder, pooling=pooling, max_word_tokens=MAX_WORD_TOKENS, threads=threads,
-                                 device=device, batch_rows=batch_size, dtype=dtype)
-    model = handler.load_model()
+    handler, model = encoder.get()
     result: dict[str, np.ndarray] = {}
-    for batch in word_batches(words, encoder, batch_size, MAX_WORD_TOKENS):
+    for batch in word_batches(words, handler.model_name, batch_size, MAX_WORD_TOKENS):
         for prediction in handler.run_inference(batch, model):
             result[prediction.example] = np.asarray(prediction.inference, np.float32)
     return result
@@ -355,6 +387,19 @@ def update(options: UpdateOptions) -> dict[str, Any]:
     Returns a report: the version URL, what was processed and encoded, and seconds per step.
     Raises ValueError/FileNotFoundError/FileExistsError on bad input, before writing a version.
     """
+    # Python's cyclic collector would walk the millions of objects torch, transformers and Beam
+    # keep alive each time the update's own (acyclic) rows and lists pass its thresholds: about
+    # a second of a rebuild. It runs again once the update is done.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _update(options)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _update(options: UpdateOptions) -> dict[str, Any]:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.build import tokenizer_info
@@ -390,6 +435,7 @@ def update(options: UpdateOptions) -> dict[str, Any]:
     keys = {f["path"]: settings.entry_key(f["path"], f["sha256"]) for f in fingerprint["files"]}
     version = options.version or new_version_name()
     version_url = prepare_version(root, version)
+    encoder = EncoderLoader(config)
     lap("fingerprint")
 
     complete = complete_entries(cache_url)
@@ -426,8 +472,7 @@ def update(options: UpdateOptions) -> dict[str, Any]:
     embedding_key = encoder_key(config.encoder, config.pooling, config.encoder_dtype)
     wanted = set(vocabulary) | set(seeds)
     embeddings = read_embeddings(cache_url, embedding_key, wanted)
-    new = encode_words(sorted(wanted - embeddings.keys()), config.encoder, config.pooling, config.encoder_device,
-                       config.encoder_threads, config.embed_batch_size, config.encoder_dtype)
+    new = encode_words(sorted(wanted - embeddings.keys()), encoder, config.embed_batch_size)
     write_embeddings_part(cache_url, embedding_key, new)
     embeddings.update(new)
     counters["words_encoded"] = len(new)
