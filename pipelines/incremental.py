@@ -56,6 +56,7 @@ EMBEDDINGS_DIR = "embeddings"
 ENTRY_NAME = "entry.json"
 CACHE_FORMAT = 1  # bump when what a cache entry holds changes
 MAX_WORD_TOKENS = 16  # as the build's WordEncoderHandler
+IO_THREADS = 4  # cache reads and shard writes at once
 
 
 def sha256_text(*parts: str) -> str:
@@ -416,7 +417,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     from pipelines.embeddings import nearest_seed_similarity
     from pipelines.seeds import load_stop_words, select_seeds
     from schemas.formulas import FORMULA_VERSIONS
-    from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME, Manifest
+    from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME, Manifest, ShardEntry
 
     config = options.build
     seconds: dict[str, float] = {}
@@ -455,7 +456,9 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
             counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + counter.committed
     lap("count_and_tokenize")
 
-    entries = [read_entry(cache_url, path, keys[path]) for path in sorted(keys)]
+    # Threads: reading and decoding Parquet releases the GIL (local disk or gs://).
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        entries = list(pool.map(lambda path: read_entry(cache_url, path, keys[path]), sorted(keys)))
     lap("read_cache")
     rows, documents, total_words = word_stats(entries, options.general_language, options.unseen_count)
     if not rows:
@@ -495,13 +498,16 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
                    "width": config.max_length}
     # Shard i is ids [i * total // shards, (i + 1) * total // shards), as the build's `sequence_id * shards // total`.
     bounds = [-(-i * total // shards) for i in range(shards + 1)]
-    parts = [dataset_rows(windows.slice(start, end - start), np.arange(start, end), similarity, **probability)
-             for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
-    del windows
-    lap("mask_probability")
-    shard_entries = [write_shard(version_url, i, shards, [part], config.row_group_rows)
-                     for i, part in enumerate(parts)]
-    del parts
+
+    def compute_and_write(shard: int) -> ShardEntry:
+        start, end = bounds[shard], bounds[shard + 1]
+        rows = dataset_rows(windows.slice(start, end - start), np.arange(start, end), similarity, **probability)
+        return write_shard(version_url, shard, shards, [rows], config.row_group_rows)
+
+    # Shards in parallel: numpy, Parquet encoding and hashing release the GIL.
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        shard_entries = list(pool.map(compute_and_write, range(shards)))
+    lap("mask_probability_and_shards")
     write_word_table(version_url, WORD_TABLE_NAME, word_rows)
     rejects = [r for entry in entries for r in entry.rejects]
     rejected = write_rejects(version_url, rejects)
