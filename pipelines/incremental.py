@@ -9,7 +9,8 @@
         entry.json is written last: an entry without it is incomplete and is recomputed.
     ROOT/_cache/embeddings/ENCODER_KEY/part-*.parquet
         (word, embedding) of every word and seed encoded so far, by the encoder (name and
-        weights hash), pooling and tokens per word of ENCODER_KEY; each update appends one part.
+        weights hash), pooling, tokens per word and dtype (float32 or bfloat16) of ENCODER_KEY;
+        each update appends one part.
 
 `update()` fingerprints the corpus, processes only the files without a cache entry (a Beam
 pipeline: ReadCorpus, then count and tokenize each file), merges the per-file counts, and
@@ -19,6 +20,11 @@ similarities, the windows and the mask probabilities. Those steps reuse the func
 `maskstream stats`, `seeds` and `build`, so an update with a warm cache writes the same rows
 as one with an empty cache (a full rebuild), and as `maskstream build` in `truncate` mode.
 Packing (`--packing pack`) packs documents within each input file, in document order.
+
+What every update pays whatever changed is kept small: the encoder loads on a background thread
+(once per process, so `maskstream watch` keeps it), cached entries are read and shards written on
+threads, windows, probabilities and counts are computed on whole Arrow columns, and Python's
+cyclic garbage collector is paused for the update.
 """
 
 from __future__ import annotations
