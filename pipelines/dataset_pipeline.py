@@ -66,7 +66,7 @@ class ScoreVocabulary(beam.PTransform):
         batches = word_batches(set(self._vocabulary) | seed_set, self._handler.model_name, self._batch_size)
         embeddings = (
             pipeline
-            | "UniqueWordsAndSeeds" >> beam.Create(batches)
+            | "UniqueWordsAndSeeds" >> beam.Create(batches).with_output_types(list[str])
             | "EmbedWords" >> EmbedWords(self._handler)
         )
         seed_embeddings = embeddings | "SeedEmbeddings" >> beam.Filter(lambda pair: pair[0] in seed_set)
@@ -205,10 +205,13 @@ class BuildDataset(beam.PTransform):
         )
         similarity = scored["word_table"] | "SimilarityArray" >> beam.combiners.ToList() | beam.Map(similarity_array)
 
-        vocabulary = pipeline | "Vocabulary" >> beam.Create([(w, i) for i, w in enumerate(self._vocabulary)])
+        # One element holding the whole mapping, typed: Beam neither infers a type per entry nor
+        # rebuilds a dict from pairs in every bundle.
+        vocabulary = pipeline | "Vocabulary" >> beam.Create(
+            [{w: i for i, w in enumerate(self._vocabulary)}]).with_output_types(dict[str, int])
         tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
             config.tokenizer,
-            beam.pvalue.AsDict(vocabulary),
+            beam.pvalue.AsSingleton(vocabulary),
             max_length=config.max_length,
             packing=config.packing,
             pack_group_size=config.pack_group_size,
