@@ -3,11 +3,13 @@
     corpus --TokenizeToWindows--> tables of windows ---------------------+
     words + seeds --EmbedWords--> embeddings --ScoreVocabulary--> word table (similarity)
                                                                           |
-    windows --UnitCounts, FirstIdPerUnit, MaskProbabilities--> rows by shard --WriteShards--> shards
+    windows --UnitCounts, FirstIdPerUnit, MaskProbabilities--> VERSION/_parts/ --WriteShards--> shards
     shards + word table + rejects --WriteManifest--> manifest.json, then ROOT/latest
 
 Windows travel as Arrow tables of a whole batch of documents (flat arrays, no per-token Python
-objects), which keeps the memory of the materialized windows near their Parquet size.
+objects), which keeps the memory of the materialized windows near their Parquet size; the
+finished rows wait for their shard in Arrow files under VERSION/_parts/ (removed before the
+manifest is written), not in the runner's memory.
 
 `sequence_id` is dense 0..rows-1 and deterministic: windows are ordered by (unit, window
 index), where the unit is the document id (truncate) or the packing group (pack), so the ids do
@@ -103,10 +105,38 @@ def sequence_offsets(per_table: Iterable[list[tuple[str, int]]]) -> dict[str, An
     return {"first": first, "total": total}
 
 
-class ComputeRows(beam.DoFn):
-    """A table of windows -> (shard, dataset rows of that shard): sequence ids, mask probabilities."""
+PARTS_DIR = "_parts"  # rows on their way to a shard, removed once the shards are written
 
-    def __init__(self, budget: float, alpha: float, weighting: str, max_length: int):
+
+def part_path(version_url: str, shard: int, first_sequence_id: int) -> str:
+    """Where one batch's rows of `shard` wait (a deterministic name: a retried bundle rewrites it)."""
+    return join(version_url, PARTS_DIR, f"shard-{shard:05d}", f"rows-{first_sequence_id:012d}.arrow")
+
+
+def write_part(table: pa.Table, url: str) -> None:
+    import fsspec
+
+    with fsspec.open(url, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
+        writer.write_table(table)
+
+
+def read_part(url: str) -> pa.Table:
+    import fsspec
+
+    with fsspec.open(url, "rb") as f:
+        return pa.ipc.open_file(pa.BufferReader(f.read())).read_all()
+
+
+class ComputeRows(beam.DoFn):
+    """A table of windows -> its rows (sequence ids, mask probabilities), written as one Arrow part
+    file per shard it touches; yields (shard, part path).
+
+    The rows go through files rather than through the GroupByKey: the runner then never holds
+    the whole dataset in memory, only the part names.
+    """
+
+    def __init__(self, version_url: str, budget: float, alpha: float, weighting: str, max_length: int):
+        self._version_url = version_url
         self._options = {"budget": budget, "alpha": alpha, "weighting": weighting, "width": max_length}
         self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
         self._rows = beam.metrics.Metrics.counter("build", "sequences")
@@ -119,20 +149,27 @@ class ComputeRows(beam.DoFn):
         rows = dataset_rows(windows, sequence_ids, similarity, **self._options)
         shard = sequence_ids * shards // offsets["total"]
         for index in np.unique(shard):
-            yield int(index), rows.filter(pa.array(shard == index))
+            selected = shard == index
+            url = part_path(self._version_url, int(index), int(sequence_ids[selected].min()))
+            write_part(rows.filter(pa.array(selected)), url)
+            yield int(index), url
         self._rows.inc(windows.num_rows)
         self._ms.inc(_elapsed_ms(started))
 
 
 class WriteShardFn(beam.DoFn):
+    """(shard, part paths) -> the shard file, in sequence-id order. The parts stay until the
+    manifest step removes them all, so a retried bundle still finds them."""
+
     def __init__(self, version_url: str, row_group_rows: int):
         self._version_url, self._row_group_rows = version_url, row_group_rows
         self._ms = beam.metrics.Metrics.counter("build", "write_ms")
 
-    def process(self, element: tuple[int, Iterable[pa.Table]], shards: int):
+    def process(self, element: tuple[int, Iterable[str]], shards: int):
         started = time.perf_counter()
-        index, parts = element
-        yield write_shard(self._version_url, index, shards, parts, self._row_group_rows)
+        index, urls = element
+        urls = sorted(set(urls))
+        yield write_shard(self._version_url, index, shards, [read_part(url) for url in urls], self._row_group_rows)
         self._ms.inc(_elapsed_ms(started))
 
 
@@ -170,6 +207,11 @@ def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
 def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rejected: int, accepted: int,
              extra_files: list) -> str:
     """Runs once, after every shard and table is written: the manifest, then `latest`."""
+    import fsspec
+
+    fs, parts = fsspec.core.url_to_fs(join(root, fields["version"], PARTS_DIR))
+    if fs.exists(parts):  # every shard is written: the rows waiting for them can go
+        fs.rm(parts, recursive=True)
     fields = json.loads(json.dumps(fields))
     fields["source_fingerprint"]["documents"] = {"read": accepted + rejected, "accepted": accepted,
                                                  "rejected": rejected}
@@ -229,7 +271,7 @@ class BuildDataset(beam.PTransform):
             windows
             | "MaskProbabilities"
             >> beam.ParDo(
-                ComputeRows(config.budget, config.alpha, config.weighting, config.max_length),
+                ComputeRows(version_url, config.budget, config.alpha, config.weighting, config.max_length),
                 beam.pvalue.AsSingleton(similarity),
                 beam.pvalue.AsSingleton(offsets),
                 beam.pvalue.AsSingleton(shards),

@@ -137,6 +137,8 @@ def test_output_validates_against_the_schema(built):
     assert (tokenizer["vocab_size"], tokenizer["mask_token_id"], tokenizer["pad_token_id"]) == (30522, 103, 0)
     assert manifest.source_fingerprint["documents"] == {"read": 200, "accepted": 200, "rejected": 0}
     assert Path(built["root"], LATEST_POINTER).read_text().strip() == manifest.version
+    # Only the dataset's own files remain: the rows' intermediate parts are gone.
+    assert not Path(version_url, "_parts").exists()
 
 
 def test_probabilities_sum_to_the_budget_and_specials_are_zero(built):
