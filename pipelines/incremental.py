@@ -442,6 +442,8 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     keys = {f["path"]: settings.entry_key(f["path"], f["sha256"]) for f in fingerprint["files"]}
     version = options.version or new_version_name()
     version_url = prepare_version(root, version)
+    # After file_settings: the tokenizer (transformers) is imported here before the loader's thread
+    # imports the model (transformers' lazy imports are not safe from two threads at once).
     encoder = EncoderLoader(config)
     lap("fingerprint")
 

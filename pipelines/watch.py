@@ -155,8 +155,18 @@ class Watcher:
         return EXIT_BUILT
 
     def run(self) -> None:
-        LOG.info("watching %s every %.0f s (settle %.0f s), building into %s", self.source, self.interval,
+        from pipelines.incremental import EncoderLoader
+        from pipelines.sequences import load_backend_tokenizer
+        from pipelines.update import options_from_args
+
+        LOG.info("watching %s every %g s (settle %g s), building into %s", self.source, self.interval,
                  self.settle, self.root)
+        # Long-lived: load the word encoder now, in the background, so that the first rebuild does
+        # not wait for it either (the process keeps it for every later one). The tokenizer first,
+        # here: transformers' lazy imports are not safe from two threads at once.
+        config = options_from_args(self.args, [], self.root).build
+        load_backend_tokenizer(config.tokenizer)
+        EncoderLoader(config)
         while not self.stop.is_set():
             status = self.check()
             if status == EXIT_INPUT_ERROR:
