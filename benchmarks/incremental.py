@@ -12,9 +12,9 @@ files of consecutive documents. Then, each as a fresh process (DirectRunner, one
    of the corpus that were not used yet (new text, new words);
 4. the incremental rebuild: the same `maskstream update` command again, a fresh process;
 5. the same rebuild inside a running `maskstream watch` (the long-lived service that rebuilds
-   when the corpus changes): another 1% of the files is changed twice; the first rebuild in the
-   process loads the encoder, the second finds it loaded. Each is timed from the watch's
-   "corpus changed ... building" log line to its "built" line.
+   when the corpus changes, and loads the word encoder when it starts): another 1% of the files
+   is changed, twice. Each rebuild is timed from the watch's "corpus changed ... building" log
+   line to its "built" line.
 
 Prints one table: wall seconds of each, the incremental rebuild's share of each full build
 (target: at most 0.15), and from the update's report how many files it counted and tokenized
@@ -152,8 +152,8 @@ def main() -> int:
                  update_report(stdout)))
     print(f"{rows[-1][0]}: {seconds:.1f} s", flush=True)
     first, second = watch_rebuilds(folder, root, groups[1:], spare[used:], env)
-    rows.append(("incremental: the same in a running watch (1st)", first, None))
-    rows.append(("incremental: the same in a running watch (2nd)", second, None))
+    rows.append(("incremental: the same in a running watch (1st change)", first, None))
+    rows.append(("incremental: the same in a running watch (2nd change)", second, None))
 
     peer, full = rows[0][1], rows[1][1]
     print()
