@@ -125,7 +125,7 @@ class ProcessFileFn(beam.DoFn):
     as `maskstream build` (`tokenize_documents`), in batches.
     """
 
-    def __init__(self, cache_url: str, tokenizer: str, batch_size: int = 1024):
+    def __init__(self, cache_url: str, tokenizer: str, batch_size: int):
         self._cache_url, self._tokenizer_name, self._batch_size = cache_url, tokenizer, batch_size
         self._files = beam.metrics.Metrics.counter("update", "files_processed")
         self._documents = beam.metrics.Metrics.counter("update", "documents_tokenized")
@@ -178,10 +178,11 @@ class ProcessFileFn(beam.DoFn):
 class ProcessFiles(beam.PTransform):
     """{path: cache key} -> one cache entry per file (PCollection of the keys written)."""
 
-    def __init__(self, keys: dict[str, str], cache_url: str, tokenizer: str, text_field: str, txt_mode: str):
+    def __init__(self, keys: dict[str, str], cache_url: str, tokenizer: str, text_field: str, txt_mode: str,
+                 batch_size: int):
         super().__init__()
         self._keys, self._cache_url, self._tokenizer = dict(keys), cache_url, tokenizer
-        self._text_field, self._txt_mode = text_field, txt_mode
+        self._text_field, self._txt_mode, self._batch_size = text_field, txt_mode, batch_size
 
     def expand(self, pbegin):
         from pipelines.corpus import ReadCorpus
@@ -195,7 +196,7 @@ class ProcessFiles(beam.PTransform):
                 "rejects": corpus["rejects"] | "RejectsBySource" >> beam.Map(lambda r: (r["source"], r)),
             }
             | "GroupByFile" >> beam.CoGroupByKey()
-            | "CountAndTokenize" >> beam.ParDo(ProcessFileFn(self._cache_url, self._tokenizer))
+            | "CountAndTokenize" >> beam.ParDo(ProcessFileFn(self._cache_url, self._tokenizer, self._batch_size))
         )
 
 
@@ -455,7 +456,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     if missing:
         pipeline = beam.Pipeline(options=PipelineOptions(list(options.beam_args)))
         _ = pipeline | "ProcessFiles" >> ProcessFiles(missing, cache_url, config.tokenizer, options.text_field,
-                                                      options.txt_mode)
+                                                      options.txt_mode, config.tokenize_batch_size)
         result = pipeline.run()
         result.wait_until_finish()
         from apache_beam.metrics.metric import MetricsFilter

@@ -47,11 +47,11 @@ def add_update_options(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace, inputs: list[str], root: str):
-    from pipelines.build import config_from_args
+    from pipelines.build import BuildConfig, config_from_args
     from pipelines.incremental import UpdateOptions
 
-    build_args = argparse.Namespace(**vars(args), pack_group_size=0, tokenize_batch_size=256,
-                                    write_embeddings=False)
+    build_args = argparse.Namespace(**vars(args), pack_group_size=0,
+                                    tokenize_batch_size=BuildConfig.tokenize_batch_size, write_embeddings=False)
     return UpdateOptions(
         inputs=list(inputs), root=root, build=config_from_args(build_args), text_field=args.text_field,
         txt_mode=args.txt_mode, top_k=args.top_k, min_df=args.min_df, min_length=args.min_length,
