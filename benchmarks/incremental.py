@@ -53,6 +53,15 @@ def update_report(stdout: str) -> dict:
     return json.loads(stdout[: stdout.rindex("}") + 1])
 
 
+def replace_text(paths: list[Path], spare: list[str]) -> list[str]:
+    """Gives each file as many new documents from `spare` as it had; returns what is left of it."""
+    for path in paths:
+        count = len(path.read_text(encoding="utf-8").splitlines())
+        path.write_text("\n".join(spare[:count]) + "\n", encoding="utf-8")
+        spare = spare[count:]
+    return spare
+
+
 def log_time(line: str) -> float:
     """Seconds since the epoch of a maskstream log line ("2026-01-02 03:04:05,678 INFO ...")."""
     return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
@@ -84,12 +93,8 @@ def watch_rebuilds(folder: Path, root: Path, changes: list[list[Path]], spare: l
     seconds = []
     try:
         wait_for("nothing to build")  # the root is up to date: the watch is idle
-        used = 0
         for paths in changes:
-            for path in paths:
-                count = len(path.read_text(encoding="utf-8").splitlines())
-                path.write_text("\n".join(spare[used : used + count]) + "\n", encoding="utf-8")
-                used += count
+            spare = replace_text(paths, spare)
             started = log_time(wait_for("; building"))
             seconds.append(log_time(wait_for("built ")) - started)
             print(f"watch rebuild {len(seconds)}: {seconds[-1]:.1f} s", flush=True)
@@ -142,16 +147,12 @@ def main() -> int:
 
     changed = max(1, round(args.files * 0.01))
     groups = [paths[offset :: max(1, args.files // changed)][:changed] for offset in range(3)]
-    used = 0
-    for path in groups[0]:
-        count = len(path.read_text(encoding="utf-8").splitlines())
-        path.write_text("\n".join(spare[used : used + count]) + "\n", encoding="utf-8")
-        used += count
+    spare = replace_text(groups[0], spare)
     seconds, stdout = maskstream("update", "--input", pattern, "--output", str(root), env=env)
     rows.append((f"incremental: update after {changed} of {args.files} files changed", seconds,
                  update_report(stdout)))
     print(f"{rows[-1][0]}: {seconds:.1f} s", flush=True)
-    first, second = watch_rebuilds(folder, root, groups[1:], spare[used:], env)
+    first, second = watch_rebuilds(folder, root, groups[1:], spare, env)
     rows.append(("incremental: the same in a running watch (1st change)", first, None))
     rows.append(("incremental: the same in a running watch (2nd change)", second, None))
 

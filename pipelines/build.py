@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME
+from schemas.models import MAX_WORD_TOKENS
 
 LOG = logging.getLogger("maskstream.build")
 
@@ -196,11 +197,10 @@ def check_seed_words(seeds_json: str, seeds: list[str], formulas: dict[str, str]
 
 def tokenizer_info(name: str) -> dict[str, Any]:
     """What the trainer needs from the tokenizer without loading it."""
-    from transformers import AutoTokenizer
-
+    from pipelines.sequences import load_tokenizer
     from schemas.manifest import vocab_hash
 
-    tokenizer = AutoTokenizer.from_pretrained(name)
+    tokenizer = load_tokenizer(name)
     return {
         "name": name,
         "class": type(tokenizer).__name__,
@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
         "version": version,
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "tokenizer": tokenizer_info(config.tokenizer),
-        "encoder": {"name": config.encoder, "pooling": config.pooling, "max_word_tokens": 16,
+        "encoder": {"name": config.encoder, "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
                     "dtype": config.encoder_dtype},
         "seeds": seeds,
         "formulas": dict(FORMULA_VERSIONS),

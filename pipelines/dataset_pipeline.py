@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from pipelines.dataset_writer import (
     dataset_rows,
+    embeddings_table,
     join,
     write_manifest_and_latest,
     write_parquet,
@@ -52,20 +53,19 @@ class ScoreVocabulary(beam.PTransform):
     Returns {"word_table": dict rows of WORD_TABLE_SCHEMA, "embeddings": (word, vector)}.
     """
 
-    def __init__(self, vocabulary: Sequence[str], seeds: Sequence[str], handler: WordEncoderHandler, reduce: str,
-                 batch_size: int = 256):
+    def __init__(self, index: dict[str, int], seeds: Sequence[str], handler: WordEncoderHandler, reduce: str):
         super().__init__()
-        self._batch_size = batch_size
-        self._vocabulary = list(vocabulary)
+        self._index = index  # word -> its word-table row
         self._seeds = list(seeds)
         self._handler = handler
         self._reduce = reduce
 
     def expand(self, pipeline):
-        index = {word: i for i, word in enumerate(self._vocabulary)}
+        index = self._index
         seed_set = set(self._seeds)
-        # Words of one token count per batch, batches of a fixed shape: see `word_batches`.
-        batches = word_batches(set(self._vocabulary) | seed_set, self._handler.model_name, self._batch_size)
+        # Words of one token count per batch, batches of the handler's fixed shape: see `word_batches`.
+        batches = word_batches(index.keys() | seed_set, self._handler.model_name, self._handler.batch_rows,
+                               self._handler.max_word_tokens)
         embeddings = (
             pipeline
             | "UniqueWordsAndSeeds" >> beam.Create(batches).with_output_types(list[str])
@@ -103,6 +103,14 @@ def sequence_offsets(per_table: Iterable[list[tuple[str, int]]]) -> dict[str, An
         first[unit] = total
         total += count
     return {"first": first, "total": total}
+
+
+def sequence_ids(windows: pa.Table, offsets: dict[str, Any]) -> np.ndarray:
+    """The `sequence_id` of each window: its unit's first id (`sequence_offsets`) + its index."""
+    first = offsets["first"]
+    units = windows.column("unit").to_pylist()
+    return np.fromiter(map(first.__getitem__, units), np.int64, len(units)) + \
+        windows.column("window_index").to_numpy().astype(np.int64)
 
 
 PARTS_DIR = "_parts"  # rows on their way to a shard, removed once the shards are written
@@ -143,14 +151,12 @@ class ComputeRows(beam.DoFn):
 
     def process(self, windows: pa.Table, similarity: np.ndarray, offsets: dict[str, Any], shards: int):
         started = time.perf_counter()
-        first = offsets["first"]
-        sequence_ids = np.fromiter(map(first.__getitem__, windows.column("unit").to_pylist()), np.int64,
-                                   windows.num_rows) + windows.column("window_index").to_numpy()
-        rows = dataset_rows(windows, sequence_ids, similarity, **self._options)
-        shard = sequence_ids * shards // offsets["total"]
+        ids = sequence_ids(windows, offsets)
+        rows = dataset_rows(windows, ids, similarity, **self._options)
+        shard = ids * shards // offsets["total"]
         for index in np.unique(shard):
             selected = shard == index
-            url = part_path(self._version_url, int(index), int(sequence_ids[selected].min()))
+            url = part_path(self._version_url, int(index), int(ids[selected].min()))
             write_part(rows.filter(pa.array(selected)), url)
             yield int(index), url
         self._rows.inc(windows.num_rows)
@@ -182,15 +188,7 @@ def shard_count(offsets: dict[str, Any], num_shards: int, shard_rows: int) -> in
 
 
 def write_embeddings(version_url: str, pairs: Iterable[tuple[str, np.ndarray]]) -> str:
-    import pyarrow as pa
-
-    pairs = sorted(pairs, key=lambda p: p[0])
-    dim = len(pairs[0][1]) if pairs else 0
-    vectors = pa.FixedSizeListArray.from_arrays(
-        pa.array(np.concatenate([v for _, v in pairs]) if pairs else np.zeros(0, np.float32), pa.float32()), dim
-    )
-    table = pa.table({"word": pa.array([w for w, _ in pairs], pa.string()), "embedding": vectors})
-    write_parquet(table, join(version_url, "embeddings.parquet"), 100_000)
+    write_parquet(embeddings_table(dict(pairs)), join(version_url, "embeddings.parquet"), 100_000)
     return "embeddings.parquet"
 
 
@@ -242,15 +240,13 @@ class BuildDataset(beam.PTransform):
             config.encoder, pooling=config.pooling, threads=config.encoder_threads, device=config.encoder_device,
             batch_rows=config.embed_batch_size, dtype=config.encoder_dtype,
         )
-        scored = pipeline | "ScoreVocabulary" >> ScoreVocabulary(
-            self._vocabulary, self._seeds, handler, config.reduce, config.embed_batch_size
-        )
+        index = {w: i for i, w in enumerate(self._vocabulary)}
+        scored = pipeline | "ScoreVocabulary" >> ScoreVocabulary(index, self._seeds, handler, config.reduce)
         similarity = scored["word_table"] | "SimilarityArray" >> beam.combiners.ToList() | beam.Map(similarity_array)
 
         # One element holding the whole mapping, typed: Beam neither infers a type per entry nor
         # rebuilds a dict from pairs in every bundle.
-        vocabulary = pipeline | "Vocabulary" >> beam.Create(
-            [{w: i for i, w in enumerate(self._vocabulary)}]).with_output_types(dict[str, int])
+        vocabulary = pipeline | "Vocabulary" >> beam.Create([index]).with_output_types(dict[str, int])
         tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
             config.tokenizer,
             beam.pvalue.AsSingleton(vocabulary),

@@ -19,6 +19,7 @@ from typing import Any
 import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
@@ -79,6 +80,17 @@ def dataset_rows(windows: pa.Table, sequence_ids: np.ndarray, similarity: np.nda
     }).cast(SEQUENCE_SCHEMA)
 
 
+def embeddings_table(embeddings: dict[str, np.ndarray]) -> pa.Table:
+    """(word, float32 embedding) rows sorted by word: embeddings.parquet and the embedding cache."""
+    words = sorted(embeddings)
+    dim = len(next(iter(embeddings.values()))) if embeddings else 0
+    matrix = np.stack([embeddings[w] for w in words]).astype(np.float32) if words else np.zeros((0, dim), np.float32)
+    return pa.table({
+        "word": pa.array(words, pa.string()),
+        "embedding": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1), pa.float32()), dim),
+    })
+
+
 def write_parquet(table: pa.Table, url: str, row_group_rows: int) -> tuple[int, str]:
     """Writes `table` to `url`; returns (bytes, sha256) of what was written."""
     buffer = io.BytesIO()
@@ -95,7 +107,7 @@ def write_shard(version_url: str, index: int, count: int, parts: Iterable[pa.Tab
     table = pa.concat_tables(parts).sort_by("sequence_id") if parts else SEQUENCE_SCHEMA.empty_table()
     name = shard_name(index, count)
     size, digest = write_parquet(table, join(version_url, name), row_group_rows)
-    tokens = len(table.column("input_ids").combine_chunks().values) if table.num_rows else 0
+    tokens = int(pc.sum(pc.list_value_length(table.column("input_ids"))).as_py() or 0)
     return ShardEntry(path=name, rows=table.num_rows, bytes=size, sha256=digest, tokens=tokens)
 
 

@@ -26,6 +26,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
+from schemas.models import MAX_WORD_TOKENS
+
 POOLINGS = ("mean", "pooler")
 REDUCTIONS = ("max", "mean", "centroid")
 DTYPES = ("float32", "bfloat16")  # what the encoder runs in; `auto` resolves to one of them
@@ -88,7 +90,7 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
     `dtype` (resolved, see `resolve_encoder_dtype`): `bfloat16` runs the model under bfloat16
     autocast; the pooled embedding is computed and returned in float32 either way."""
 
-    def __init__(self, model_name: str, *, pooling: str = "mean", max_word_tokens: int = 16, threads: int = 0,
+    def __init__(self, model_name: str, *, pooling: str = "mean", max_word_tokens: int = MAX_WORD_TOKENS, threads: int = 0,
                  device: str = "auto", batch_rows: int = 0, dtype: str = "float32"):
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
@@ -164,6 +166,14 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
     def dtype(self) -> str:
         return self._dtype
 
+    @property
+    def batch_rows(self) -> int:
+        return self._batch_rows
+
+    @property
+    def max_word_tokens(self) -> int:
+        return self._max_word_tokens
+
     def get_num_bytes(self, batch: Sequence[str]) -> int:
         return sum(len(w.encode("utf-8")) for w in batch)
 
@@ -171,15 +181,16 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         return "maskstream_encoder"
 
 
-def word_batches(words: Sequence[str], tokenizer_name: str, batch_size: int, max_word_tokens: int = 16) -> list[list[str]]:
+def word_batches(words: Sequence[str], tokenizer_name: str, batch_size: int,
+                 max_word_tokens: int = MAX_WORD_TOKENS) -> list[list[str]]:
     """`words` in batches of words with the same number of tokens (so nothing is padded), in a
     fixed order. With a handler whose `batch_rows` is `batch_size`, every word is encoded in a
     batch of the same shape whichever other words are encoded with it, which keeps its embedding
     the same bit for bit in a full build and in an incremental one (small batches and padding can
     change the last bits of a float32 result)."""
-    from transformers import AutoTokenizer
+    from pipelines.sequences import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+    tokenizer = load_tokenizer(tokenizer_name)
     ordered = sorted(set(words))
     lengths = [min(len(ids), max_word_tokens) for ids in tokenizer(ordered, add_special_tokens=True)["input_ids"]] \
         if ordered else []

@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 
 from pipelines.dataset_writer import join, write_atomically
 from pipelines.sequences import TOKENIZED_SCHEMA, natural_key
+from schemas.models import MAX_WORD_TOKENS
 
 LOG = logging.getLogger("maskstream.update")
 
@@ -61,7 +62,6 @@ FILES_DIR = "files"
 EMBEDDINGS_DIR = "embeddings"
 ENTRY_NAME = "entry.json"
 CACHE_FORMAT = 1  # bump when what a cache entry holds changes
-MAX_WORD_TOKENS = 16  # as the build's WordEncoderHandler
 IO_THREADS = 4  # cache reads and shard writes at once
 
 
@@ -105,12 +105,23 @@ def encoder_key(encoder: str, pooling: str, dtype: str = "float32") -> str:
     """Identifies word embeddings: the encoder's name, or for a local folder the hash of its
     weights and config (a retrained model in the same folder gets a new key), and the dtype it
     ran in (float32 keys are those of caches made before the dtype existed)."""
-    parts = [encoder, pooling, str(MAX_WORD_TOKENS)] + ([f"dtype:{dtype}"] if dtype != "float32" else [])
+    files: tuple = ()
     if os.path.isdir(encoder):
-        for name in sorted(os.listdir(encoder)):
-            if name.endswith((".safetensors", ".bin", ".json", ".txt")):
-                with open(os.path.join(encoder, name), "rb") as f:
-                    parts.append(f"{name}:{hashlib.sha256(f.read()).hexdigest()}")
+        names = sorted(n for n in os.listdir(encoder) if n.endswith((".safetensors", ".bin", ".json", ".txt")))
+        stats = [os.stat(os.path.join(encoder, n)) for n in names]
+        files = tuple((n, st.st_size, st.st_mtime_ns) for n, st in zip(names, stats, strict=True))
+    return _encoder_key(encoder, pooling, dtype, files)
+
+
+@functools.lru_cache(maxsize=8)
+def _encoder_key(encoder: str, pooling: str, dtype: str, files: tuple) -> str:
+    # Keyed also on each file's size and modification time: a long-running watch hashes a local
+    # model's weights once, not on every rebuild, and still sees them replaced.
+    parts = [encoder, pooling, str(MAX_WORD_TOKENS)] + ([f"dtype:{dtype}"] if dtype != "float32" else [])
+    for name, _, _ in files:
+        with open(os.path.join(encoder, name), "rb") as f:
+            parts.append(f"{name}:{hashlib.sha256(f.read()).hexdigest()}")
+    if os.path.isdir(encoder):
         parts[0] = "local"  # the same weights anywhere are the same encoder
     return sha256_text(*parts)[:32]
 
@@ -270,9 +281,8 @@ class EncoderLoader:
     `get()` waits for it and re-raises its error (and forgets a failed load)."""
 
     def __init__(self, config: Any):
-        self._key = (config.encoder, config.pooling, config.encoder_threads, config.encoder_device,
-                     config.embed_batch_size, config.encoder_dtype)
-        self._future = _load_encoder(*self._key)
+        self._future = _load_encoder(config.encoder, config.pooling, config.encoder_threads,
+                                     config.encoder_device, config.embed_batch_size, config.encoder_dtype)
 
     def get(self):
         if self._future.exception() is not None:
@@ -280,7 +290,7 @@ class EncoderLoader:
         return self._future.result()
 
 
-def encode_words(words: Sequence[str], encoder: EncoderLoader, batch_size: int) -> dict[str, np.ndarray]:
+def encode_words(words: Sequence[str], encoder: EncoderLoader) -> dict[str, np.ndarray]:
     """Embeddings of `words` with the build's encoder, batched as the build batches them."""
     from pipelines.embeddings import word_batches
 
@@ -288,7 +298,7 @@ def encode_words(words: Sequence[str], encoder: EncoderLoader, batch_size: int) 
         return {}
     handler, model = encoder.get()
     result: dict[str, np.ndarray] = {}
-    for batch in word_batches(words, handler.model_name, batch_size, MAX_WORD_TOKENS):
+    for batch in word_batches(words, handler.model_name, handler.batch_rows, handler.max_word_tokens):
         for prediction in handler.run_inference(batch, model):
             result[prediction.example] = np.asarray(prediction.inference, np.float32)
     return result
@@ -297,12 +307,9 @@ def encode_words(words: Sequence[str], encoder: EncoderLoader, batch_size: int) 
 def write_embeddings_part(cache_url: str, key: str, embeddings: dict[str, np.ndarray]) -> None:
     if not embeddings:
         return
-    words = sorted(embeddings)
-    matrix = np.stack([embeddings[w] for w in words]).astype(np.float32)
-    table = pa.table({
-        "word": pa.array(words, pa.string()),
-        "embedding": pa.FixedSizeListArray.from_arrays(pa.array(matrix.reshape(-1)), matrix.shape[1]),
-    })
+    from pipelines.dataset_writer import embeddings_table
+
+    table = embeddings_table(embeddings)
     name = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
@@ -356,6 +363,7 @@ def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float)
 def windows_of(entries: Sequence[FileEntry], index: dict[str, int], tokenizer: str, max_length: int,
                packing: str) -> pa.Table:
     """Every window of the corpus (WINDOWS_SCHEMA) in sequence-id order, as the build orders them."""
+    from pipelines.dataset_pipeline import sequence_ids, sequence_offsets, unit_counts
     from pipelines.sequences import (
         WINDOWS_SCHEMA,
         cut_windows,
@@ -384,9 +392,9 @@ def windows_of(entries: Sequence[FileEntry], index: dict[str, int], tokenizer: s
         else:
             tables.append(cut_windows(documents, prefix, suffix, max_length))
     windows = pa.concat_tables(tables) if tables else WINDOWS_SCHEMA.empty_table()
-    units = windows.column("unit").to_pylist()
-    window_index = windows.column("window_index").to_pylist()
-    return windows.take(sorted(range(len(units)), key=lambda i: (natural_key(units[i]), window_index[i])))
+    # The build's own numbering, so that both order the rows alike.
+    ids = sequence_ids(windows, sequence_offsets([unit_counts(windows)]))
+    return windows.take(np.argsort(ids, kind="stable"))
 
 
 def update(options: UpdateOptions) -> dict[str, Any]:
@@ -484,7 +492,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     embedding_key = encoder_key(config.encoder, config.pooling, config.encoder_dtype)
     wanted = set(vocabulary) | set(seeds)
     embeddings = read_embeddings(cache_url, embedding_key, wanted)
-    new = encode_words(sorted(wanted - embeddings.keys()), encoder, config.embed_batch_size)
+    new = encode_words(sorted(wanted - embeddings.keys()), encoder)
     write_embeddings_part(cache_url, embedding_key, new)
     embeddings.update(new)
     counters["words_encoded"] = len(new)

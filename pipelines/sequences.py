@@ -39,7 +39,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from schemas.words import WORD_PATTERN, normalize_word
+from schemas.words import normalize_word, word_spellings
 
 TOKENIZED_SCHEMA = pa.schema([
     pa.field("document_id", pa.string()),
@@ -58,8 +58,6 @@ WINDOWS_SCHEMA = pa.schema([
     pa.field("special_tokens_mask", pa.list_(pa.int8())),
 ])
 
-_SPLIT_WORDS = re.compile(f"({WORD_PATTERN.pattern})")
-
 
 def list_column(values: np.ndarray, offsets: np.ndarray, value_type: pa.DataType) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values, type=value_type))
@@ -76,17 +74,11 @@ def flat(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def word_spans_of_text(text: str, vocabulary: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, ends, word-table row or -1) of every word of `text` (see `schemas.words`).
-
-    One regex split of the whole text and one normalization per distinct spelling, so the cost
-    per word is a few C-level steps.
-    """
-    pieces = _SPLIT_WORDS.split(text)  # [gap, word, gap, word, ..., gap]
-    ends = np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)))
-    spellings = pieces[1::2]
+    """(starts, ends, word-table row or -1) of every word of `text` (`schemas.words`), with one
+    normalization per distinct spelling."""
+    starts, ends, spellings = word_spellings(text)
     row_of = {s: vocabulary.get(normalize_word(s), -1) for s in set(spellings)}
-    rows = np.fromiter(map(row_of.__getitem__, spellings), np.int32, len(spellings))
-    return ends[0::2][:-1], ends[1::2], rows
+    return starts, ends, np.fromiter(map(row_of.__getitem__, spellings), np.int32, len(spellings))
 
 
 def align_tokens_to_words(
@@ -151,13 +143,21 @@ def tokenize_documents(tokenizer, documents: Sequence[Any], vocabulary: Mapping[
 
 
 @functools.lru_cache(maxsize=4)
+def load_tokenizer(name: str):
+    """The Hugging Face tokenizer `name`, loaded once per process (its callers set padding and
+    truncation per call, as the tokenizer's own `__call__` does)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
+
+
+@functools.lru_cache(maxsize=4)
 def load_backend_tokenizer(name: str):
     """The fast tokenizer's Rust backend, without the padding/truncation its config may carry
     (loaded once per process and name; callers only encode with it)."""
     from tokenizers import Tokenizer
-    from transformers import AutoTokenizer
 
-    hf = AutoTokenizer.from_pretrained(name)
+    hf = load_tokenizer(name)
     if not hf.is_fast:
         raise ValueError(f"{name}: maskstream needs a fast (Rust) tokenizer for offsets")
     backend = Tokenizer.from_str(hf.backend_tokenizer.to_str())
@@ -374,7 +374,7 @@ class TokenizeDocuments(beam.DoFn):
             yield beam.pvalue.TaggedOutput(
                 "rejects", {"source": document.source, "location": document.document_id, "reason": "no tokens"})
         self._documents.inc(table.num_rows)
-        self._tokens.inc(len(table.column("input_ids").combine_chunks().values))
+        self._tokens.inc(len(flat(table, "input_ids")[0]))
         if table.num_rows:
             yield cut_windows(table, self._prefix, self._suffix, self._max_length) if self._max_length else table
         self._ms.inc(int((time.perf_counter() - started) * 1000))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 HUB_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+# Tokens per word the word encoder sees ([CLS] word [SEP], truncated); recorded in the manifest.
+MAX_WORD_TOKENS = 16
 
 
 def default_model() -> str:

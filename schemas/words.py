@@ -14,8 +14,11 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import numpy as np
+
 WORD_NORMALIZATION = "nfkc-lower-alnum-v1"
 WORD_PATTERN = re.compile(r"[^\W_]+")
+_WORD_SPLIT = re.compile(f"({WORD_PATTERN.pattern})")
 
 
 def normalize_word(span: str) -> str:
@@ -23,9 +26,18 @@ def normalize_word(span: str) -> str:
     return unicodedata.normalize("NFKC", span).lower()
 
 
+def word_spellings(text: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(starts, ends, spellings as written) of every word of `text`: one regex split, and the
+    offsets from the lengths of the pieces (no Python object per match)."""
+    pieces = _WORD_SPLIT.split(text)  # [gap, word, gap, word, ..., gap]
+    ends = np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)))
+    return ends[0::2][:-1], ends[1::2], pieces[1::2]
+
+
 def word_spans(text: str) -> list[tuple[int, int, str]]:
     """(start, end, normalized word) for every word of `text`, offsets into `text`."""
-    return [(m.start(), m.end(), normalize_word(m.group())) for m in WORD_PATTERN.finditer(text)]
+    starts, ends, spellings = word_spellings(text)
+    return [(int(s), int(e), normalize_word(w)) for s, e, w in zip(starts, ends, spellings, strict=True)]
 
 
 def words(text: str) -> list[str]:
