@@ -119,6 +119,24 @@ def select_rows(batch: dict[str, Any], keep) -> dict[str, Any]:
     return {k: v[keep] for k, v in batch.items()}
 
 
+def build_optimizer(module, weight_decay: float, lr: float, warmup_steps: int, total_steps: int,
+                    fused: bool | None = None):
+    """AdamW over `module`'s parameters (no weight decay on biases and norms) and a linear warm-up then
+    linear decay schedule; returns (optimizer, scheduler). `fused` is passed to AdamW as given."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    no_decay = ("bias", "LayerNorm.weight", "layernorm.weight", "norm.weight")
+    groups = [
+        {"params": [p for n, p in module.named_parameters() if not n.endswith(no_decay)],
+         "weight_decay": weight_decay},
+        {"params": [p for n, p in module.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=lr, fused=fused)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+    return optimizer, scheduler
+
+
 def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id: int, batch_size: int):
     """The first `limit` held-out rows in dataset order, collated into batches (unmasked)."""
     from trainer.collate import collate_sequences
@@ -176,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
     from tqdm import tqdm
-    from transformers import AutoTokenizer, get_linear_schedule_with_warmup
+    from transformers import AutoTokenizer
 
     from trainer.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
     from trainer.dataset import StreamingSequenceDataset
@@ -264,14 +282,8 @@ def run(args: argparse.Namespace) -> int:
                    "mask_token_id": tokenizer.mask_token_id, "pad_token_id": pad_token_id}
         run_config.update(exlm_states=args.exlm_states, exlm_token_budget=args.exlm_token_budget)
     objective = OBJECTIVES[args.objective](mlm_model, **options).to(device)
-    no_decay = ("bias", "LayerNorm.weight", "layernorm.weight", "norm.weight")
-    optimizer = torch.optim.AdamW(
-        [{"params": [p for n, p in objective.named_parameters() if not n.endswith(no_decay)],
-          "weight_decay": args.weight_decay},
-         {"params": [p for n, p in objective.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0}],
-        lr=args.learning_rate, fused=device.type == "cuda",
-    )
-    scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+    optimizer, scheduler = build_optimizer(objective, args.weight_decay, args.learning_rate, warmup_steps, total_steps,
+                                           fused=device.type == "cuda")
 
     step, epoch, resume_rng = 0, 0, None
     if args.resume:
