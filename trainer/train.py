@@ -258,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
     follower = LatestVersionFollower(dataset_root(args.dataset, dataset.version_url), dataset.version_url,
                                      dataset.manifest) if args.follow_latest else None
     pad_token_id = dataset.manifest.tokenizer["pad_token_id"]
-    eval_batches = collect_held_out(args.dataset, args.held_out_fraction, args.eval_samples, pad_token_id,
+    eval_batches = collect_held_out(dataset.version_url, args.held_out_fraction, args.eval_samples, pad_token_id,
                                     args.batch_size) if is_main else []
 
     total_steps = args.max_steps or max(1, int(args.epochs * dataset.steps_per_epoch(args.batch_size)
