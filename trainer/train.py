@@ -119,6 +119,12 @@ def select_rows(batch: dict[str, Any], keep) -> dict[str, Any]:
     return {k: v[keep] for k, v in batch.items()}
 
 
+def new_window() -> dict[str, Any]:
+    """Fresh training-metric sums for one logging window, timed from now."""
+    return {"loss": 0.0, "correct": 0, "masked": 0, "tokens": 0, "micro": 0, "wait": 0.0,
+            "start": time.perf_counter()}
+
+
 def build_optimizer(module, weight_decay: float, lr: float, warmup_steps: int, total_steps: int,
                     fused: bool | None = None):
     """AdamW over `module`'s parameters (no weight decay on biases and norms) and a linear warm-up then
@@ -346,8 +352,7 @@ def run(args: argparse.Namespace) -> int:
                  held["loss"], held["perplexity"], held["accuracy"])
     model.train()
     progress = tqdm(total=total_steps, initial=step, disable=not is_main, desc="train", unit="step")
-    window = {"loss": 0.0, "correct": 0, "masked": 0, "tokens": 0, "micro": 0, "wait": 0.0,
-              "start": time.perf_counter()}
+    window = new_window()
     while step < total_steps:
         for micro in range(args.grad_accumulation):
             wait_start = time.perf_counter()
@@ -391,8 +396,7 @@ def run(args: argparse.Namespace) -> int:
                       "data_wait_share": window["wait"] / elapsed, "epoch": epoch}
             logger.log(step, "train", record)
             progress.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['learning_rate']:.2e}")
-            window = {"loss": 0.0, "correct": 0, "masked": 0, "tokens": 0, "micro": 0, "wait": 0.0,
-                      "start": time.perf_counter()}
+            window = new_window()
         paused = time.perf_counter()  # evaluation and checkpoints do not count in tokens/s
         if is_main and eval_batches and (step % args.eval_every == 0 or step == total_steps):
             held = evaluate(objective, eval_batches, args.eval_strategy, eval_masking, device)
