@@ -35,6 +35,10 @@ from torch.utils.checkpoint import checkpoint
 
 NEG_INF = float("-inf")
 
+# Attribute names of the MLM head of common architectures: the head maps the encoder's hidden
+# states to vocabulary logits (BERT family: `cls`; RoBERTa, XLM-R, CamemBERT: `lm_head`).
+HEAD_ATTRIBUTES = ("cls", "lm_head")
+
 
 # --------------------------------------------------------------------------------------
 # Expansion
@@ -389,7 +393,7 @@ def evaluation_counts(output: ExLMOutput, expanded: ExpandedBatch) -> dict[str, 
 
 def _mlm_head(model: nn.Module) -> nn.Module:
     """The module mapping final hidden states to vocabulary logits (BERT: `cls`, RoBERTa: `lm_head`)."""
-    for name in ("cls", "lm_head"):
+    for name in HEAD_ATTRIBUTES:
         head = getattr(model, name, None)
         if isinstance(head, nn.Module):
             return head

@@ -318,23 +318,17 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
     and returns the best validation metrics (with `epoch`)."""
     import torch
     from tqdm import tqdm
-    from transformers import get_linear_schedule_with_warmup
 
     from trainer.masking import MaskingConfig, apply_masking
+    from trainer.train import build_optimizer
 
     device = next(model.parameters()).device
     steps_per_epoch = math.ceil(len(train_samples) / args.batch_size)
     total_steps = steps_per_epoch * args.epochs
     if args.max_steps > 0:
         total_steps = min(total_steps, args.max_steps)
-    no_decay = ("bias", "LayerNorm.weight", "layernorm.weight", "norm.weight")
-    groups = [
-        {"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
-         "weight_decay": args.weight_decay},
-        {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0},
-    ]
-    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate)
-    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(args.warmup_ratio * total_steps), total_steps)
+    optimizer, scheduler = build_optimizer(model, args.weight_decay, args.learning_rate,
+                                           math.ceil(args.warmup_ratio * total_steps), total_steps)
     loss_weights = None if weights is None else torch.tensor(weights, dtype=torch.float32, device=device)
     tmr = MaskingConfig.from_tokenizer(tokenizer, tmr_probability=args.tmr_probability) if args.tmr_probability > 0 \
         else None

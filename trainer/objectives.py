@@ -15,13 +15,9 @@ from typing import Any
 
 import torch
 
-from trainer.exlm import ExLMForMaskedLM
+from trainer.exlm import HEAD_ATTRIBUTES, ExLMForMaskedLM
 
 log = logging.getLogger("maskstream.train")
-
-# Attribute names of the MLM head of common architectures: the head maps the encoder's hidden
-# states to vocabulary logits (BERT family: `cls`; RoBERTa, XLM-R, CamemBERT: `lm_head`).
-HEAD_ATTRIBUTES = ("cls", "lm_head")
 
 
 def load_mlm_model(model_name: str):

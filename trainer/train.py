@@ -119,6 +119,30 @@ def select_rows(batch: dict[str, Any], keep) -> dict[str, Any]:
     return {k: v[keep] for k, v in batch.items()}
 
 
+def new_window() -> dict[str, Any]:
+    """Fresh training-metric sums for one logging window, timed from now."""
+    return {"loss": 0.0, "correct": 0, "masked": 0, "tokens": 0, "micro": 0, "wait": 0.0,
+            "start": time.perf_counter()}
+
+
+def build_optimizer(module, weight_decay: float, lr: float, warmup_steps: int, total_steps: int,
+                    fused: bool | None = None):
+    """AdamW over `module`'s parameters (no weight decay on biases and norms) and a linear warm-up then
+    linear decay schedule; returns (optimizer, scheduler). `fused` is passed to AdamW as given."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    no_decay = ("bias", "LayerNorm.weight", "layernorm.weight", "norm.weight")
+    groups = [
+        {"params": [p for n, p in module.named_parameters() if not n.endswith(no_decay)],
+         "weight_decay": weight_decay},
+        {"params": [p for n, p in module.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=lr, fused=fused)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+    return optimizer, scheduler
+
+
 def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id: int, batch_size: int):
     """The first `limit` held-out rows in dataset order, collated into batches (unmasked)."""
     from trainer.collate import collate_sequences
@@ -176,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
     from tqdm import tqdm
-    from transformers import AutoTokenizer, get_linear_schedule_with_warmup
+    from transformers import AutoTokenizer
 
     from trainer.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
     from trainer.dataset import StreamingSequenceDataset
@@ -240,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
     follower = LatestVersionFollower(dataset_root(args.dataset, dataset.version_url), dataset.version_url,
                                      dataset.manifest) if args.follow_latest else None
     pad_token_id = dataset.manifest.tokenizer["pad_token_id"]
-    eval_batches = collect_held_out(args.dataset, args.held_out_fraction, args.eval_samples, pad_token_id,
+    eval_batches = collect_held_out(dataset.version_url, args.held_out_fraction, args.eval_samples, pad_token_id,
                                     args.batch_size) if is_main else []
 
     total_steps = args.max_steps or max(1, int(args.epochs * dataset.steps_per_epoch(args.batch_size)
@@ -264,14 +288,8 @@ def run(args: argparse.Namespace) -> int:
                    "mask_token_id": tokenizer.mask_token_id, "pad_token_id": pad_token_id}
         run_config.update(exlm_states=args.exlm_states, exlm_token_budget=args.exlm_token_budget)
     objective = OBJECTIVES[args.objective](mlm_model, **options).to(device)
-    no_decay = ("bias", "LayerNorm.weight", "layernorm.weight", "norm.weight")
-    optimizer = torch.optim.AdamW(
-        [{"params": [p for n, p in objective.named_parameters() if not n.endswith(no_decay)],
-          "weight_decay": args.weight_decay},
-         {"params": [p for n, p in objective.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0}],
-        lr=args.learning_rate, fused=device.type == "cuda",
-    )
-    scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+    optimizer, scheduler = build_optimizer(objective, args.weight_decay, args.learning_rate, warmup_steps, total_steps,
+                                           fused=device.type == "cuda")
 
     step, epoch, resume_rng = 0, 0, None
     if args.resume:
@@ -334,8 +352,7 @@ def run(args: argparse.Namespace) -> int:
                  held["loss"], held["perplexity"], held["accuracy"])
     model.train()
     progress = tqdm(total=total_steps, initial=step, disable=not is_main, desc="train", unit="step")
-    window = {"loss": 0.0, "correct": 0, "masked": 0, "tokens": 0, "micro": 0, "wait": 0.0,
-              "start": time.perf_counter()}
+    window = new_window()
     while step < total_steps:
         for micro in range(args.grad_accumulation):
             wait_start = time.perf_counter()
@@ -379,8 +396,7 @@ def run(args: argparse.Namespace) -> int:
                       "data_wait_share": window["wait"] / elapsed, "epoch": epoch}
             logger.log(step, "train", record)
             progress.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['learning_rate']:.2e}")
-            window = {"loss": 0.0, "correct": 0, "masked": 0, "tokens": 0, "micro": 0, "wait": 0.0,
-                      "start": time.perf_counter()}
+            window = new_window()
         paused = time.perf_counter()  # evaluation and checkpoints do not count in tokens/s
         if is_main and eval_batches and (step % args.eval_every == 0 or step == total_steps):
             held = evaluate(objective, eval_batches, args.eval_strategy, eval_masking, device)
