@@ -97,20 +97,27 @@ def unit_counts(windows: pa.Table) -> list[tuple[str, int]]:
 
 
 def sequence_offsets(per_table: Iterable[list[tuple[str, int]]]) -> dict[str, Any]:
-    """First sequence id of every unit, in unit order, and the total."""
-    first, total = {}, 0
+    """First sequence id of every unit, numbering the units in natural order, and the total.
+
+    Returned as arrays (units sorted by code point, for `searchsorted`, and their first ids): as
+    a side input it is then sized and pickled as a few buffers, not as one object per unit."""
+    units, counts = [], []
     for unit, count in sorted(itertools.chain.from_iterable(per_table), key=lambda uc: natural_key(uc[0])):
-        first[unit] = total
-        total += count
-    return {"first": first, "total": total}
+        units.append(unit)
+        counts.append(count)
+    first = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    units = np.array(units, dtype=str)
+    by_code_point = np.argsort(units, kind="stable")
+    return {"units": units[by_code_point], "first": first[:-1][by_code_point], "total": int(first[-1])}
 
 
 def sequence_ids(windows: pa.Table, offsets: dict[str, Any]) -> np.ndarray:
     """The `sequence_id` of each window: its unit's first id (`sequence_offsets`) + its index."""
-    first = offsets["first"]
-    units = windows.column("unit").to_pylist()
-    return np.fromiter(map(first.__getitem__, units), np.int64, len(units)) + \
-        windows.column("window_index").to_numpy().astype(np.int64)
+    units = np.array(windows.column("unit").to_pylist(), dtype=str)
+    position = np.searchsorted(offsets["units"], units)
+    if len(units) and not np.array_equal(offsets["units"][np.minimum(position, len(offsets["units"]) - 1)], units):
+        raise KeyError("a window's unit has no sequence offset")
+    return offsets["first"][position] + windows.column("window_index").to_numpy().astype(np.int64)
 
 
 PARTS_DIR = "_parts"  # rows on their way to a shard, removed once the shards are written

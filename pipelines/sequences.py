@@ -38,8 +38,9 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from schemas.words import normalize_word, word_spellings
+from schemas.words import normalize_word, word_boundaries
 
 TOKENIZED_SCHEMA = pa.schema([
     pa.field("document_id", pa.string()),
@@ -74,11 +75,26 @@ def flat(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def word_spans_of_text(text: str, vocabulary: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, ends, word-table row or -1) of every word of `text` (`schemas.words`), with one
-    normalization per distinct spelling."""
-    starts, ends, spellings = word_spellings(text)
-    row_of = {s: vocabulary.get(normalize_word(s), -1) for s in set(spellings)}
-    return starts, ends, np.fromiter(map(row_of.__getitem__, spellings), np.int32, len(spellings))
+    """(starts, ends, word-table row or -1) of every word of `text` (`schemas.words`).
+
+    The words are cut out of the text's UTF-8 bytes as one Arrow array and dictionary-encoded,
+    so only each distinct spelling is normalized and looked up in Python."""
+    starts, ends = word_boundaries(text)
+    if len(starts) == 0:
+        return starts, ends, np.zeros(0, np.int32)
+    data = text.encode("utf-8", "surrogatepass")  # lone surrogates survive a JSON reader
+    bounds = np.empty(2 * len(starts), np.int64)
+    bounds[0::2], bounds[1::2] = starts, ends
+    if len(data) != len(text):  # not ASCII: string index -> byte offset (a character starts at every non-continuation byte)
+        character_starts = np.flatnonzero((np.frombuffer(data, np.uint8) & 0xC0) != 0x80)
+        bounds = np.append(character_starts, len(data))[bounds]
+    # Pieces word, gap, word, ..., word over the bytes, without copying them; keep the words.
+    pieces = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(bounds) - 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)])
+    spellings = pc.dictionary_encode(pieces.take(pa.array(np.arange(0, len(bounds) - 1, 2))))
+    distinct = spellings.dictionary.to_pylist()
+    row_of = np.fromiter((vocabulary.get(normalize_word(s.decode("utf-8", "surrogatepass")), -1) for s in distinct),
+                         np.int32, len(distinct))
+    return starts, ends, row_of[spellings.indices.to_numpy()]
 
 
 def align_tokens_to_words(

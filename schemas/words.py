@@ -11,6 +11,7 @@ whitespace and on punctuation, `_` included).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -26,18 +27,30 @@ def normalize_word(span: str) -> str:
     return unicodedata.normalize("NFKC", span).lower()
 
 
-def word_spellings(text: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(starts, ends, spellings as written) of every word of `text`: one regex split, and the
-    offsets from the lengths of the pieces (no Python object per match)."""
-    pieces = _WORD_SPLIT.split(text)  # [gap, word, gap, word, ..., gap]
-    ends = np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)))
-    return ends[0::2][:-1], ends[1::2], pieces[1::2]
+@functools.cache
+def word_character_table() -> np.ndarray:
+    """True at every code point `WORD_PATTERN` matches: the pattern run once over all of
+    Unicode, so the table cannot drift from it."""
+    table = np.zeros(0x110000, bool)
+    for match in WORD_PATTERN.finditer("".join(map(chr, range(0x110000)))):
+        table[match.start() : match.end()] = True
+    return table
+
+
+def word_boundaries(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of every word of `text`, as string indices: `WORD_PATTERN`'s matches,
+    found with one table look-up per character instead of a regex scan (several times faster
+    on long texts, no Python object per word)."""
+    code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    in_word = word_character_table()[code_points].view(np.int8)
+    edges = np.flatnonzero(np.diff(in_word, prepend=np.int8(0), append=np.int8(0)))
+    return edges[0::2], edges[1::2]
 
 
 def word_spans(text: str) -> list[tuple[int, int, str]]:
     """(start, end, normalized word) for every word of `text`, offsets into `text`."""
-    starts, ends, spellings = word_spellings(text)
-    return [(int(s), int(e), normalize_word(w)) for s, e, w in zip(starts, ends, spellings, strict=True)]
+    starts, ends = word_boundaries(text)
+    return [(int(s), int(e), normalize_word(text[s:e])) for s, e in zip(starts, ends, strict=True)]
 
 
 def words(text: str) -> list[str]:

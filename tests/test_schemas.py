@@ -4,7 +4,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from schemas.manifest import Manifest, ManifestError, ShardEntry, safe_relative_path
-from schemas.words import word_spans, words
+import numpy as np
+
+from schemas.words import WORD_PATTERN, word_boundaries, word_spans, words
 
 
 def _manifest(**overrides) -> Manifest:
@@ -70,3 +72,22 @@ def test_word_spans_match_bert_pre_tokenizer_on_real_text(sample_corpus, minilm_
             assert ours == theirs
             checked += 1
     assert checked > 1000
+
+
+def test_word_boundaries_are_the_regex_matches(sample_corpus):
+    """The table look-up finds exactly `WORD_PATTERN`'s matches (Python's `re`, not ours), on every
+    document of the sample and on text made to break it: combining marks, ligatures, astral
+    letters and digits, underscores, other scripts, a lone surrogate, empty text."""
+    with open(sample_corpus, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    texts += [
+        "", "_", "a", "e\u0301cole na\u00efve", "\ufb01le \uff26\uff55\u2163 \u00b2\u00bd x\u2082",
+        "\U0001d400\U0001d7ce \U0001f600 \u4e2d\u6587\u3002\u0627\u0644\u0639\u0631\u0628\u064a\u0629",
+        "snake_case__x9 ", "lone \ud800 surrogate\udfff", "\u0915\u094d\u0937 \u0e01\u0e38 tab\tnew\nline",
+        "\n".join(texts[:50]),
+    ]
+    for text in texts:
+        starts, ends = word_boundaries(text)
+        assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == [m.span() for m in WORD_PATTERN.finditer(text)]
+    assert sum(len(word_boundaries(t)[0]) for t in texts) > 100_000
+    assert np.array_equal(word_boundaries("ab, c")[0], [0, 4])
