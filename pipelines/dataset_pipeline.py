@@ -48,36 +48,36 @@ def _elapsed_ms(started: float) -> int:
 
 
 class ScoreVocabulary(beam.PTransform):
-    """Encodes every word and seed once (their union) and scores each word against the seeds.
+    """PCollection of one vocabulary (word -> word-table row) -> every word and seed encoded once
+    (their union), and each word scored against the seeds.
 
-    Returns {"word_table": dict rows of WORD_TABLE_SCHEMA, "embeddings": (word, vector)}.
+    Returns {"word_table": dict rows of WORD_TABLE_SCHEMA, "embeddings": (word, vector)}. The
+    vocabulary reaches the steps as a side input, not inside their pickled code.
     """
 
-    def __init__(self, index: dict[str, int], seeds: Sequence[str], handler: WordEncoderHandler, reduce: str):
+    def __init__(self, seeds: Sequence[str], handler: WordEncoderHandler, reduce: str):
         super().__init__()
-        self._index = index  # word -> its word-table row
         self._seeds = list(seeds)
         self._handler = handler
         self._reduce = reduce
 
-    def expand(self, pipeline):
-        index = self._index
-        seed_set = set(self._seeds)
-        # Words of one token count per batch, batches of the handler's fixed shape: see `word_batches`.
-        batches = word_batches(index.keys() | seed_set, self._handler.model_name, self._handler.batch_rows,
-                               self._handler.max_word_tokens)
+    def expand(self, vocabulary):
+        seeds, handler = frozenset(self._seeds), self._handler
         embeddings = (
-            pipeline
-            | "UniqueWordsAndSeeds" >> beam.Create(batches).with_output_types(list[str])
-            | "EmbedWords" >> EmbedWords(self._handler)
+            vocabulary
+            # Words of one token count per batch, batches of the handler's fixed shape: see `word_batches`.
+            | "UniqueWordsAndSeeds" >> beam.FlatMap(
+                lambda index: word_batches(index.keys() | seeds, handler.model_name, handler.batch_rows,
+                                           handler.max_word_tokens)).with_output_types(list[str])
+            | "SpreadBatches" >> beam.Reshuffle()
+            | "EmbedWords" >> EmbedWords(handler)
         )
-        seed_embeddings = embeddings | "SeedEmbeddings" >> beam.Filter(lambda pair: pair[0] in seed_set)
+        seed_embeddings = embeddings | "SeedEmbeddings" >> beam.Filter(lambda pair: pair[0] in seeds)
         word_table = (
             embeddings
-            | "CorpusWords" >> beam.Filter(lambda pair: pair[0] in index)
-            | "AttachWordIndex" >> beam.Map(lambda pair: (index[pair[0]], pair[0], pair[1]))
             | "BatchWords" >> beam.BatchElements(min_batch_size=1, max_batch_size=4096)
-            | "NearestSeed" >> beam.ParDo(ScoreWords(self._reduce), beam.pvalue.AsList(seed_embeddings))
+            | "NearestSeed" >> beam.ParDo(ScoreWords(self._reduce), beam.pvalue.AsList(seed_embeddings),
+                                          beam.pvalue.AsSingleton(vocabulary))
         )
         return {"word_table": word_table, "embeddings": embeddings}
 
@@ -247,13 +247,12 @@ class BuildDataset(beam.PTransform):
             config.encoder, pooling=config.pooling, threads=config.encoder_threads, device=config.encoder_device,
             batch_rows=config.embed_batch_size, dtype=config.encoder_dtype,
         )
+        # One element holding the whole mapping (word -> word-table row), typed: Beam neither
+        # infers a type per entry nor rebuilds a dict from pairs in every bundle.
         index = {w: i for i, w in enumerate(self._vocabulary)}
-        scored = pipeline | "ScoreVocabulary" >> ScoreVocabulary(index, self._seeds, handler, config.reduce)
-        similarity = scored["word_table"] | "SimilarityArray" >> beam.combiners.ToList() | beam.Map(similarity_array)
-
-        # One element holding the whole mapping, typed: Beam neither infers a type per entry nor
-        # rebuilds a dict from pairs in every bundle.
         vocabulary = pipeline | "Vocabulary" >> beam.Create([index]).with_output_types(dict[str, int])
+        scored = vocabulary | "ScoreVocabulary" >> ScoreVocabulary(self._seeds, handler, config.reduce)
+        similarity = scored["word_table"] | "SimilarityArray" >> beam.combiners.ToList() | beam.Map(similarity_array)
         tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
             config.tokenizer,
             beam.pvalue.AsSingleton(vocabulary),

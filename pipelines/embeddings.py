@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -253,15 +253,21 @@ def nearest_seed_similarity(
 
 
 class ScoreWords(beam.DoFn):
-    """Batches of (word_index, word, embedding) -> word-table rows, against the seed embeddings."""
+    """Batches of (word, embedding) -> word-table rows of those in `vocabulary` (word -> row),
+    scored against the seed embeddings."""
 
     def __init__(self, reduce: str):
         self._reduce = reduce
 
-    def process(self, batch: Sequence[tuple[int, str, np.ndarray]], seeds: list[tuple[str, np.ndarray]]):
+    def process(self, batch: Sequence[tuple[str, np.ndarray]], seeds: list[tuple[str, np.ndarray]],
+                vocabulary: Mapping[str, int]):
+        words = [(word, embedding) for word, embedding in batch if word in vocabulary]
+        if not words:
+            return
         seeds = sorted(seeds, key=lambda s: s[0])
         seed_words = [w for w, _ in seeds]
         seed_matrix = np.stack([e for _, e in seeds])
-        similarity, nearest = nearest_seed_similarity(np.stack([e for _, _, e in batch]), seed_matrix, self._reduce)
-        for (index, word, _), sim, seed in zip(batch, similarity, nearest, strict=True):
-            yield {"word": word, "word_index": index, "similarity": float(sim), "nearest_seed": seed_words[seed]}
+        similarity, nearest = nearest_seed_similarity(np.stack([e for _, e in words]), seed_matrix, self._reduce)
+        for (word, _), sim, seed in zip(words, similarity, nearest, strict=True):
+            yield {"word": word, "word_index": vocabulary[word], "similarity": float(sim),
+                   "nearest_seed": seed_words[seed]}
