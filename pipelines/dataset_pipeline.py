@@ -18,10 +18,8 @@ not depend on how many workers ran or in what order. Shard i holds a contiguous 
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -41,6 +39,7 @@ from pipelines.dataset_writer import (
 from pipelines.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
 from pipelines.sequences import TokenizeToWindows, natural_key
 from schemas.manifest import Manifest
+from schemas.tables import WORD_TABLE_SCHEMA
 
 
 def _elapsed_ms(started: float) -> int:
@@ -51,7 +50,7 @@ class ScoreVocabulary(beam.PTransform):
     """PCollection of one vocabulary (word -> word-table row) -> every word and seed encoded once
     (their union), and each word scored against the seeds.
 
-    Returns {"word_table": dict rows of WORD_TABLE_SCHEMA, "embeddings": (word, vector)}. The
+    Returns {"word_table": tables of WORD_TABLE_SCHEMA rows, "embeddings": (word, vector)}. The
     vocabulary reaches the steps as a side input, not inside their pickled code.
     """
 
@@ -82,31 +81,31 @@ class ScoreVocabulary(beam.PTransform):
         return {"word_table": word_table, "embeddings": embeddings}
 
 
-def similarity_array(rows: Iterable[dict[str, Any]]) -> np.ndarray:
-    rows = list(rows)
-    similarity = np.zeros(len(rows), np.float32)
-    for row in rows:
-        similarity[row["word_index"]] = row["similarity"]
+def similarity_array(word_tables: Iterable[pa.Table]) -> np.ndarray:
+    """Each word's similarity, at its `word_index`."""
+    table = pa.concat_tables([WORD_TABLE_SCHEMA.empty_table(), *word_tables])
+    similarity = np.zeros(table.num_rows, np.float32)
+    similarity[table.column("word_index").to_numpy()] = table.column("similarity").to_numpy()
     return similarity
 
 
-def unit_counts(windows: pa.Table) -> list[tuple[str, int]]:
-    """(unit, number of windows) of every unit in a table of windows."""
-    counts = Counter(windows.column("unit").to_pylist())
-    return list(counts.items())
+def unit_counts(windows: pa.Table) -> pa.Table:
+    """(unit, windows): the number of windows of every unit in a table of windows."""
+    return windows.group_by("unit").aggregate([("window_index", "count")]).rename_columns(["unit", "windows"])
 
 
-def sequence_offsets(per_table: Iterable[list[tuple[str, int]]]) -> dict[str, Any]:
-    """First sequence id of every unit, numbering the units in natural order, and the total.
+def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
+    """First sequence id of every unit (`unit_counts` tables), numbering the units in natural
+    order, and the total.
 
     Returned as arrays (units sorted by code point, for `searchsorted`, and their first ids): as
     a side input it is then sized and pickled as a few buffers, not as one object per unit."""
-    units, counts = [], []
-    for unit, count in sorted(itertools.chain.from_iterable(per_table), key=lambda uc: natural_key(uc[0])):
-        units.append(unit)
-        counts.append(count)
-    first = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-    units = np.array(units, dtype=str)
+    counts = pa.concat_tables([pa.table({"unit": pa.array([], pa.string()), "windows": pa.array([], pa.int64())}),
+                               *per_table])
+    units = counts.column("unit").to_pylist()
+    order = sorted(range(len(units)), key=lambda i: natural_key(units[i]))
+    first = np.concatenate([[0], np.cumsum(counts.column("windows").to_numpy()[order], dtype=np.int64)])
+    units = np.array([units[i] for i in order], dtype=str)
     by_code_point = np.argsort(units, kind="stable")
     return {"units": units[by_code_point], "first": first[:-1][by_code_point], "total": int(first[-1])}
 
@@ -252,7 +251,9 @@ class BuildDataset(beam.PTransform):
         index = {w: i for i, w in enumerate(self._vocabulary)}
         vocabulary = pipeline | "Vocabulary" >> beam.Create([index]).with_output_types(dict[str, int])
         scored = vocabulary | "ScoreVocabulary" >> ScoreVocabulary(self._seeds, handler, config.reduce)
-        similarity = scored["word_table"] | "SimilarityArray" >> beam.combiners.ToList() | beam.Map(similarity_array)
+        # A few dozen tables, not a row object per word: cheap for the runner to hand around.
+        word_tables = scored["word_table"] | "WordTables" >> beam.combiners.ToList()
+        similarity = word_tables | "SimilarityArray" >> beam.Map(similarity_array)
         tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
             config.tokenizer,
             beam.pvalue.AsSingleton(vocabulary),
@@ -282,11 +283,8 @@ class BuildDataset(beam.PTransform):
             | "WriteShards" >> beam.ParDo(WriteShardFn(version_url, config.row_group_rows), beam.pvalue.AsSingleton(shards))
         )
 
-        words_written = (
-            scored["word_table"]
-            | "WordTableRows" >> beam.combiners.ToList()
-            | "WriteWordTable" >> beam.Map(lambda rows: write_word_table(version_url, self._fields["word_table"], rows))
-        )
+        words_written = word_tables | "WriteWordTable" >> beam.Map(
+            lambda tables: write_word_table(version_url, self._fields["word_table"], tables))
         all_rejects = (corpus["rejects"], tokenized["rejects"]) | "AllRejects" >> beam.Flatten()
         rejected = (
             all_rejects

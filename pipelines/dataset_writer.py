@@ -13,8 +13,7 @@ import datetime
 import hashlib
 import io
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import fsspec
 import numpy as np
@@ -111,11 +110,22 @@ def write_shard(version_url: str, index: int, count: int, parts: Iterable[pa.Tab
     return ShardEntry(path=name, rows=table.num_rows, bytes=size, sha256=digest, tokens=tokens)
 
 
-def write_word_table(version_url: str, name: str, rows: Iterable[dict[str, Any]]) -> int:
-    rows = sorted(rows, key=lambda r: r["word_index"])
-    table = pa.Table.from_pylist(rows, schema=WORD_TABLE_SCHEMA)
+def word_table(words: Sequence[str], word_index: np.ndarray, similarity: np.ndarray,
+               nearest_seed: Sequence[str]) -> pa.Table:
+    """Rows of the word table (WORD_TABLE_SCHEMA)."""
+    return pa.table({
+        "word": pa.array(words, pa.string()),
+        "word_index": pa.array(np.asarray(word_index, np.int32)),
+        "similarity": pa.array(np.asarray(similarity, np.float32)),
+        "nearest_seed": pa.array(nearest_seed, pa.string()),
+    }, schema=WORD_TABLE_SCHEMA)
+
+
+def write_word_table(version_url: str, name: str, tables: Iterable[pa.Table]) -> int:
+    """Writes the word table's parts as one file in `word_index` order; returns its rows."""
+    table = pa.concat_tables([WORD_TABLE_SCHEMA.empty_table(), *tables]).sort_by("word_index")
     write_parquet(table, join(version_url, name), 100_000)
-    return len(rows)
+    return table.num_rows
 
 
 def write_manifest_and_latest(root: str, manifest: Manifest) -> str:

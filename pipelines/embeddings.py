@@ -26,6 +26,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
+from pipelines.dataset_writer import word_table
 from schemas.models import MAX_WORD_TOKENS
 
 POOLINGS = ("mean", "pooler")
@@ -253,8 +254,8 @@ def nearest_seed_similarity(
 
 
 class ScoreWords(beam.DoFn):
-    """Batches of (word, embedding) -> word-table rows of those in `vocabulary` (word -> row),
-    scored against the seed embeddings."""
+    """Batches of (word, embedding) -> a table of word-table rows (WORD_TABLE_SCHEMA) of those in
+    `vocabulary` (word -> row), scored against the seed embeddings."""
 
     def __init__(self, reduce: str):
         self._reduce = reduce
@@ -268,6 +269,5 @@ class ScoreWords(beam.DoFn):
         seed_words = [w for w, _ in seeds]
         seed_matrix = np.stack([e for _, e in seeds])
         similarity, nearest = nearest_seed_similarity(np.stack([e for _, e in words]), seed_matrix, self._reduce)
-        for (word, _), sim, seed in zip(words, similarity, nearest, strict=True):
-            yield {"word": word, "word_index": vocabulary[word], "similarity": float(sim),
-                   "nearest_seed": seed_words[seed]}
+        yield word_table([w for w, _ in words], [vocabulary[w] for w, _ in words], similarity,
+                         [seed_words[n] for n in nearest])

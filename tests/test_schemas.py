@@ -1,11 +1,10 @@
 import json
 
+import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
 from schemas.manifest import Manifest, ManifestError, ShardEntry, safe_relative_path
-import numpy as np
-
 from schemas.words import WORD_PATTERN, word_boundaries, word_spans, words
 
 
