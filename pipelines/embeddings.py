@@ -18,6 +18,7 @@ Similarity of a word to the seeds is the cosine of their embeddings, reduced by
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -113,12 +114,12 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
 
     def load_model(self):
         import torch
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel
 
         if self._threads > 0:  # several worker processes on one machine: avoid oversubscribing its cores
             torch.set_num_threads(self._threads)
 
-        tokenizer = AutoTokenizer.from_pretrained(self._model_name)
+        tokenizer = load_word_tokenizer(self._model_name, self._max_word_tokens)
         device = ("cuda" if torch.cuda.is_available() else "cpu") if self._device == "auto" else self._device
         # Words are a few tokens long: plain attention is faster there than the fused SDPA kernels
         # (12% in bfloat16 on CPU), and every model has it.
@@ -133,16 +134,10 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         started = time.perf_counter()
         tokenizer, encoder = model.tokenizer, model.model
         rows = list(batch) + list(batch[-1:]) * max(self._batch_rows - len(batch), 0)
-        inputs = tokenizer(
-            rows,
-            padding=True,
-            truncation=True,
-            max_length=self._max_word_tokens,
-            return_special_tokens_mask=True,
-            return_tensors="pt",
-        )
-        special = inputs.pop("special_tokens_mask").to(encoder.device)
-        inputs = inputs.to(encoder.device)
+        encodings = tokenizer.encode_batch(rows)
+        special = torch.tensor([e.special_tokens_mask for e in encodings], device=encoder.device)
+        inputs = {"input_ids": torch.tensor([e.ids for e in encodings], device=encoder.device),
+                  "attention_mask": torch.tensor([e.attention_mask for e in encodings], device=encoder.device)}
         autocast = (torch.autocast(encoder.device.type, dtype=torch.bfloat16) if self._dtype == "bfloat16"
                     else contextlib.nullcontext())
         with torch.inference_mode():
@@ -182,6 +177,26 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         return "maskstream_encoder"
 
 
+@functools.lru_cache(maxsize=4)
+def load_word_tokenizer(name: str, max_word_tokens: int):
+    """The model's fast tokenizer (Rust backend) set to encode words on their own: special tokens
+    around each, truncated to `max_word_tokens`, a batch padded to its longest word. The same
+    ids and masks as the Hugging Face call with `padding=True, truncation=True`, without its
+    Python per-token conversions."""
+    from tokenizers import Tokenizer
+
+    from pipelines.sequences import load_backend_tokenizer, load_tokenizer
+
+    tokenizer = Tokenizer.from_str(load_backend_tokenizer(name).to_str())
+    tokenizer.enable_truncation(max_word_tokens)
+    hf = load_tokenizer(name)
+    if hf.pad_token is not None:
+        tokenizer.enable_padding(pad_id=hf.pad_token_id, pad_token=hf.pad_token)
+    else:  # never padded in practice (`word_batches` gives each batch one length); masked anyway
+        tokenizer.enable_padding()
+    return tokenizer
+
+
 def word_batches(words: Sequence[str], tokenizer_name: str, batch_size: int,
                  max_word_tokens: int = MAX_WORD_TOKENS) -> list[list[str]]:
     """`words` in batches of words with the same number of tokens (so nothing is padded), in a
@@ -189,12 +204,10 @@ def word_batches(words: Sequence[str], tokenizer_name: str, batch_size: int,
     batch of the same shape whichever other words are encoded with it, which keeps its embedding
     the same bit for bit in a full build and in an incremental one (small batches and padding can
     change the last bits of a float32 result)."""
-    from pipelines.sequences import load_tokenizer
+    from pipelines.sequences import load_backend_tokenizer
 
-    tokenizer = load_tokenizer(tokenizer_name)
     ordered = sorted(set(words))
-    lengths = [min(len(ids), max_word_tokens) for ids in tokenizer(ordered, add_special_tokens=True)["input_ids"]] \
-        if ordered else []
+    lengths = [min(len(e.ids), max_word_tokens) for e in load_backend_tokenizer(tokenizer_name).encode_batch(ordered)]
     by_length: dict[int, list[str]] = {}
     for word, length in zip(ordered, lengths, strict=True):
         by_length.setdefault(length, []).append(word)
