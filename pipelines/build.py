@@ -53,6 +53,9 @@ class BuildConfig:
     write_embeddings: bool = False
 
 
+DEFAULTS = BuildConfig(tokenizer="", encoder="")  # the one place the options' defaults are written
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", nargs="+", required=True, metavar="PATTERN",
                         help="domain corpus files or globs (.txt, .jsonl, .parquet; local or gs://)")
@@ -66,10 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", default=None,
                         help="version folder name (default: UTC time plus a random suffix); must not exist")
     add_dataset_options(parser)
-    parser.add_argument("--pack-group-size", type=int, default=2000,
-                        help="pack: documents per packing group, packed in document-id order (default: 2000)")
-    parser.add_argument("--tokenize-batch-size", type=int, default=1024,
-                        help="documents per tokenizer call and per table of windows (default: 1024)")
+    parser.add_argument("--pack-group-size", type=int, default=DEFAULTS.pack_group_size,
+                        help="pack: documents per packing group, packed in document-id order "
+                             "(default: %(default)s)")
+    parser.add_argument("--tokenize-batch-size", type=int, default=DEFAULTS.tokenize_batch_size,
+                        help="documents per tokenizer call and per table of windows (default: %(default)s)")
     parser.add_argument("--write-embeddings", action="store_true",
                         help="also write embeddings.parquet (word, embedding) for every word and seed (default: off)")
 
@@ -81,38 +85,43 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     model = default_model()
     parser.add_argument("--model", default=model, help=f"tokenizer and encoder, a name or path (default: {model})")
     parser.add_argument("--tokenizer", default=None, help="tokenizer only, if different from --model (default: --model)")
-    parser.add_argument("--max-length", type=int, default=128, help="tokens per sequence incl. specials, <= 512 (default: 128)")
-    parser.add_argument("--packing", choices=("truncate", "pack"), default="truncate",
+    parser.add_argument("--max-length", type=int, default=DEFAULTS.max_length,
+                        help="tokens per sequence incl. specials, <= 512 (default: %(default)s)")
+    parser.add_argument("--packing", choices=("truncate", "pack"), default=DEFAULTS.packing,
                         help="truncate: each document into consecutive windows; pack: documents packed into "
-                             "full sequences (`update` packs the documents of each input file) (default: truncate)")
-    parser.add_argument("--pooling", choices=("mean", "pooler"), default="mean",
-                        help="word embedding: mean over the word's own tokens, or the model's pooler (default: mean)")
-    parser.add_argument("--reduce", choices=("max", "mean", "centroid"), default="max",
-                        help="similarity to the seeds: nearest seed, mean over seeds, or seed centroid (default: max)")
-    parser.add_argument("--weighting", choices=("similarity", "rank"), default="similarity",
+                             "full sequences (`update` packs the documents of each input file) (default: %(default)s)")
+    parser.add_argument("--pooling", choices=("mean", "pooler"), default=DEFAULTS.pooling,
+                        help="word embedding: mean over the word's own tokens, or the model's pooler "
+                             "(default: %(default)s)")
+    parser.add_argument("--reduce", choices=("max", "mean", "centroid"), default=DEFAULTS.reduce,
+                        help="similarity to the seeds: nearest seed, mean over seeds, or seed centroid "
+                             "(default: %(default)s)")
+    parser.add_argument("--weighting", choices=("similarity", "rank"), default=DEFAULTS.weighting,
                         help="token weights: the word's similarity, or the reference code's rank weight N - r "
-                             "(default: similarity)")
-    parser.add_argument("--alpha", type=float, default=1.0,
-                        help="p = alpha * p_sim + (1 - alpha) * uniform (default: 1.0, the paper's pure similarity)")
-    parser.add_argument("--budget", type=float, default=0.15,
-                        help="expected fraction of non-special tokens masked per sequence (default: 0.15)")
-    parser.add_argument("--num-shards", type=int, default=0,
-                        help="number of shards; 0 derives it from --shard-rows (default: 0)")
-    parser.add_argument("--shard-rows", type=int, default=50_000,
-                        help="target rows per shard when --num-shards is 0 (default: 50000)")
-    parser.add_argument("--row-group-rows", type=int, default=1024, help="rows per Parquet row group (default: 1024)")
-    parser.add_argument("--embed-batch-size", type=int, default=256, help="words per encoder call (default: 256)")
-    parser.add_argument("--encoder-device", default="auto",
+                             "(default: %(default)s)")
+    parser.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
+                        help="p = alpha * p_sim + (1 - alpha) * uniform (default: %(default)s, the paper's pure similarity)")
+    parser.add_argument("--budget", type=float, default=DEFAULTS.budget,
+                        help="expected fraction of non-special tokens masked per sequence (default: %(default)s)")
+    parser.add_argument("--num-shards", type=int, default=DEFAULTS.num_shards,
+                        help="number of shards; 0 derives it from --shard-rows (default: %(default)s)")
+    parser.add_argument("--shard-rows", type=int, default=DEFAULTS.shard_rows,
+                        help="target rows per shard when --num-shards is 0 (default: %(default)s)")
+    parser.add_argument("--row-group-rows", type=int, default=DEFAULTS.row_group_rows,
+                        help="rows per Parquet row group (default: %(default)s)")
+    parser.add_argument("--embed-batch-size", type=int, default=DEFAULTS.embed_batch_size,
+                        help="words per encoder call (default: %(default)s)")
+    parser.add_argument("--encoder-device", default=DEFAULTS.encoder_device,
                         help="torch device of the word encoder: auto (cuda when available), cpu, cuda, cuda:1, ... "
-                             "(default: auto)")
+                             "(default: %(default)s)")
     parser.add_argument("--encoder-dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                         help="precision of the word encoder's forward pass (pooling stays float32): auto is "
                              "bfloat16 where the device does it natively (a CUDA GPU with bf16, a CPU with "
                              "avx512_bf16 or amx_bf16), else float32; resolved on the machine that runs the "
                              "command (default: auto)")
-    parser.add_argument("--encoder-threads", type=int, default=0,
+    parser.add_argument("--encoder-threads", type=int, default=DEFAULTS.encoder_threads,
                         help="torch threads per encoder process; 0 keeps torch's default (all cores). With several "
-                             "worker processes on one machine, set cores / workers (default: 0)")
+                             "worker processes on one machine, set cores / workers (default: %(default)s)")
 
 
 def config_from_args(args: argparse.Namespace) -> BuildConfig:
@@ -163,20 +172,21 @@ def read_vocabulary(stats_dir: str) -> list[str]:
     return words
 
 
-def read_seeds(seeds_json: str) -> tuple[list[str], bytes]:
-    """(seed words best first, the file's bytes)."""
+def read_seeds(seeds_json: str) -> tuple[list[str], bytes, dict[str, Any]]:
+    """(seed words best first, the file's bytes, its parsed content)."""
     import fsspec
 
     with fsspec.open(seeds_json, "rb") as f:
         raw = f.read()
     try:
-        seeds = [entry["word"] for entry in json.loads(raw)["seeds"]]
+        content = json.loads(raw)
+        seeds = [entry["word"] for entry in content["seeds"]]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{seeds_json} is not a seeds.json of `maskstream seeds`: {e}") from e
     if not seeds:
         raise ValueError(f"{seeds_json} lists no seeds")
-    check_seed_words(seeds_json, seeds, json.loads(raw).get("formulas", {}))
-    return seeds, raw
+    check_seed_words(seeds_json, seeds, content.get("formulas", {}))
+    return seeds, raw, content
 
 
 def check_seed_words(seeds_json: str, seeds: list[str], formulas: dict[str, str]) -> None:
@@ -228,13 +238,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         vocabulary = read_vocabulary(args.stats)
-        seeds, seeds_raw = read_seeds(args.seeds)
+        seeds, seeds_raw, seeds_content = read_seeds(args.seeds)
         fingerprint = corpus_fingerprint(args.input)
         version_url = prepare_version(args.output, version)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         LOG.error("%s", e)
         return 2
-    seeds_fingerprint = json.loads(seeds_raw).get("source_fingerprint", {}).get("sha256")
+    seeds_fingerprint = seeds_content.get("source_fingerprint", {}).get("sha256")
     if seeds_fingerprint and seeds_fingerprint != fingerprint.get("sha256"):
         LOG.warning("the seeds were computed from a different corpus (fingerprint %s, input %s)",
                     seeds_fingerprint, fingerprint.get("sha256"))

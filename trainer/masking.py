@@ -182,13 +182,20 @@ def budget_counts(can_mask: torch.Tensor, budget: float) -> torch.Tensor:
     return torch.round(can_mask.sum(dim=1).to(torch.float64) * budget).to(torch.int64)
 
 
+@functools.lru_cache(maxsize=16)
+def _special_shift_points(special_token_ids: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """Sorted distinct special ids minus their rank: the points where one more special id has been
+    passed. Made once per device, not copied to it on every batch (a copy that would wait for
+    the GPU)."""
+    specials = torch.tensor(sorted(set(special_token_ids)), dtype=torch.int64)
+    return (specials - torch.arange(specials.numel())).to(device)
+
+
 def _random_tokens(bits: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
     """Uniform draws from the non-special vocabulary, from 32 random bits each: an index among the
-    allowed ids, then stepped over the special ids below it (sorted specials minus their rank
-    are the points where one more special id has been passed)."""
-    specials = torch.tensor(sorted(set(config.special_token_ids)), dtype=torch.int64, device=bits.device)
-    draws = bits % (config.vocab_size - specials.numel())
-    shift_points = specials - torch.arange(specials.numel(), device=bits.device)
+    allowed ids, then stepped over the special ids below it."""
+    shift_points = _special_shift_points(config.special_token_ids, bits.device)
+    draws = bits % (config.vocab_size - shift_points.numel())
     return draws + torch.searchsorted(shift_points, draws.contiguous(), right=True)
 
 
