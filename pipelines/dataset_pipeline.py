@@ -1,15 +1,15 @@
 """The `maskstream build` pipeline as composite transforms.
 
-    corpus --TokenizeToWindows--> tables of windows ---------------------+
-    words + seeds --EmbedWords--> embeddings --ScoreVocabulary--> word table (similarity)
-                                                                          |
-    windows --UnitCounts, FirstIdPerUnit, MaskProbabilities--> VERSION/_parts/ --WriteShards--> shards
+    corpus --TokenizeToWindows, StageWindows--> VERSION/_parts/windows/ + unit counts ------+
+    vocabulary --ScoreVocabulary (EmbedWords, NearestSeed)--> word table (similarity)        |
+                                                                                            |
+    unit counts --FirstIdPerUnit--> offsets; windows --MaskProbabilities--> VERSION/_parts/ --WriteShards--> shards
     shards + word table + rejects --WriteManifest--> manifest.json, then ROOT/latest
 
-Windows travel as Arrow tables of a whole batch of documents (flat arrays, no per-token Python
-objects), which keeps the memory of the materialized windows near their Parquet size; the
-finished rows wait for their shard in Arrow files under VERSION/_parts/ (removed before the
-manifest is written), not in the runner's memory.
+Windows are Arrow tables of a whole batch of documents (flat arrays, no per-token Python
+objects). They wait for their sequence ids, and the finished rows for their shard, in Arrow
+files under VERSION/_parts/ (removed before the manifest is written): the runner moves and
+holds only file names and per-unit window counts, never the tokens.
 
 `sequence_id` is dense 0..rows-1 and deterministic: windows are ordered by (unit, window
 index), where the unit is the document id (truncate) or the packing group (pack), so the ids do
@@ -18,6 +18,7 @@ not depend on how many workers ran or in what order. Shard i holds a contiguous 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -119,7 +120,7 @@ def sequence_ids(windows: pa.Table, offsets: dict[str, Any]) -> np.ndarray:
     return offsets["first"][position] + windows.column("window_index").to_numpy().astype(np.int64)
 
 
-PARTS_DIR = "_parts"  # rows on their way to a shard, removed once the shards are written
+PARTS_DIR = "_parts"  # windows and rows on their way to a shard, removed once the shards are written
 
 
 def part_path(version_url: str, shard: int, first_sequence_id: int) -> str:
@@ -141,9 +142,21 @@ def read_part(url: str) -> pa.Table:
         return pa.ipc.open_file(pa.BufferReader(f.read())).read_all()
 
 
+def stage_windows(windows: pa.Table, version_url: str) -> tuple[str, pa.Table]:
+    """Writes a table of windows to VERSION/_parts/windows/; returns (its path, its `unit_counts`).
+
+    The windows wait for their sequence ids in a file, so the runner materializes only the path
+    and the counts, not every token. The name hashes the table's units (a retried bundle
+    rewrites the same file)."""
+    units = "\n".join(windows.column("unit").unique().to_pylist())
+    url = join(version_url, PARTS_DIR, "windows", f"{hashlib.sha256(units.encode('utf-8')).hexdigest()[:24]}.arrow")
+    write_part(windows, url)
+    return url, unit_counts(windows)
+
+
 class ComputeRows(beam.DoFn):
-    """A table of windows -> its rows (sequence ids, mask probabilities), written as one Arrow part
-    file per shard it touches; yields (shard, part path).
+    """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
+    written as one Arrow part file per shard it touches; yields (shard, part path).
 
     The rows go through files rather than through the GroupByKey: the runner then never holds
     the whole dataset in memory, only the part names.
@@ -155,8 +168,9 @@ class ComputeRows(beam.DoFn):
         self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
         self._rows = beam.metrics.Metrics.counter("build", "sequences")
 
-    def process(self, windows: pa.Table, similarity: np.ndarray, offsets: dict[str, Any], shards: int):
+    def process(self, staged: tuple[str, pa.Table], similarity: np.ndarray, offsets: dict[str, Any], shards: int):
         started = time.perf_counter()
+        windows = read_part(staged[0])
         ids = sequence_ids(windows, offsets)
         rows = dataset_rows(windows, ids, similarity, **self._options)
         shard = ids * shards // offsets["total"]
@@ -262,16 +276,16 @@ class BuildDataset(beam.PTransform):
             pack_group_size=config.pack_group_size,
             batch_size=config.tokenize_batch_size,
         )
-        windows = tokenized["windows"]
+        staged = tokenized["windows"] | "StageWindows" >> beam.Map(stage_windows, version_url)
         offsets = (
-            windows
-            | "UnitCounts" >> beam.Map(unit_counts)
+            staged
+            | "UnitCounts" >> beam.Map(lambda path_and_counts: path_and_counts[1])
             | "AllUnits" >> beam.combiners.ToList()
             | "FirstIdPerUnit" >> beam.Map(sequence_offsets)
         )
         shards = offsets | "ShardCount" >> beam.Map(shard_count, config.num_shards, config.shard_rows)
         entries = (
-            windows
+            staged
             | "MaskProbabilities"
             >> beam.ParDo(
                 ComputeRows(version_url, config.budget, config.alpha, config.weighting, config.max_length),

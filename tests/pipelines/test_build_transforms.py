@@ -203,18 +203,19 @@ def test_nearest_seed_similarity_matches_scikit_learn(reduce):
 @pytest.mark.parametrize("pooling", ["mean", "pooler"])
 def test_word_encoder_pools_each_word_on_its_own(minilm_path, pooling):
     import torch
-    from transformers import AutoModel
+    from transformers import AutoModel, AutoTokenizer
 
     from pipelines.embeddings import WordEncoderHandler
 
     handler = WordEncoderHandler(minilm_path, pooling=pooling, device="cpu")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     encoder = handler.load_model()
-    batch = ["genome", "x", "photosynthesis"]
+    batch = ["genome", "x", "photosynthesis"]  # of different lengths: the batch is padded
     results = list(handler.run_inference(batch, encoder))
     model = AutoModel.from_pretrained(minilm_path).eval()
     for word, result in zip(batch, results, strict=True):
         assert result.example == word and result.inference.shape == (384,)
-        ids = encoder.tokenizer(word, return_tensors="pt")  # [CLS] word [SEP], alone: no padding
+        ids = tokenizer(word, return_tensors="pt")  # [CLS] word [SEP], alone: no padding
         with torch.inference_mode():
             out = model(**ids)
         expected = out.pooler_output[0] if pooling == "pooler" else out.last_hidden_state[0, 1:-1].mean(0)
