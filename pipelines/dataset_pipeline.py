@@ -92,7 +92,8 @@ def similarity_array(word_tables: Iterable[pa.Table]) -> np.ndarray:
 
 def unit_counts(windows: pa.Table) -> pa.Table:
     """(unit, windows): the number of windows of every unit in a table of windows."""
-    return windows.group_by("unit").aggregate([("window_index", "count")]).rename_columns(["unit", "windows"])
+    counts = windows.group_by("unit").aggregate([("window_index", "count")])
+    return pa.table({"unit": counts.column("unit"), "windows": counts.column("window_index_count")})
 
 
 def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
