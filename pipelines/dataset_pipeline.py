@@ -96,27 +96,36 @@ def unit_counts(windows: pa.Table) -> pa.Table:
     return pa.table({"unit": counts.column("unit"), "windows": counts.column("window_index_count")})
 
 
+def unit_keys(units: Sequence[str]) -> np.ndarray:
+    """A 64-bit key per unit name (blake2b): fixed width, whatever the names' lengths."""
+    return np.fromiter((int.from_bytes(hashlib.blake2b(unit.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                                       "little") for unit in units), np.uint64, len(units))
+
+
 def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
     """First sequence id of every unit (`unit_counts` tables), numbering the units in natural
-    order, and the total.
+    order (ties broken by name), and the total.
 
-    Returned as arrays (units sorted by code point, for `searchsorted`, and their first ids): as
-    a side input it is then sized and pickled as a few buffers, not as one object per unit."""
+    Returned as arrays, units by their `unit_keys` sorted (for `searchsorted`) and their first
+    ids: 16 bytes a unit, which Beam sizes and pickles as two buffers, not as a dict of strings."""
     counts = pa.concat_tables([pa.table({"unit": pa.array([], pa.string()), "windows": pa.array([], pa.int64())}),
                                *per_table])
     units = counts.column("unit").to_pylist()
-    order = sorted(range(len(units)), key=lambda i: natural_key(units[i]))
+    order = sorted(range(len(units)), key=lambda i: (natural_key(units[i]), units[i]))
     first = np.concatenate([[0], np.cumsum(counts.column("windows").to_numpy()[order], dtype=np.int64)])
-    units = np.array([units[i] for i in order], dtype=str)
-    by_code_point = np.argsort(units, kind="stable")
-    return {"units": units[by_code_point], "first": first[:-1][by_code_point], "total": int(first[-1])}
+    keys = unit_keys([units[i] for i in order])
+    by_key = np.argsort(keys, kind="stable")
+    keys = keys[by_key]
+    if np.any(keys[1:] == keys[:-1]):  # two names with one key (about 1 in 10^7 for a million units)
+        raise ValueError("two document or packing-group ids hash to the same 64-bit key; rename one")
+    return {"keys": keys, "first": first[:-1][by_key], "total": int(first[-1])}
 
 
 def sequence_ids(windows: pa.Table, offsets: dict[str, Any]) -> np.ndarray:
     """The `sequence_id` of each window: its unit's first id (`sequence_offsets`) + its index."""
-    units = np.array(windows.column("unit").to_pylist(), dtype=str)
-    position = np.searchsorted(offsets["units"], units)
-    if len(units) and not np.array_equal(offsets["units"][np.minimum(position, len(offsets["units"]) - 1)], units):
+    keys = unit_keys(windows.column("unit").to_pylist())
+    position = np.minimum(np.searchsorted(offsets["keys"], keys), max(len(offsets["keys"]) - 1, 0))
+    if len(keys) and (len(offsets["keys"]) == 0 or not np.array_equal(offsets["keys"][position], keys)):
         raise KeyError("a window's unit has no sequence offset")
     return offsets["first"][position] + windows.column("window_index").to_numpy().astype(np.int64)
 

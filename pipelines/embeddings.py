@@ -180,20 +180,20 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
 @functools.lru_cache(maxsize=4)
 def load_word_tokenizer(name: str, max_word_tokens: int):
     """The model's fast tokenizer (Rust backend) set to encode words on their own: special tokens
-    around each, truncated to `max_word_tokens`, a batch padded to its longest word. The same
-    ids and masks as the Hugging Face call with `padding=True, truncation=True`, without its
-    Python per-token conversions."""
+    around each, truncated to `max_word_tokens` on the model's truncation side, a batch padded
+    to its longest word on its padding side. The same ids and masks as the Hugging Face call
+    with `padding=True, truncation=True`, without its Python per-token conversions."""
     from tokenizers import Tokenizer
 
     from pipelines.sequences import load_backend_tokenizer, load_tokenizer
 
-    tokenizer = Tokenizer.from_str(load_backend_tokenizer(name).to_str())
-    tokenizer.enable_truncation(max_word_tokens)
     hf = load_tokenizer(name)
-    if hf.pad_token is not None:
-        tokenizer.enable_padding(pad_id=hf.pad_token_id, pad_token=hf.pad_token)
-    else:  # never padded in practice (`word_batches` gives each batch one length); masked anyway
-        tokenizer.enable_padding()
+    tokenizer = Tokenizer.from_str(load_backend_tokenizer(name).to_str())
+    tokenizer.enable_truncation(max_word_tokens, direction=hf.truncation_side)
+    # A tokenizer without a pad token never pads here (`word_batches` gives a batch one length);
+    # the padding would be masked anyway.
+    pad = {"pad_id": hf.pad_token_id, "pad_token": hf.pad_token} if hf.pad_token is not None else {}
+    tokenizer.enable_padding(direction=hf.padding_side, pad_type_id=hf.pad_token_type_id, **pad)
     return tokenizer
 
 
@@ -218,8 +218,8 @@ def word_batches(words: Sequence[str], tokenizer_name: str, batch_size: int,
 class EmbedWords(beam.PTransform):
     """PCollection[list[str]] of word batches -> PCollection[(word, float32 embedding)].
 
-    The batches are made before the pipeline (fixed composition, words of similar length
-    together), not by BatchElements: a word's embedding then does not depend on which words
+    The batches come from `word_batches` (fixed composition, words of one token count
+    together), not from BatchElements: a word's embedding then does not depend on which words
     shared its batch (padding and matrix shapes), so results are identical for any number of
     workers.
     """

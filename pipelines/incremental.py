@@ -503,7 +503,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     seed_words = sorted(seeds)  # the build's ScoreWords orders the seeds by word
     similarity, nearest = nearest_seed_similarity(
         np.stack([embeddings[w] for w in vocabulary]), np.stack([embeddings[w] for w in seed_words]), config.reduce)
-    word_rows = word_table(vocabulary, np.arange(len(vocabulary)), similarity, [seed_words[n] for n in nearest])
+    scored_words = word_table(vocabulary, np.arange(len(vocabulary)), similarity, [seed_words[n] for n in nearest])
     lap("similarity")
 
     index = {w: i for i, w in enumerate(vocabulary)}
@@ -525,7 +525,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     with ThreadPoolExecutor(IO_THREADS) as pool:
         shard_entries = list(pool.map(compute_and_write, range(shards)))
     lap("mask_probability_and_shards")
-    write_word_table(version_url, WORD_TABLE_NAME, [word_rows])
+    write_word_table(version_url, WORD_TABLE_NAME, [scored_words])
     rejects = [r for entry in entries for r in entry.rejects]
     rejected = write_rejects(version_url, rejects)
     no_tokens = sum(1 for r in rejects if r["reason"] == "no tokens")

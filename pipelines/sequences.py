@@ -355,9 +355,9 @@ def natural_key(name: str) -> tuple:
 
 
 def sort_documents(documents: pa.Table) -> pa.Table:
-    """Rows in natural document-id order."""
+    """Rows in natural document-id order (ties, e.g. "f01:line 1" and "f1:line 1", by name)."""
     ids = documents.column("document_id").to_pylist()
-    return documents.take(sorted(range(len(ids)), key=lambda i: natural_key(ids[i])))
+    return documents.take(sorted(range(len(ids)), key=lambda i: (natural_key(ids[i]), ids[i])))
 
 
 def pack_group(document_id: str, groups: int) -> str:

@@ -19,7 +19,6 @@ import numpy as np
 
 WORD_NORMALIZATION = "nfkc-lower-alnum-v1"
 WORD_PATTERN = re.compile(r"[^\W_]+")
-_WORD_SPLIT = re.compile(f"({WORD_PATTERN.pattern})")
 
 
 def normalize_word(span: str) -> str:
@@ -34,6 +33,7 @@ def word_character_table() -> np.ndarray:
     table = np.zeros(0x110000, bool)
     for match in WORD_PATTERN.finditer("".join(map(chr, range(0x110000)))):
         table[match.start() : match.end()] = True
+    table.flags.writeable = False  # shared by every caller of this process
     return table
 
 

@@ -194,7 +194,7 @@ def _special_shift_points(special_token_ids: tuple[int, ...], device: torch.devi
 def _random_tokens(bits: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
     """Uniform draws from the non-special vocabulary, from 32 random bits each: an index among the
     allowed ids, then stepped over the special ids below it."""
-    shift_points = _special_shift_points(config.special_token_ids, bits.device)
+    shift_points = _special_shift_points(tuple(config.special_token_ids), bits.device)
     draws = bits % (config.vocab_size - shift_points.numel())
     return draws + torch.searchsorted(shift_points, draws.contiguous(), right=True)
 

@@ -246,3 +246,27 @@ def test_a_batch_is_tokenized_as_each_document_alone(documents, minilm_path):
             expected.append(-1 if word is None else vocabulary.get(word, -1))
         assert rows[document.document_id]["word_index"] == expected
         assert rows[document.document_id]["input_ids"] == encoding.ids
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_word_tokenizer_gives_the_hugging_face_ids_and_masks(minilm_path, tmp_path, side):
+    """The encoder's Rust word tokenizer equals the HF call (padding, truncation to the word
+    budget), on the model's own truncation and padding side."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from pipelines.embeddings import load_word_tokenizer
+
+    model = tmp_path / "model"
+    shutil.copytree(minilm_path, model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**config, "truncation_side": side, "padding_side": side}))
+    words = ["pneumonoultramicroscopicsilicovolcanoconiosis", "x", "genome", "photosynthesis", "naïve", "ﬁle"]
+    hf = AutoTokenizer.from_pretrained(model)(words, padding=True, truncation=True, max_length=8,
+                                                  return_special_tokens_mask=True)
+    ours = load_word_tokenizer(str(model), 8).encode_batch(words)
+    assert [e.ids for e in ours] == hf["input_ids"]
+    assert [e.attention_mask for e in ours] == hf["attention_mask"]
+    assert [e.special_tokens_mask for e in ours] == hf["special_tokens_mask"]
+    assert len(ours[0].ids) == 8 and sum(ours[1].attention_mask) == 3  # truncated; padded
