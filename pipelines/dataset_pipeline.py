@@ -82,18 +82,25 @@ class ScoreVocabulary(beam.PTransform):
         return {"word_table": word_table, "embeddings": embeddings}
 
 
-def similarity_array(word_tables: Iterable[pa.Table]) -> np.ndarray:
+def concat_word_tables(tables: Iterable[pa.Table]) -> pa.Table:
+    return pa.concat_tables([WORD_TABLE_SCHEMA.empty_table(), *tables])
+
+
+def similarity_array(table: pa.Table) -> np.ndarray:
     """Each word's similarity, at its `word_index`."""
-    table = pa.concat_tables([WORD_TABLE_SCHEMA.empty_table(), *word_tables])
     similarity = np.zeros(table.num_rows, np.float32)
     similarity[table.column("word_index").to_numpy()] = table.column("similarity").to_numpy()
     return similarity
 
 
+UNIT_COUNTS_SCHEMA = pa.schema([pa.field("unit", pa.string()), pa.field("windows", pa.int64())])
+
+
 def unit_counts(windows: pa.Table) -> pa.Table:
     """(unit, windows): the number of windows of every unit in a table of windows."""
     counts = windows.group_by("unit").aggregate([("window_index", "count")])
-    return pa.table({"unit": counts.column("unit"), "windows": counts.column("window_index_count")})
+    return pa.table({"unit": counts.column("unit"), "windows": counts.column("window_index_count")},
+                    schema=UNIT_COUNTS_SCHEMA)
 
 
 def unit_keys(units: Sequence[str]) -> np.ndarray:
@@ -108,8 +115,7 @@ def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
 
     Returned as arrays, units by their `unit_keys` sorted (for `searchsorted`) and their first
     ids: 16 bytes a unit, which Beam sizes and pickles as two buffers, not as a dict of strings."""
-    counts = pa.concat_tables([pa.table({"unit": pa.array([], pa.string()), "windows": pa.array([], pa.int64())}),
-                               *per_table])
+    counts = pa.concat_tables([UNIT_COUNTS_SCHEMA.empty_table(), *per_table])
     units = counts.column("unit").to_pylist()
     order = sorted(range(len(units)), key=lambda i: (natural_key(units[i]), units[i]))
     first = np.concatenate([[0], np.cumsum(counts.column("windows").to_numpy()[order], dtype=np.int64)])
@@ -238,7 +244,7 @@ def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rej
     import fsspec
 
     fs, parts = fsspec.core.url_to_fs(join(root, fields["version"], PARTS_DIR))
-    if fs.exists(parts):  # every shard is written: the rows waiting for them can go
+    if fs.exists(parts):  # every shard is written: the windows and rows waiting for them can go
         fs.rm(parts, recursive=True)
     fields = json.loads(json.dumps(fields))
     fields["source_fingerprint"]["documents"] = {"read": accepted + rejected, "accepted": accepted,
@@ -276,8 +282,9 @@ class BuildDataset(beam.PTransform):
         vocabulary = pipeline | "Vocabulary" >> beam.Create([index]).with_output_types(dict[str, int])
         scored = vocabulary | "ScoreVocabulary" >> ScoreVocabulary(self._seeds, handler, config.reduce)
         # A few dozen tables, not a row object per word: cheap for the runner to hand around.
-        word_tables = scored["word_table"] | "WordTables" >> beam.combiners.ToList()
-        similarity = word_tables | "SimilarityArray" >> beam.Map(similarity_array)
+        word_table = (scored["word_table"] | "WordTables" >> beam.combiners.ToList()
+                      | "OneWordTable" >> beam.Map(concat_word_tables))
+        similarity = word_table | "SimilarityArray" >> beam.Map(similarity_array)
         tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
             config.tokenizer,
             beam.pvalue.AsSingleton(vocabulary),
@@ -307,8 +314,8 @@ class BuildDataset(beam.PTransform):
             | "WriteShards" >> beam.ParDo(WriteShardFn(version_url, config.row_group_rows), beam.pvalue.AsSingleton(shards))
         )
 
-        words_written = word_tables | "WriteWordTable" >> beam.Map(
-            lambda tables: write_word_table(version_url, self._fields["word_table"], tables))
+        words_written = word_table | "WriteWordTable" >> beam.Map(
+            lambda table: write_word_table(version_url, self._fields["word_table"], table))
         all_rejects = (corpus["rejects"], tokenized["rejects"]) | "AllRejects" >> beam.Flatten()
         rejected = (
             all_rejects

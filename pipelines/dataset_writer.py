@@ -124,9 +124,9 @@ def word_table(words: Sequence[str], word_index: np.ndarray, similarity: np.ndar
     }, schema=WORD_TABLE_SCHEMA)
 
 
-def write_word_table(version_url: str, name: str, tables: Iterable[pa.Table]) -> int:
-    """Writes the word table's parts as one file in `word_index` order; returns its rows."""
-    table = pa.concat_tables([WORD_TABLE_SCHEMA.empty_table(), *tables]).sort_by("word_index")
+def write_word_table(version_url: str, name: str, table: pa.Table) -> int:
+    """Writes the word table in `word_index` order; returns its rows."""
+    table = table.sort_by("word_index")
     write_parquet(table, join(version_url, name), 100_000)
     return table.num_rows
 

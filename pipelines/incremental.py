@@ -525,7 +525,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     with ThreadPoolExecutor(IO_THREADS) as pool:
         shard_entries = list(pool.map(compute_and_write, range(shards)))
     lap("mask_probability_and_shards")
-    write_word_table(version_url, WORD_TABLE_NAME, [scored_words])
+    write_word_table(version_url, WORD_TABLE_NAME, scored_words)
     rejects = [r for entry in entries for r in entry.rejects]
     rejected = write_rejects(version_url, rejects)
     no_tokens = sum(1 for r in rejects if r["reason"] == "no tokens")
