@@ -1,6 +1,7 @@
 """Masking throughput vs the Hugging Face collators, and the loader end to end.
 
     PYTHONPATH=. python benchmarks/masking.py [--corpus data/debian-science.jsonl] [--batches 20]
+    PYTHONPATH=. python benchmarks/masking.py --device cuda   # adds the on-device table
 
 One CPU thread (`torch.set_num_threads(1)`), sequences of exactly 128 tokens made from real
 Debian descriptions (consecutive descriptions joined, MiniLM tokenizer, truncated), batch 256.
@@ -15,6 +16,10 @@ Debian descriptions (consecutive descriptions joined, MiniLM tokenizer, truncate
    process, checksums on) in samples/s (wall time) from local disk over two epochs, and its peak
    RSS, for a dataset and for one 10x larger, each in a fresh subprocess (the shuffle buffer, not
    the dataset, should bound memory).
+3. With `--device cuda`: every strategy's masking alone on a collated batch already on the GPU
+   (as `maskstream train` draws masks there), batch 256 and 4096, wall time per batch after
+   `torch.cuda.synchronize()` (best of 5 rounds), beside the same masking on one CPU thread and the
+   HF plain collator on one CPU thread (its place in a GPU job: it runs in the loader workers).
 """
 
 from __future__ import annotations
@@ -123,6 +128,48 @@ def masking_table(rows: list[dict], texts: list[str], batches: int) -> None:
           f"{per['HF whole_word_mask=True'][0] / per['difference whole-word'][0]:.1f}x (target >= 10x)")
     print(f"- difference cost / random cost: {per['difference'][0] / per['random'][0]:.2f} with collation, "
           f"{mask_only['difference'] / mask_only['random']:.2f} masking alone (target <= 1.5)")
+    return {"hf_plain": per["HF plain"][0], "mask_only": mask_only, "batch": batch, "config": config}
+
+
+def timed_on_device(fn, repeats: int, rounds: int = 5) -> float:
+    """Wall seconds per call of a GPU function: best of `rounds` means, synchronized."""
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / repeats)
+    return best
+
+
+def device_table(cpu: dict, batches: int, device: str) -> None:
+    from trainer.masking import MaskingConfig, apply_masking
+
+    strategies = [("random", "random", False), ("whole_word", "whole_word", False), ("span", "span", False),
+                  ("difference", "difference", False), ("difference whole-word", "difference", True),
+                  ("tmr", "tmr", False)]
+    print(f"\n## Masking alone on {torch.cuda.get_device_name(device)} (batch already on the device), "
+          f"vs one CPU thread\n")
+    print("| method | batch | GPU ms/batch | GPU M positions/s | CPU ms/batch (batch 256) | GPU vs CPU, per position "
+          "| GPU vs HF plain collator (CPU), per position |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for rows in (BATCH, 16 * BATCH):
+        reps = rows // BATCH
+        batch = {k: v.repeat(reps, *([1] * (v.dim() - 1))).to(device) for k, v in cpu["batch"].items()}
+        batch["sample_index"] = torch.arange(rows, device=device)  # distinct samples, distinct masks
+        for name, strategy, whole_word in strategies:
+            cfg = MaskingConfig(**{**cpu["config"].__dict__, "whole_word": whole_word})
+            epoch = iter(range(10**9))
+            seconds = timed_on_device(lambda s=strategy, c=cfg, e=epoch, b=batch: apply_masking(
+                b, s, c, seed=0, epoch=next(e)), batches)
+            per_position = seconds / (rows * LENGTH)
+            cpu_per_position = cpu["mask_only"][name] / (BATCH * LENGTH)
+            print(f"| {name} | {rows} | {seconds * 1e3:.3f} | {rows * LENGTH / seconds / 1e6:.1f} | "
+                  f"{cpu['mask_only'][name] * 1e3:.2f} | {cpu_per_position / per_position:.0f}x | "
+                  f"{cpu['hf_plain'] / (BATCH * LENGTH) / per_position:.0f}x |")
 
 
 def loader_child(dataset: str, shuffle_buffer: int) -> None:
@@ -171,6 +218,7 @@ def main() -> None:
     parser.add_argument("--loader-rows", type=int, default=4096, help="rows of the small loader dataset (default: 4096)")
     parser.add_argument("--shuffle-buffer", type=int, default=2048, help="loader shuffle buffer (default: 2048)")
     parser.add_argument("--loader-child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda to add the on-device masking table (default: cpu)")
     args = parser.parse_args()
     if args.loader_child:
         loader_child(args.loader_child, args.shuffle_buffer)
@@ -180,8 +228,10 @@ def main() -> None:
 
     rows, texts = real_sequences(args.corpus)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {len(rows)} real sequences of "
-          f"{LENGTH} tokens from {args.corpus.name}; GPU: not measured here")
-    masking_table(rows, texts, args.batches)
+          f"{LENGTH} tokens from {args.corpus.name}; device: {args.device}")
+    cpu = masking_table(rows, texts, args.batches)
+    if args.device != "cpu":
+        device_table(cpu, args.batches, args.device)
     loader_table(rows, args.loader_rows, args.shuffle_buffer)
     print(f"\nnumpy {np.__version__}")
 

@@ -1,6 +1,7 @@
-"""Training throughput on CPU: maskstream's loader vs Hugging Face `datasets` + its MLM collator.
+"""Training throughput: maskstream's loader vs Hugging Face `datasets` + its MLM collator.
 
     PYTHONPATH=. python benchmarks/train.py [--steps 20] [--batch-size 16] [--workers 0 1]
+    PYTHONPATH=. python benchmarks/train.py --device cuda --batch-size 256 --workers 2 4 --steps 50
 
 The same training step for both sides (MiniLM with its MLM head, `trainer.objectives.MaskedLM`,
 AdamW, batch 16 of sequences of exactly 128 tokens made from real Debian descriptions, as in
@@ -14,9 +15,14 @@ AdamW, batch 16 of sequences of exactly 128 tokens made from real Debian descrip
 
 Per side and worker count: tokens/s (non-padding tokens per second of wall time over the
 measured steps) and the share of step time spent waiting for the next batch (time blocked in
-`next(loader)`). Warm-up steps are not measured. The two sides alternate in rounds and the best
-round of each is kept, which evens out a shared machine's load. CPU only: this machine has no
-GPU. The GPU recipe (BERT-base, bf16, data wait < 2%) is in the README, not measured here.
+`next(loader)`, plus, on a GPU, the transfer and maskstream's on-device masking; the GPU is
+synchronized around that span, so it holds no queued training work). Warm-up steps
+are not measured. The two sides alternate in rounds and the best round of each is kept, which
+evens out a shared machine's load.
+
+`--device cuda` runs the step as `maskstream train` does on a GPU: bf16 autocast, pinned memory,
+maskstream's masks drawn on the device after the transfer (the HF collator masks on the CPU, in
+its workers, as a `transformers.Trainer` would).
 """
 
 from __future__ import annotations
@@ -39,23 +45,37 @@ from masking import real_sequences  # noqa: E402  (sequences of exactly 128 toke
 from schemas import default_model  # noqa: E402
 
 
-def measure(objective, optimizer, batches, warmup: int, steps: int) -> dict[str, float]:
-    """Runs warmup + steps training steps; returns tokens/s and the data-wait share of the measured ones."""
+def measure(objective, optimizer, batches, warmup: int, steps: int, device: torch.device,
+            mask_on_device=None) -> dict[str, float]:
+    """Runs warmup + steps training steps; returns tokens/s and the data-wait share of the measured
+    ones. `mask_on_device(batch)` masks a batch after its transfer (maskstream on a GPU)."""
     iterator = iter(batches)
     tokens, wait, start = 0, 0.0, 0.0
+    cuda = device.type == "cuda"
     for step in range(warmup + steps):
         if step == warmup:
+            if cuda:
+                torch.cuda.synchronize()
             tokens, wait, start = 0, 0.0, time.perf_counter()
+        if cuda:  # the GPU's queue drained, so the wait below is the data path's alone
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
-        batch = next(iterator)
+        batch = {k: v.to(device, non_blocking=True) for k, v in next(iterator).items()}
+        if mask_on_device is not None:
+            batch = mask_on_device(batch, step)
+        if cuda:
+            torch.cuda.synchronize()
         wait += time.perf_counter() - t0
-        out = objective(batch["input_ids"], batch["attention_mask"], batch["labels"])
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            out = objective(batch["input_ids"], batch["attention_mask"], batch["labels"])
         out["loss"].backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        tokens += int(batch["attention_mask"].sum())
+        tokens += batch["attention_mask"].sum()
+    if cuda:
+        torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    return {"tokens_per_second": tokens / elapsed, "data_wait_share": wait / elapsed, "seconds": elapsed}
+    return {"tokens_per_second": int(tokens) / elapsed, "data_wait_share": wait / elapsed, "seconds": elapsed}
 
 
 def forever(loader):
@@ -74,7 +94,9 @@ def main() -> None:
                         help="DataLoader worker counts to compare (default: 0 1)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="torch threads for the training step (default: torch's)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     args = parser.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
 
     import datasets
@@ -82,12 +104,12 @@ def main() -> None:
 
     from trainer.dataset import StreamingSequenceDataset
     from trainer.loader import build_dataloader
-    from trainer.masking import MaskingConfig
+    from trainer.masking import MaskingConfig, apply_masking
     from trainer.objectives import MaskedLM, load_mlm_model
 
     rows, _ = real_sequences(Path(args.corpus))
     tokenizer = AutoTokenizer.from_pretrained(default_model())
-    objective = MaskedLM(load_mlm_model(default_model()))
+    objective = MaskedLM(load_mlm_model(default_model())).to(device)
     initial = {k: v.clone() for k, v in objective.state_dict().items()}
     hf_dataset = datasets.Dataset.from_dict({"input_ids": [list(map(int, r["input_ids"])) for r in rows]})
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, pad_to_multiple_of=8)
@@ -95,31 +117,40 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         factory.write_dataset(tmp, rows, shards=4, row_group_size=64)
 
+        cuda = device.type == "cuda"
+        masking = MaskingConfig.from_manifest(StreamingSequenceDataset(tmp, seed=0).manifest)
+
         def maskstream_batches(workers: int):
             dataset = StreamingSequenceDataset(tmp, seed=0)
-            masking = MaskingConfig.from_manifest(dataset.manifest)
             return forever(build_dataloader(dataset, batch_size=args.batch_size, num_workers=workers,
-                                            strategy="difference", masking=masking, seed=0))
+                                            strategy="difference", masking=masking, seed=0,
+                                            mask_in_workers=not cuda, pin_memory=cuda))
 
         def hf_batches(workers: int):
             return forever(torch.utils.data.DataLoader(hf_dataset, batch_size=args.batch_size, shuffle=True,
-                                                       num_workers=workers, collate_fn=collator,
+                                                       num_workers=workers, collate_fn=collator, pin_memory=cuda,
                                                        persistent_workers=workers > 0))
 
-        sides = {"maskstream (difference)": maskstream_batches, "HF datasets + collator (random)": hf_batches}
+        def difference_on_device(batch, step):
+            return apply_masking(batch, "difference", masking, seed=0, epoch=step)
+
+        sides = {"maskstream (difference)": (maskstream_batches, difference_on_device if cuda else None),
+                 "HF datasets + collator (random)": (hf_batches, None)}
         results: dict[tuple[str, int], dict[str, float]] = {}
         for _ in range(args.rounds):
             for workers in args.workers:
-                for name, make in sides.items():
+                for name, (make, mask_on_device) in sides.items():
                     objective.load_state_dict(initial)
                     optimizer = torch.optim.AdamW(objective.parameters(), lr=1e-4)
-                    figures = measure(objective, optimizer, make(workers), args.warmup, args.steps)
+                    figures = measure(objective, optimizer, make(workers), args.warmup, args.steps, device,
+                                      mask_on_device)
                     best = results.get((name, workers))
                     if best is None or figures["tokens_per_second"] > best["tokens_per_second"]:
                         results[(name, workers)] = figures
 
-    print(f"\nMiniLM MLM training on CPU, {args.threads} torch thread(s), batch {args.batch_size} x 128 tokens "
-          f"({len(rows)} real sequences), {args.steps} measured steps, best of {args.rounds} rounds; no GPU here")
+    where = torch.cuda.get_device_name(device) + ", bf16 autocast" if device.type == "cuda" else "CPU"
+    print(f"\nMiniLM MLM training on {where}, {args.threads} torch thread(s), batch {args.batch_size} x 128 tokens "
+          f"({len(rows)} real sequences), {args.steps} measured steps, best of {args.rounds} rounds")
     print(f"{'data path':<34} {'workers':>7} {'tokens/s':>10} {'data wait':>10} {'vs HF':>7}")
     for workers in args.workers:
         peer = results[("HF datasets + collator (random)", workers)]["tokens_per_second"]
