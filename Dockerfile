@@ -13,7 +13,6 @@
 ARG PYTHON_VERSION=3.11
 ARG BEAM_VERSION=2.77.0
 ARG TORCH_VERSION=2.13.0
-ARG TRAINER_BASE=pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime
 
 # ---------------------------------------------------------------------------------------- wheel
 # maskstream built once as a wheel; the other stages install it. Only what the package needs is
@@ -50,10 +49,13 @@ ENV FLEX_TEMPLATE_PYTHON_PY_FILE=/template/flex_template_main.py
 # Beam is left out on purpose (100 MB installed, plus the Google Cloud clients of its [gcp] extras
 # and their pins on protobuf and grpc, none of which the trainer uses): the wheel goes in with --no-deps, followed by exactly what
 # `maskstream train/finetune` and `schemas/` import (tests/test_deploy_files.py checks the list
-# against the trainer's imports, and that the CLI starts without apache_beam). torch is the base
-# image's CUDA build.
-FROM ${TRAINER_BASE} AS trainer
+# against the trainer's imports, and that the CLI starts without apache_beam). torch is the tested
+# version (TORCH_VERSION, the Makefile's pin) from PyPI, whose Linux wheel carries its CUDA
+# libraries: the host needs only the NVIDIA driver and container toolkit.
+FROM python:${PYTHON_VERSION}-slim AS trainer
+ARG TORCH_VERSION
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1
+RUN pip install torch==${TORCH_VERSION}
 RUN pip install "pyarrow>=14" "fsspec>=2023.6" "gcsfs>=2023.6" "transformers>=4.40" "tokenizers>=0.15" \
     "numpy>=1.24" "scipy>=1.10" "matplotlib>=3.7" "tqdm>=4.65" "safetensors>=0.4" "tensorboard>=2.14"
 COPY --from=wheel /wheels /wheels

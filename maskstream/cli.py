@@ -15,6 +15,8 @@ import importlib
 import logging
 import sys
 
+from maskstream.remote_paths import DEFAULT_TIMEOUT_S, RemotePathError, check_reachable, remote_urls
+
 # name -> (module, one-line help, passes unknown flags to Beam)
 COMMANDS: dict[str, tuple[str, str, bool]] = {
     "stats": ("pipelines.stats", "word statistics and TF-ICF of a domain corpus (Beam)", True),
@@ -35,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Difference-Masking data pipelines (Apache Beam) and a streaming MLM trainer (PyTorch).",
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
+    parser.add_argument("--remote-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="seconds to wait for each gs:// bucket the command names to answer before "
+                             "failing (default: %(default)s, or $MASKSTREAM_REMOTE_TIMEOUT)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text, passes_beam) in COMMANDS.items():
         module = importlib.import_module(module_name)
@@ -51,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 EXIT_OS_ERROR = 74  # sysexits.h EX_IOERR
+EXIT_REMOTE_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE
 
 
 def _os_error_in(error: BaseException) -> OSError | None:
@@ -81,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Beam logs every type-hint conversion and runner probe at INFO: keep that for --log-level DEBUG.
     logging.getLogger("apache_beam").setLevel(max(level, logging.WARNING) if level > logging.DEBUG else level)
+    try:
+        check_reachable(remote_urls(args), args.remote_timeout)
+    except RemotePathError as error:
+        logging.getLogger("maskstream").debug("remote path check failed", exc_info=True)
+        print(f"maskstream {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_REMOTE_UNAVAILABLE
     try:
         return int(args._module.run(args) or 0)
     except Exception as error:  # a full disk, a refused write, a failed read: one line naming the path

