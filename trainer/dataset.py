@@ -233,6 +233,9 @@ class StreamingSequenceDataset(IterableDataset):
         if epoch != self.epoch:
             self._position[:3] = torch.tensor([epoch, 0, 0])
         self._epoch_pinned = True
+        # Workers read the snapshot; DataLoaders other than ours (transformers.Trainer's) never call
+        # begin_iteration, which otherwise refreshes it.
+        self._position[3:] = self._position[:3].clone()
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank is: epoch and samples consumed, plus what must match on resume."""

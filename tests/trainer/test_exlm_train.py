@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from safetensors.torch import load_file
 from sequence_dataset_factory import read_texts, sequence_rows, write_dataset
 
@@ -20,18 +19,6 @@ def small_dataset(tmp_path_factory) -> str:
     write_dataset(str(root), sequence_rows(read_texts(limit=80), max_length=48), shards=2, row_group_size=20)
     return str(root)
 
-
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory, minilm_path) -> str:
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
-
-    path = tmp_path_factory.mktemp("exlm-tiny-bert")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertForMaskedLM(config).save_pretrained(path)
-    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(path)
-    return str(path)
 
 
 def _run(dataset: str, model: str, out, *extra: str) -> list[dict]:

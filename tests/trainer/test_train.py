@@ -26,20 +26,6 @@ def sample_dataset(tmp_path_factory) -> str:
     return str(root)
 
 
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory, minilm_path) -> str:
-    """A 2-layer, 32-wide BERT with MiniLM's vocabulary and tokenizer: a model path like any other,
-    small enough for several CPU runs in a test."""
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
-
-    path = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertForMaskedLM(config).save_pretrained(path)
-    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(path)
-    return str(path)
-
 
 def _train(dataset: str, out, model: str, *extra: str) -> None:
     assert main(["train", "--dataset", dataset, "--output", str(out), "--model", model, "--log-every", "1",

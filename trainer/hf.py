@@ -1,0 +1,75 @@
+"""Hugging Face interop: a version's shards in `datasets`, and maskstream's masks in `transformers.Trainer`.
+
+With `datasets` (one row per sequence; columns: `schemas.tables.SEQUENCE_SCHEMA`):
+
+    from datasets import load_dataset
+    from trainer.hf import shard_urls
+    rows = load_dataset("parquet", data_files=shard_urls("gs://bucket/dataset"), split="train")
+
+With `transformers.Trainer` (single process; `maskstream train` is the multi-GPU path):
+
+    from transformers import AutoModelForMaskedLM, Trainer, TrainingArguments
+    from trainer.dataset import StreamingSequenceDataset
+    from trainer.hf import MaskingCollator
+
+    dataset = StreamingSequenceDataset("out/demo/dataset", seed=0)
+    model = AutoModelForMaskedLM.from_pretrained(MODEL)
+    args = TrainingArguments("out/hf", max_steps=100, per_device_train_batch_size=16, report_to=[],
+                             remove_unused_columns=False)  # the collator needs every column
+    Trainer(model=model, args=args, train_dataset=dataset,
+            data_collator=MaskingCollator(dataset, "difference")).train()
+
+The collator draws the same masks as `maskstream train` for the same (seed, epoch, sample): it pads
+with `trainer.collate.collate_sequences` and masks with `trainer.masking.apply_masking`, reading
+the epoch from the dataset (which `Trainer` advances with `set_epoch`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from schemas.manifest import load_manifest, safe_relative_path
+from trainer.collate import collate_sequences
+from trainer.dataset import StreamingSequenceDataset
+from trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "labels")
+
+
+def shard_urls(dataset: str) -> list[str]:
+    """The Parquet shard URLs of a dataset version (a root's `latest`, or a version folder), in
+    manifest order, for `datasets.load_dataset("parquet", data_files=...)` or any Parquet reader."""
+    version_url, manifest = load_manifest(dataset)
+    return [f"{version_url}/{safe_relative_path(shard.path)}" for shard in manifest.shards]
+
+
+class MaskingCollator:
+    """A `data_collator` for `transformers.Trainer`: pads streamed rows and draws masks.
+
+    Returns only what a masked-LM forward takes (`input_ids`, `attention_mask`, `labels`).
+    """
+
+    def __init__(
+        self,
+        dataset: StreamingSequenceDataset,
+        strategy: str = "difference",
+        masking: MaskingConfig | None = None,
+        seed: int = 0,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {STRATEGIES}")
+        pad_token_id = dataset.manifest.tokenizer.get("pad_token_id")
+        if pad_token_id is None:
+            raise ValueError(f"manifest tokenizer entry lacks pad_token_id; it has {sorted(dataset.manifest.tokenizer)}")
+        self.dataset = dataset
+        self.strategy = strategy
+        self.masking = masking or MaskingConfig.from_manifest(dataset.manifest)
+        self.seed = seed
+        self.pad_token_id = int(pad_token_id)
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        batch = collate_sequences(samples, self.pad_token_id)
+        masked = apply_masking(batch, self.strategy, self.masking, seed=self.seed, epoch=self.dataset.epoch)
+        return {name: masked[name] for name in MODEL_INPUTS}
