@@ -13,9 +13,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
-from maskstream.remote_paths import DEFAULT_TIMEOUT_S, RemotePathError, check_reachable, remote_urls
+from maskstream.remote_paths import (
+    DEFAULT_TIMEOUT_S,
+    TIMEOUT_ENV,
+    RemotePathError,
+    check_reachable,
+    remote_urls,
+)
 
 # name -> (module, one-line help, passes unknown flags to Beam)
 COMMANDS: dict[str, tuple[str, str, bool]] = {
@@ -37,9 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Difference-Masking data pipelines (Apache Beam) and a streaming MLM trainer (PyTorch).",
     )
     parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
-    parser.add_argument("--remote-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help="seconds to wait for each gs:// bucket the command names to answer before "
-                             "failing (default: %(default)s, or $MASKSTREAM_REMOTE_TIMEOUT)")
+    parser.add_argument("--remote-timeout", type=float, default=float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)),
+                        metavar="SECONDS",
+                        help=f"seconds to wait for each gs:// bucket the command names to answer before "
+                             f"failing (default: {DEFAULT_TIMEOUT_S:g}, or ${TIMEOUT_ENV})")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text, passes_beam) in COMMANDS.items():
         module = importlib.import_module(module_name)

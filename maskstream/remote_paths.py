@@ -13,7 +13,8 @@ import os
 import threading
 from collections.abc import Iterable
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("MASKSTREAM_REMOTE_TIMEOUT", "20"))
+DEFAULT_TIMEOUT_S = 20.0
+TIMEOUT_ENV = "MASKSTREAM_REMOTE_TIMEOUT"  # overrides the default, e.g. in a container
 LOCAL_PROTOCOLS = frozenset({"", "file", "local"})
 
 

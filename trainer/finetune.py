@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tmr-probability", type=float, default=0.1,
                         help="Token Masking Regularization probability p; 0 turns it off (default: 0.1)")
     parser.add_argument("--class-weights", action="store_true",
-                        help="weight the loss by the TMR paper's class weights (see README; default: off)")
+                        help="weight the loss by the TMR paper's class weights (see docs/training.md; default: off)")
     parser.add_argument("--epochs", type=int, default=3, help="maximum number of epochs (default: 3)")
     parser.add_argument("--patience", type=int, default=2,
                         help="stop after this many epochs without a better validation macro-F1 (default: 2)")

@@ -1,4 +1,4 @@
-"""Bad input, one kind per row of the README's "Bad input" table: each gives a reject with its
+"""Bad input, one kind per row of docs/scale.md's "Bad input" table: each gives a reject with its
 file, location and reason, or a clear error, and loses nothing silently
 (documents read = accepted + rejected)."""
 
