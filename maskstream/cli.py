@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Beam logs every type-hint conversion and runner probe at INFO: keep that for --log-level DEBUG.
     logging.getLogger("apache_beam").setLevel(max(level, logging.WARNING) if level > logging.DEBUG else level)
+    # gcsfs and google-auth narrate every credential probe; failures reach us as exceptions anyway.
+    for chatty in ("gcsfs", "google.auth"):
+        logging.getLogger(chatty).setLevel(logging.ERROR if level > logging.DEBUG else level)
     try:
         check_reachable(remote_urls(args), args.remote_timeout)
     except RemotePathError as error:

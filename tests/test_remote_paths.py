@@ -38,7 +38,8 @@ def test_remote_urls_found_in_flags_lists_and_beam_args():
 def test_missing_bucket_fails_fast_naming_the_path(gcs_emulator, subprocess_env, tmp_path):
     path = "gs://no-such-bucket-here/corpus/*.jsonl"
     start = time.monotonic()
-    result = run_cli(["stats", "--input", path, "--output", str(tmp_path / "stats")], subprocess_env, check=False)
+    env = {**subprocess_env, "STORAGE_EMULATOR_HOST": gcs_emulator, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    result = run_cli(["stats", "--input", path, "--output", str(tmp_path / "stats")], env, check=False)
     elapsed = time.monotonic() - start
     _assert_one_line_error(result, path, "'no-such-bucket-here' does not exist")
     assert elapsed < 30, elapsed
