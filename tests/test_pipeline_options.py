@@ -93,3 +93,15 @@ def test_build_passes_dataflow_flags_unchanged(captured: list[PipelineOptions], 
     check_dataflow_options(options, flags)
     # Nothing but the version folder and its seeds.json exists: no manifest, no `latest`.
     assert sorted(p.name for p in (tmp_path / "dataset").rglob("*")) == ["seeds.json", "v1"]
+
+
+def test_dask_runner_is_refused_with_the_reason(subprocess_env, tmp_path):
+    """Beam's DaskRunner drops all but the last sink and empties tagged outputs
+    (benchmarks/dask_runner.py): the command line refuses it instead of writing wrong outputs."""
+    from tests.conftest import run_cli
+
+    result = run_cli(["stats", "--input", "data/debian-science.jsonl", "--output", str(tmp_path / "s"),
+                      "--runner=apache_beam.runners.dask.dask_runner.DaskRunner"], subprocess_env, check=False)
+    assert result.returncode == 2
+    assert "DaskRunner runs only a pipeline's last sink" in result.stderr
+    assert not (tmp_path / "s").exists()
