@@ -2,7 +2,11 @@
 
 Layout of a checkpoint directory (local disk):
 
-    CKPT_DIR/step-00000100/model.safetensors    the model's weights (tied weights stored once)
+    CKPT_DIR/step-00000100/model.safetensors    the Hugging Face model's weights (tied weights stored
+                                                once) and, beside them, its config.json: the folder
+                                                loads with `AutoModelForMaskedLM.from_pretrained`
+    CKPT_DIR/step-00000100/objective.safetensors  the objective's own parameters outside the Hugging
+                                                Face model (ExLM's heads), when it has any
     CKPT_DIR/step-00000100/training_state.pt    optimizer, scheduler, loader state, RNG states,
                                                 step and run config: tensors and plain containers
     CKPT_DIR/latest                             name of the newest complete checkpoint
@@ -23,9 +27,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors import safe_open
+from safetensors.torch import load_file, load_model, save_file, save_model
 
 MODEL_FILE = "model.safetensors"
+OBJECTIVE_FILE = "objective.safetensors"
 STATE_FILE = "training_state.pt"
 LATEST = "latest"
 
@@ -68,6 +74,47 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def hf_part(model: torch.nn.Module) -> tuple[torch.nn.Module | None, str]:
+    """The Hugging Face model inside a training objective (a child with `save_pretrained` and a
+    `config`) and its state-dict prefix: the model itself (prefix ""), else its first such child;
+    (None, "") when there is none."""
+    def is_hf(module: torch.nn.Module) -> bool:
+        return hasattr(module, "save_pretrained") and hasattr(module, "config")
+
+    if is_hf(model):
+        return model, ""
+    return next(((child, f"{name}.") for name, child in model.named_children() if is_hf(child)), (None, ""))
+
+
+def _save_weights(model: torch.nn.Module, folder: Path) -> None:
+    hf, prefix = hf_part(model)
+    if hf is None:
+        save_model(model, str(folder / MODEL_FILE))
+        return
+    # The HF model under its own names, and its config: the folder is a `from_pretrained` folder.
+    save_model(hf, str(folder / MODEL_FILE))
+    hf.config.save_pretrained(folder)
+    extras = {k: v.detach().contiguous() for k, v in model.state_dict().items() if not k.startswith(prefix)}
+    if extras:
+        save_file(extras, str(folder / OBJECTIVE_FILE))
+
+
+def _load_weights(model: torch.nn.Module, folder: Path) -> None:
+    hf, prefix = hf_part(model)
+    with safe_open(str(folder / MODEL_FILE), framework="pt") as f:
+        names = f.keys()  # a safe_open handle is not iterable
+    whole_objective = hf is None or not prefix or any(k.startswith(prefix) for k in names)
+    if whole_objective:  # no HF model inside, or a checkpoint written before the HF layout
+        load_model(model, str(folder / MODEL_FILE), strict=True)
+        return
+    load_model(hf, str(folder / MODEL_FILE), strict=True)
+    expected = {k for k in model.state_dict() if not k.startswith(prefix)}
+    extras = load_file(str(folder / OBJECTIVE_FILE)) if expected else {}
+    if set(extras) != expected:
+        raise ValueError(f"{folder / OBJECTIVE_FILE} holds {sorted(extras)}, the objective needs {sorted(expected)}")
+    model.load_state_dict(extras, strict=False)
+
+
 def save_checkpoint(
     checkpoint_dir: str | os.PathLike,
     step: int,
@@ -86,7 +133,7 @@ def save_checkpoint(
     partial = root / f".{name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
-    save_model(model, str(partial / MODEL_FILE))
+    _save_weights(model, partial)
     torch.save(
         {
             "step": step,
@@ -132,7 +179,7 @@ def load_checkpoint(
     """Loads weights into `model` (and state into optimizer/scheduler/RNGs); returns the stored state
     (`step`, `loader`, `config`, ...). Never unpickles: safetensors and weights_only only."""
     path = resolve_checkpoint(path)
-    load_model(model, str(path / MODEL_FILE), strict=True)
+    _load_weights(model, path)
     state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])

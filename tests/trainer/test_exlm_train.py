@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 from sequence_dataset_factory import read_texts, sequence_rows, write_dataset
+from transformers import AutoModelForMaskedLM
 
 from maskstream.cli import main
 from trainer.metrics import read_metrics
@@ -41,10 +42,14 @@ def test_exlm_objective_trains_and_reports_held_out_perplexity_and_accuracy(smal
     assert len(train) == 10 and np.mean([r["loss"] for r in train[-3:]]) < np.mean([r["loss"] for r in train[:3]]) - 0.5
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["config"]["objective"] == "exlm" and summary["config"]["exlm_states"] == 2
-    # The checkpoint holds the ExLM parts; model/ is the plain masked LM for fine-tuning.
+    # The checkpoint holds the ExLM parts beside a from_pretrained folder of the masked LM;
+    # model/ is the plain masked LM for fine-tuning.
     checkpoint = next((tmp_path / "run" / "checkpoints").glob("step-*"))
-    names = set(load_file(checkpoint / "model.safetensors"))
+    names = set(load_file(checkpoint / "objective.safetensors"))
     assert "copy_embedding.weight" in names and "transitions.query.weight" in names
+    assert not any(name.startswith("mlm.") for name in names)
+    _, info = AutoModelForMaskedLM.from_pretrained(checkpoint, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
     assert (tmp_path / "run" / "model" / "config.json").exists()
 
 

@@ -60,6 +60,12 @@ def test_short_minilm_run_lowers_the_held_out_loss_and_warm_up_peaks(sample_data
     model, info = AutoModelForMaskedLM.from_pretrained(out / "model", output_loading_info=True)
     assert not info["missing_keys"] and (out / "model" / "tokenizer.json").exists()
     assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    # The last checkpoint is a from_pretrained folder too, with the same weights.
+    from_checkpoint, info = AutoModelForMaskedLM.from_pretrained(out / "checkpoints" / "step-00000008",
+                                                                 output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, from_checkpoint.state_dict()[name]), name
     assert json.loads((out / "summary.json").read_text())["held_out"]["loss"] == held[1]["loss"]
 
 
