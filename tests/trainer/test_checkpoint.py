@@ -94,3 +94,49 @@ def test_a_checkpoint_with_pickled_code_is_refused_and_never_runs(tmp_path, monk
     with pytest.raises(pickle.UnpicklingError):
         load_checkpoint(tmp_path, model, optimizer, scheduler)
     assert not (tmp_path / "PWNED").exists()
+
+
+class _Objective(torch.nn.Module):
+    """An objective as the trainer has them: a Hugging Face masked LM plus a parameter of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = BertForMaskedLM(TINY)
+        self.head = torch.nn.Linear(4, 4)
+
+
+def test_objective_checkpoint_is_a_from_pretrained_folder_and_restores_its_own_parameters(tmp_path):
+    from transformers import AutoModelForMaskedLM
+
+    torch.manual_seed(0)
+    objective = _Objective()
+    optimizer = torch.optim.AdamW(objective.parameters(), lr=1e-3)
+    scheduler = get_linear_schedule_with_warmup(optimizer, 2, 10)
+    path = save_checkpoint(tmp_path, 1, objective, optimizer, scheduler, {}, {})
+    reloaded = AutoModelForMaskedLM.from_pretrained(path)
+    for name, tensor in objective.model.state_dict().items():
+        assert torch.equal(tensor, reloaded.state_dict()[name]), name
+    torch.manual_seed(1)
+    restored = _Objective()
+    load_checkpoint(tmp_path, restored)
+    for name, tensor in objective.state_dict().items():
+        assert torch.equal(tensor, restored.state_dict()[name]), name
+
+
+def test_checkpoint_of_the_earlier_layout_still_loads(tmp_path):
+    """Before checkpoints were from_pretrained folders, model.safetensors held the whole objective."""
+    from safetensors.torch import save_model
+
+    torch.manual_seed(0)
+    objective = _Objective()
+    optimizer = torch.optim.AdamW(objective.parameters(), lr=1e-3)
+    scheduler = get_linear_schedule_with_warmup(optimizer, 2, 10)
+    path = save_checkpoint(tmp_path, 1, objective, optimizer, scheduler, {}, {})
+    for name in ("config.json", "objective.safetensors"):
+        (path / name).unlink()
+    save_model(objective, str(path / "model.safetensors"))
+    torch.manual_seed(1)
+    restored = _Objective()
+    load_checkpoint(tmp_path, restored)
+    for name, tensor in objective.state_dict().items():
+        assert torch.equal(tensor, restored.state_dict()[name]), name
