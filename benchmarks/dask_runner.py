@@ -1,6 +1,6 @@
 """Beam's DaskRunner against the DirectRunner, on the shipped corpus and on a two-sink pipeline.
 
-    python benchmarks/dask_runner.py          # needs `pip install "apache-beam[dask]"`
+    python benchmarks/dask_runner.py          # pip install -e '.[bench]'
 
 Starts a `dask.distributed.LocalCluster` with 2 worker processes (1 thread each) and runs, on
 it (`--runner=...DaskRunner --dask_client_address=...`) and on the DirectRunner (one process):

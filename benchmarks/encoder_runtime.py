@@ -1,6 +1,6 @@
 """The word encoder's CPU runtimes side by side: speed, and agreement of the similarities they give.
 
-    python benchmarks/encoder_runtime.py [--corpus data/debian-science.jsonl] [--threads 1]
+    python benchmarks/encoder_runtime.py [--corpus data/debian-science.jsonl] [--threads 1]   # pip install -e '.[bench]'
 
 Every distinct word of the corpus (the build's vocabulary) is encoded as the build encodes it
 (`pipelines.embeddings`: `[CLS] word [SEP]`, mean over the word's own tokens, batches of words of
