@@ -108,3 +108,50 @@ def test_whole_experiment_on_the_tiny_config(tmp_path: Path) -> None:
     for png in tmp_path.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(list(tmp_path.glob("*.png"))) == 2
+
+
+def synthetic_line(arm: str, seed: int, accuracy: float, mlm: float) -> dict:
+    """A results line as `run.py run` writes it, with chosen numbers."""
+    pretraining = None if arm == "none" else {
+        "steps": 40, "config": {"total_steps": 40, "batch_size": 16, "learning_rate": 2e-4, "warmup_steps": 3},
+        "curves": [{"step": 0, "split": "held_out", "loss": 3.0}, {"step": 40, "split": "held_out", "loss": mlm}]}
+    return {
+        "kind": "arm", "config_hash": "h", "config_name": "cpu", "arm": arm, "seed": seed, "pretraining": pretraining,
+        "test": {"accuracy": accuracy, "macro_f1": accuracy - 0.2, "examples": 4, "predictions": [0, 1, 2, 0]},
+        "validation": {"accuracy": 0.7, "macro_f1": 0.5}, "best_epoch": 1,
+        "intrinsic": {"definition": "d", "random": mlm, "own": None if arm == "none" else mlm,
+                      "random_seed_similar": mlm + 0.5, "random_rest": mlm - 0.1},
+        "finetune": {"learning_rate": 1e-4, "tmr": 0.1}, "seconds": {"finetune": 1.0, "total": 2.0},
+        "prepared": {"majority": {"test": 0.7}, "labels": ["a", "b", "c"], "counts": {"test": {"a": 3, "b": 1}},
+                     "model": "/x/minilm/model", "domain_rows": 10, "dedupe_removed": 2, "sha256": {"corpus": "c" * 64},
+                     "warm_sha256": "w" * 64, "datasets": {"main": {"seeds.json": "s" * 64}},
+                     "seconds": {"total": 60.0}, "command": "prepare"},
+        "command": "run", "git_commit": "abc", "git_dirty": False, "versions": {"torch": "x"}, "hardware": {"cpu": "y"},
+    }
+
+
+@pytest.mark.parametrize("pretraining_helps", [True, False])
+def test_report_states_the_control_first_and_claims_nothing_when_it_fails(tmp_path: Path,
+                                                                         pretraining_helps: bool) -> None:
+    report_module = load("report")
+    rng = np.random.default_rng(1)
+    lines = []
+    for seed in range(5):
+        noise = rng.normal(0, 0.01)
+        lines += [synthetic_line("none", seed, 0.70, 3.0),
+                  synthetic_line("random", seed, 0.72 + noise, (2.5 if pretraining_helps else 3.0) + noise),
+                  synthetic_line("difference", seed, 0.74 + noise + rng.normal(0, 0.002), 2.6 + noise)]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    report_module.write_report(results, tmp_path / "REPORT.md")
+    text = (tmp_path / "REPORT.md").read_text()
+    assert text.index("### 1. Positive control") < text.index("### 2. Power") < text.index("### 3. Paired")
+    differences = [lines[3 * s + 2]["test"]["accuracy"] - lines[3 * s + 1]["test"]["accuracy"] for s in range(5)]
+    mean = 100 * float(np.mean(differences))
+    if pretraining_helps:
+        assert "MLM loss (common random masking): PASSES" in text
+        assert f"Difference masking beats random masking downstream: Δ {mean:+.2f} points" in text
+    else:
+        assert "FAILS" in text and "the experiment is underpowered" in text
+        assert "no conclusion about difference vs random masking is drawn" in text
+        assert "Difference masking beats" not in text

@@ -110,7 +110,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "cpu": {
         "corpus": "data/debian-science.jsonl", "every_nth": 1, "model": None, "device": "cpu", "max_length": 32,
         "warm": {"steps": 200, "batch_size": 32, "learning_rate": 2e-3},
-        "train": {"steps": 60, "batch_size": 16, "learning_rate": 2e-4, "eval_samples": 192,
+        "train": {"steps": 40, "batch_size": 16, "learning_rate": 2e-4, "eval_samples": 128,
                   "held_out_fraction": 0.05},
         "finetune": {"grid": {"learning_rate": [1e-4, 3e-4], "tmr": [0.0, 0.1]}, "epochs": 2, "batch_size": 16,
                      "max_steps": 0, "train_rows": 400, "selection_seed": 1000},
@@ -129,6 +129,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "seeds": list(range(10)),
     },
 }
+
+
+def prepared_part(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a config that `prepare` uses: changing anything else needs no new `prepare`."""
+    return {"corpus": config["corpus"], "every_nth": config["every_nth"], "model": config["model"],
+            "max_length": config["max_length"], "warm": config["warm"],
+            "held_out_fraction": config["train"]["held_out_fraction"], "train_rows": config["finetune"]["train_rows"]}
 
 
 # --- small helpers ------------------------------------------------------------------------
@@ -471,9 +478,10 @@ def run(config_name: str, arms: list[str], seeds: list[int], work: Path, results
     if not prepared_path.exists():
         raise SystemExit(f"{prepared_path} does not exist: run `run.py prepare --config {config_name}` first")
     prepared = json.loads(prepared_path.read_text(encoding="utf-8"))
-    config = prepared["config"]
-    if prepared["config_name"] != config_name or config != CONFIGS[config_name]:
+    config = CONFIGS[config_name]
+    if prepared["config_name"] != config_name or prepared_part(prepared["config"]) != prepared_part(config):
         raise SystemExit(f"{prepared_path} was prepared for another config: prepare --config {config_name} again")
+    prepared["config"] = config  # the run's settings; prepare's part is the same
     if model_override and model_override != prepared["model"]:
         raise SystemExit(f"--model {model_override} but the data was prepared with {prepared['model']}")
     if config["device"] == "cuda" and not torch.cuda.is_available():
