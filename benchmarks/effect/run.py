@@ -537,6 +537,8 @@ def run(config_name: str, arms: list[str], seeds: list[int], work: Path, results
                 "prepared": {k: prepared[k] for k in ("sha256", "dedupe_removed", "domain_rows", "majority",
                                                       "counts", "labels", "model")}
                 | {"warm_sha256": prepared["warm"]["sha256"],
+                   "warm": {k: prepared["warm"][k] for k in ("steps", "batch_size", "learning_rate", "loss_first",
+                                                              "loss_last10", "trainable_parameters", "seconds")},
                    "datasets": {n: d["sha256"] for n, d in prepared["datasets"].items()},
                    "seconds": prepared["seconds"], "command": prepared["command"]},
                 **common})
