@@ -68,7 +68,7 @@ def test_whole_experiment_on_the_tiny_config(tmp_path: Path) -> None:
     run = load("run")
     work, results, report = tmp_path / "work", tmp_path / "results.jsonl", tmp_path / "REPORT.md"
     common = ["--config", "tiny", "--work", str(work)]
-    assert run.main(["prepare", *common]) == 0
+    assert run.main(["prepare", *common, "--results", str(results)]) == 0
     prepared = json.loads((work / "tiny" / "prepared.json").read_text())
 
     # the pretraining corpus holds no validation or test text, and the removed count is exact
@@ -107,7 +107,7 @@ def test_whole_experiment_on_the_tiny_config(tmp_path: Path) -> None:
     assert prepared["warm"]["sha256"][:16] in text and prepared["sha256"]["corpus"][:16] in text
     for png in tmp_path.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len(list(tmp_path.glob("*.png"))) == 2
+    assert len(list(tmp_path.glob("*.png"))) == 3  # mask probabilities, downstream, held-out losses
 
 
 def synthetic_line(arm: str, seed: int, accuracy: float, mlm: float) -> dict:

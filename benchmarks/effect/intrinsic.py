@@ -88,7 +88,9 @@ def held_out_losses(model_dir: Path | str, arm_dataset: str, main_dataset: str, 
                      "random_rest": int((~similar).sum())}
     out["seed_similar_threshold"] = threshold
     strategy, whole_word = strategy_of(train_flags) if train_flags else ("random", False)
-    if train_flags:
+    if (strategy, whole_word) == ("random", False) and train_flags:
+        out["own"], out["tokens"]["own"] = out["random"], out["tokens"]["random"]  # the same masks
+    elif train_flags:
         manifest, batches = (main_manifest, main_batches) if arm_dataset == main_dataset else rows(arm_dataset)
         own, _ = token_losses(model, batches, strategy, MaskingConfig.from_manifest(manifest, whole_word=whole_word),
                               device)

@@ -195,6 +195,15 @@ def experiment_section(chash: str, lines: list[dict[str, Any]], selection: dict[
 
     # 1. positive control, first
     out += ["### 1. Positive control: does continued pretraining (random masking) beat none?", ""]
+    warm = prepared.get("warm")
+    if warm:
+        out += [f"Every arm starts from one warmed checkpoint (sha256 `{prepared['warm_sha256'][:16]}`): MiniLM with "
+                f"its MLM head trained alone ({warm['trainable_parameters']:,} parameters, encoder and tied "
+                f"embeddings frozen) for {warm['steps']} steps of {warm['batch_size']} rows, random masking; training "
+                f"loss {warm['loss_first']:.2f} → {warm['loss_last10']:.2f} nats (mean of the last 10 steps). `none` "
+                "fine-tunes it as it is (its encoder is MiniLM's). Part of what continued pretraining gains on MLM "
+                "loss is the encoder adapting to that head, not only to the domain: the downstream line below is "
+                "the one that says whether it helps the task.", ""]
     control_ok = None
     if CONTROL_ARM in arms and NONE_ARM in arms:
         c_mlm = paired_summary(mlm[CONTROL_ARM], mlm[NONE_ARM])
@@ -312,6 +321,11 @@ def experiment_section(chash: str, lines: list[dict[str, Any]], selection: dict[
             f"{first['pretraining']['steps'] if first.get('pretraining') else 'no'} "
             "continued-pretraining steps, a 3-class section classifier. It cannot say what happens with "
             "a larger model, longer pretraining, or other domains; the `gpu` config is the next step.", ""]
+
+    mask_plot = plots / f"mask_probabilities-{config_name}.png"
+    if mask_plot.exists():
+        out += [f"Stored mask probabilities of the `main` dataset (`maskstream inspect`): "
+                f"![mask probabilities]({rel(mask_plot)})", ""]
 
     # selection
     if selection:

@@ -105,14 +105,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
                      "max_steps": 3, "train_rows": 0, "selection_seed": 1000},
         "seeds": [0, 1],
     },
-    # the real CPU run: ~35 min for 5 seeds x (none, random, difference) on 2 shared cores. Fine-tuning
-    # uses 400 training rows (a low-resource task, where domain-adaptive pretraining should matter most).
+    # the real CPU run, sized for 2 cores shared with other jobs (a fine-tuning step took 2-7 s there):
+    # 5 seeds x (none, random, difference) in about 40 min when the machine is half free. Fine-tuning
+    # uses 400 training rows for one epoch (a low-resource task, where domain-adaptive pretraining
+    # should matter most).
     "cpu": {
         "corpus": "data/debian-science.jsonl", "every_nth": 1, "model": None, "device": "cpu", "max_length": 32,
         "warm": {"steps": 200, "batch_size": 32, "learning_rate": 2e-3},
         "train": {"steps": 40, "batch_size": 16, "learning_rate": 2e-4, "eval_samples": 128,
                   "held_out_fraction": 0.05},
-        "finetune": {"grid": {"learning_rate": [1e-4, 3e-4], "tmr": [0.0, 0.1]}, "epochs": 2, "batch_size": 16,
+        "finetune": {"grid": {"learning_rate": [1e-4, 3e-4], "tmr": [0.0, 0.1]}, "epochs": 1, "batch_size": 16,
                      "max_steps": 0, "train_rows": 400, "selection_seed": 1000},
         "seeds": [0, 1, 2, 3, 4],
     },
@@ -334,7 +336,8 @@ def build_dataset(name: str, arm: Arm, domain: Path, work: Path, config: dict[st
                        "manifest.json": sha256_file(version / "manifest.json")}}
 
 
-def prepare(config_name: str, arms: list[str], work: Path, model_override: str | None) -> dict[str, Any]:
+def prepare(config_name: str, arms: list[str], work: Path, model_override: str | None, plots: Path
+            ) -> dict[str, Any]:
     """Splits, deduped corpus, stats, one dataset per distinct arm dataset, warmed head; WORK/prepared.json."""
     config = CONFIGS[config_name]
     model_name = model_override or config["model"]
@@ -365,7 +368,7 @@ def prepare(config_name: str, arms: list[str], work: Path, model_override: str |
     for arm in (ARMS[a] for a in ["random", *arms]):  # `main` always: the common held-out rows
         if arm.dataset not in datasets:
             datasets[arm.dataset] = build_dataset(arm.dataset, arm, domain, work, config, model)
-    plot = HERE / "results" / f"mask_probabilities-{config_name}.png"
+    plot = plots / f"mask_probabilities-{config_name}.png"
     plot.parent.mkdir(parents=True, exist_ok=True)
     cli(["inspect", datasets["main"]["root"], "--samples", "1", "--plot", str(plot)])
     import torch
@@ -462,7 +465,7 @@ def pretrain(arm: Arm, seed: int, prepared: dict[str, Any], out: Path) -> tuple[
                    "--max-steps", str(t["steps"]), "--learning-rate", str(t["learning_rate"]),
                    "--seed", str(seed), "--num-workers", "0" if device == "cpu" else "2",
                    "--held-out-fraction", str(t["held_out_fraction"]), "--eval-samples", str(t["eval_samples"]),
-                   "--eval-every", str(max(t["steps"] // 2, 1)), "--log-every", str(max(t["steps"] // 20, 1)),
+                   "--eval-every", str(t["steps"]), "--log-every", str(max(t["steps"] // 20, 1)),
                    "--save-every", str(t["steps"])])
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     summary["curves"] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -506,6 +509,7 @@ def run(config_name: str, arms: list[str], seeds: list[int], work: Path, results
             if r["kind"] == "arm" and r["config_hash"] == chash}
     main_root = prepared["datasets"]["main"]["root"]
     t = config["train"]
+    losses: dict[str, dict[str, Any]] = {}
     for seed in seeds:  # seed-major: a stopped run leaves complete pairs
         for name in arms:
             if (name, seed) in done:
@@ -518,8 +522,10 @@ def run(config_name: str, arms: list[str], seeds: list[int], work: Path, results
             if arm.pretrain:
                 model, pretraining, seconds["pretrain"] = pretrain(arm, seed, prepared, out / "pretrain")
             clock = time.perf_counter()
-            intrinsic = held_out_losses(model, prepared["datasets"][arm.dataset]["root"], main_root, arm.train,
-                                        t["held_out_fraction"], t["eval_samples"], config["device"])
+            if arm.pretrain or name not in losses:  # the warmed checkpoint's losses are the same every seed
+                losses[name] = held_out_losses(model, prepared["datasets"][arm.dataset]["root"], main_root,
+                                               arm.train, t["held_out_fraction"], t["eval_samples"], config["device"])
+            intrinsic = losses[name]
             seconds["intrinsic"] = time.perf_counter() - clock
             evaluation, seconds["finetune"] = finetune(str(model), seed, chosen["learning_rate"], chosen["tmr"],
                                                        prepared, out / "finetune", test=True)
@@ -560,13 +566,14 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--model", default=None, help="model name or local path (default: the config's)")
     run_parser = stages.choices["run"]
     run_parser.add_argument("--seeds", default=None, help="seeds, e.g. 0-4,7 (default: the config's)")
-    for p in (run_parser, report_parser := stages.add_parser("report")):
-        p.add_argument("--results", type=Path, default=RESULTS, help=f"results JSONL (default: {RESULTS})")
+    for p in (stages.choices["prepare"], run_parser, report_parser := stages.add_parser("report")):
+        p.add_argument("--results", type=Path, default=RESULTS,
+                       help=f"results JSONL; plots go next to it (default: {RESULTS})")
     report_parser.add_argument("--report", type=Path, default=HERE / "REPORT.md",
                                help="Markdown report; its plots go next to the results file (default: REPORT.md)")
     args = parser.parse_args(argv)
     if args.stage == "prepare":
-        prepare(args.config, parse_arms(args.arms), args.work / args.config, args.model)
+        prepare(args.config, parse_arms(args.arms), args.work / args.config, args.model, args.results.parent)
     elif args.stage == "run":
         seeds = parse_seeds(args.seeds) if args.seeds else CONFIGS[args.config]["seeds"]
         run(args.config, parse_arms(args.arms), seeds, args.work / args.config, args.results, args.model)
