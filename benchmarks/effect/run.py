@@ -505,13 +505,13 @@ def run(config_name: str, arms: list[str], seeds: list[int], work: Path, results
     command = "python benchmarks/effect/run.py " + " ".join(sys.argv[1:])
     common = {"config_name": config_name, "command": command, **environment(config["device"])}
     chosen = select_hyperparameters(prepared, chash, results, work, common)
-    done = {(r["arm"], r["seed"]) for r in read_results(results)
-            if r["kind"] == "arm" and r["config_hash"] == chash}
     main_root = prepared["datasets"]["main"]["root"]
     t = config["train"]
     losses: dict[str, dict[str, Any]] = {}
     for seed in seeds:  # seed-major: a stopped run leaves complete pairs
         for name in arms:
+            done = {(r["arm"], r["seed"]) for r in read_results(results)  # re-read: runs may share the file
+                    if r["kind"] == "arm" and r["config_hash"] == chash}
             if (name, seed) in done:
                 continue
             arm, out = ARMS[name], work / "models" / name / f"seed{seed}"
