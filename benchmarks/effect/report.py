@@ -370,7 +370,8 @@ def experiment_section(chash: str, lines: list[dict[str, Any]], selection: dict[
         out.append(f"| `{arm}` | {len(runs)} | {cell('pretrain')} | {cell('intrinsic')} | {cell('finetune')} "
                    f"| {cell('total')} |")
     total = sum(r["seconds"]["total"] for r in lines) + (sum(g["seconds"] for g in selection["grid"]) if selection else 0)
-    out += ["", f"Total run time {total / 60:.1f} min (arms and hyperparameter selection) + prepare "
+    out += ["", f"Run time summed over runs {total / 60:.1f} min (arms and hyperparameter selection; runs in parallel "
+            "processes overlap) + prepare "
             f"{prepared['seconds']['total'] / 60:.1f} min.", ""]
 
     # every run
