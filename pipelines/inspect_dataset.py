@@ -64,13 +64,16 @@ def plot_histograms(probabilities, rates, path: str, title: str) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     left.hist(probabilities, bins=50, color="tab:blue")
-    left.set_yscale("log")
+    left.set_yscale("log")  # counts span decades; the label says the axis is not linear from zero
     left.set_xlabel("mask probability (non-special tokens)")
-    left.set_ylabel("tokens")
+    left.set_ylabel("tokens (log scale)")
     right.hist(rates, bins=50, color="tab:orange")
     right.ticklabel_format(useOffset=False)
+    right.set_ylim(bottom=0)
     right.set_xlabel("expected masked fraction per sequence")
     right.set_ylabel("sequences")
+    for ax in (left, right):
+        ax.tick_params(axis="x", labelrotation=30)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

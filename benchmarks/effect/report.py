@@ -1,10 +1,8 @@
-"""REPORT.md and its plots, generated from an effect run's results folder only (see run.py).
+"""REPORT.md and its plots, generated from every line of the effect experiment's results file.
 
-Statistics, per arm and TMR setting, against random masking with the same fine-tuning seed:
-- paired t-test over seeds (`scipy.stats.ttest_rel`) of test accuracy and of macro-F1;
-- paired bootstrap over test examples: the per-example correctness averaged over the seeds both
-  arms have, the difference resampled (10,000 times, fixed generator) for a 95% interval of the
-  accuracy difference and a two-sided p-value (twice the smaller tail share at 0).
+Lines are grouped by config hash (same config, model, corpus, splits, datasets and warmed head):
+only lines of one hash are compared, so later runs add seeds to their experiment and a GPU run
+is its own experiment. Statistics are over seeds, paired by seed (paired.py).
 """
 
 from __future__ import annotations
@@ -12,354 +10,408 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from paired import ALPHA, POWER, mean_sd, paired_summary
 
-BOOTSTRAP_SAMPLES = 10_000
-ARM_ORDER = ["none", "random", "whole_word", "difference", "difference_ww"]
-ARM_TITLES = {
-    "none": "no continued pretraining",
-    "random": "random (BERT 15%)",
-    "whole_word": "whole-word random",
-    "difference": "difference (K=20, nearest seed, 15%)",
-    "difference_ww": "difference, whole words",
-}
 BASELINE = "random"
+CONTROL_ARM, NONE_ARM = "random", "none"
+ARM_ORDER = ["none", "random", "whole_word", "difference", "difference_ww"]
 
 
-def load_results(results: Path) -> dict[str, Any]:
-    runs: dict[str, dict[int, dict[str, Any]]] = {}
-    for path in sorted((results / "runs").glob("*/seed*/*.json")):
-        arm, seed = path.parent.parent.name, int(path.parent.name.removeprefix("seed"))
-        runs.setdefault(arm, {}).setdefault(seed, {})[path.stem] = json.loads(path.read_text(encoding="utf-8"))
-    datasets = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted((results / "datasets").glob("*.json"))}
-    read = lambda name: json.loads((results / name).read_text(encoding="utf-8")) if (results / name).exists() else None  # noqa: E731
-    return {"runs": runs, "datasets": datasets, "run": read("run.json"), "data": read("data.json")}
+def load(results: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, Any]]]:
+    """(config hash -> arm lines, the last of each (arm, seed)), (config hash -> selection line)."""
+    arms: dict[str, dict[tuple[str, int], dict[str, Any]]] = defaultdict(dict)
+    selections: dict[str, dict[str, Any]] = {}
+    for line in results.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if record["kind"] == "selection":
+            selections[record["config_hash"]] = record
+        elif record["kind"] == "arm":
+            arms[record["config_hash"]][record["arm"], record["seed"]] = record
+    return {h: list(lines.values()) for h, lines in arms.items()}, selections
 
 
-def arm_names(runs: dict[str, Any]) -> list[str]:
-    return [a for a in ARM_ORDER if a in runs] + sorted(a for a in runs if a not in ARM_ORDER)
+def arm_names(lines: list[dict[str, Any]]) -> list[str]:
+    present = {r["arm"] for r in lines}
+    return [a for a in ARM_ORDER if a in present] + sorted(present - set(ARM_ORDER))
 
 
-def scores(runs: dict[str, Any], arm: str, tmr: float) -> dict[int, dict[str, Any]]:
-    """seed -> test metrics (accuracy, macro_f1, predictions) of one arm's fine-tuning."""
-    key = f"finetune-tmr{tmr}"
-    return {seed: r[key]["evaluation"]["test"] for seed, r in sorted(runs.get(arm, {}).items()) if key in r}
+def by_seed(lines: list[dict[str, Any]], arm: str, metric) -> dict[int, float]:
+    """seed -> metric(line) for one arm, skipping lines where it is None."""
+    out = {}
+    for r in lines:
+        if r["arm"] == arm and (value := metric(r)) is not None:
+            out[r["seed"]] = value
+    return dict(sorted(out.items()))
 
 
-def held_out(runs: dict[str, Any], arm: str) -> list[float]:
-    return [r["pretrain"]["held_out"]["perplexity"] for _, r in sorted(runs.get(arm, {}).items())
-            if "pretrain" in r and r["pretrain"].get("held_out")]
+def pts(x: float) -> str:
+    """A fraction as percentage points with sign."""
+    return "–" if x is None or math.isnan(x) else f"{100 * x:+.2f}"
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return math.nan, math.nan
-    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+def pct(x: float) -> str:
+    return "–" if x is None or math.isnan(x) else f"{100 * x:.2f}"
 
 
-def paired_tests(arm: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]],
-                 test_labels: list[int] | None) -> dict[str, Any]:
-    """Paired comparison of an arm with the baseline over the seeds both have."""
+def num(x: float, digits: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def ci(c: dict[str, Any], scale: float = 100.0, digits: int = 2) -> str:
+    low, high = c["ci"]
+    if math.isnan(low):
+        return "–"
+    return f"[{scale * low:+.{digits}f}, {scale * high:+.{digits}f}]"
+
+
+def majority_macro_f1(majority: float, classes: int) -> float:
+    """Macro-F1 of always predicting the majority class: its F1 is 2m/(1+m), the others 0."""
+    return 2 * majority / (1 + majority) / classes
+
+
+# --- plots ------------------------------------------------------------------------------------
+
+
+def plot_downstream(lines: list[dict[str, Any]], majority: float, classes: int, path: Path, title: str) -> None:
+    """Test accuracy and macro-F1 per arm (every seed, mean and 95% t-interval, majority line from
+    zero up), and the paired difference to random per arm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     from scipy import stats
 
-    seeds = sorted(set(arm) & set(base))
-    out: dict[str, Any] = {"seeds": seeds}
-    for metric in ("accuracy", "macro_f1"):
-        diffs = [arm[s][metric] - base[s][metric] for s in seeds]
-        out[f"d_{metric}"] = float(np.mean(diffs)) if diffs else math.nan
-        out[f"p_{metric}"] = (float(stats.ttest_rel([arm[s][metric] for s in seeds], [base[s][metric] for s in seeds])
-                                    .pvalue) if len(seeds) >= 2 and np.std(diffs) > 0 else math.nan)
-    out["ci_accuracy"], out["p_bootstrap"] = (math.nan, math.nan), math.nan
-    if seeds and test_labels is not None and all(len(arm[s]["predictions"]) == len(test_labels) for s in seeds):
-        labels = np.asarray(test_labels)
-        correct = lambda runs: np.mean([np.asarray(runs[s]["predictions"]) == labels for s in seeds], axis=0)  # noqa: E731
-        per_example = correct(arm) - correct(base)
-        rng = np.random.default_rng(0)
-        index = rng.integers(0, len(per_example), size=(BOOTSTRAP_SAMPLES, len(per_example)))
-        boot = per_example[index].mean(axis=1)
-        out["ci_accuracy"] = (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975)))
-        out["p_bootstrap"] = float(min(1.0, 2 * min((boot <= 0).mean(), (boot >= 0).mean())))
+    arms = arm_names(lines)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
+    rng = np.random.default_rng(0)
+    for ax, metric, chance in ((axes[0], "accuracy", majority), (axes[1], "macro_f1", majority_macro_f1(majority, classes))):
+        for i, arm in enumerate(arms):
+            values = list(by_seed(lines, arm, lambda r, m=metric: r["test"][m]).values())
+            ax.scatter(i - 0.15 + rng.uniform(-0.05, 0.05, len(values)), values, s=14, color="0.45", zorder=3,
+                       label="one seed" if i == 0 else None)
+            m, s = mean_sd(values)
+            half = stats.t.ppf(1 - ALPHA / 2, len(values) - 1) * s / math.sqrt(len(values)) if len(values) > 1 else 0
+            ax.errorbar([i + 0.15], [m], yerr=[[half], [half]], fmt="o", color=f"C{i}", capsize=5, zorder=4,
+                        label="mean, 95% t-interval" if i == 0 else None)
+        ax.axhline(chance, color="crimson", linestyle="--", linewidth=1,
+                   label=f"majority class ({chance:.3f})")
+        ax.set_ylim(0, 1)
+        ax.set_xticks(range(len(arms)), arms, rotation=30, ha="right")
+        ax.set(title=f"test {metric.replace('_', '-')}", ylabel=metric.replace("_", "-"))
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8, loc="lower right")
+    ax = axes[2]
+    others = [a for a in arms if a != BASELINE]
+    base = by_seed(lines, BASELINE, lambda r: r["test"]["accuracy"])
+    for i, arm in enumerate(others):
+        c = paired_summary(by_seed(lines, arm, lambda r: r["test"]["accuracy"]), base)
+        ax.scatter([i - 0.15] * c["n"], [100 * d for d in c["differences"]], s=14, color="0.45", zorder=3)
+        if c["n"] > 1 and not math.isnan(c["ci"][0]):
+            ax.errorbar([i + 0.15], [100 * c["mean"]], yerr=[[100 * (c["mean"] - c["ci"][0])],
+                                                             [100 * (c["ci"][1] - c["mean"])]],
+                        fmt="o", color="black", capsize=5)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(others)), [f"{a} − random" for a in others], rotation=30, ha="right")
+    ax.set(title="paired Δ test accuracy vs random (points)\nper seed (grey), mean and 95% t-interval",
+           ylabel="percentage points")
+    ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_intrinsic(lines: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Held-out MLM loss per arm (common random masking, own masking, seed-similar tokens, the rest),
+    every seed and the mean, y from zero; and the held-out loss during continued pretraining."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = arm_names(lines)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.8))
+    measures = [("random", "common random masking"), ("own", "own masking"),
+                ("random_seed_similar", "seed-similar tokens (random masking)"),
+                ("random_rest", "other tokens (random masking)")]
+    width = 0.8 / len(measures)
+    for j, (key, label) in enumerate(measures):
+        for i, arm in enumerate(arms):
+            values = list(by_seed(lines, arm, lambda r, k=key: r["intrinsic"].get(k)).values())
+            if not values:
+                continue
+            x = i + (j - (len(measures) - 1) / 2) * width
+            left.bar([x], [np.mean(values)], width=width * 0.9, color=f"C{j}", alpha=0.6,
+                     label=label if i == 0 or (key == "own" and arm == arms[1 if len(arms) > 1 else 0]) else None)
+            left.scatter([x] * len(values), values, s=8, color="black", zorder=3)
+    left.set_ylim(0, left.get_ylim()[1] * 1.35)  # room for the legend above the bars
+    left.set_xticks(range(len(arms)), arms, rotation=30, ha="right")
+    left.set(title="held-out MLM loss after continued pretraining\n(bars: mean; dots: seeds)", ylabel="loss (nats)")
+    handles, labels = left.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    left.legend(unique.values(), unique.keys(), fontsize=8, loc="upper center", ncol=2)
+    left.grid(alpha=0.3, axis="y")
+    for i, arm in enumerate(arms):
+        for k, r in enumerate(r for r in lines if r["arm"] == arm and r.get("pretraining")):
+            held = [(c["step"], c["loss"]) for c in r["pretraining"]["curves"] if c["split"] == "held_out"]
+            if held:
+                right.plot(*zip(*held, strict=True), color=f"C{i}", marker="o", alpha=0.6, label=arm if k == 0 else None)
+    right.set_ylim(0, None)
+    right.set(title="held-out loss during continued pretraining (random masking), every seed", xlabel="step",
+              ylabel="loss (nats)")
+    right.grid(alpha=0.3)
+    if right.get_legend_handles_labels()[0]:
+        right.legend(fontsize=8, loc="lower right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def experiment_section(chash: str, lines: list[dict[str, Any]], selection: dict[str, Any] | None,
+                       plots: Path, rel) -> list[str]:
+    first = next((r for r in lines if r.get("pretraining")), lines[0])
+    prepared = first["prepared"]
+    config_name = first["config_name"]
+    arms = arm_names(lines)
+    seeds = sorted({r["seed"] for r in lines})
+    majority = prepared["majority"]["test"]
+    classes = len(prepared["labels"])
+    title = f"{config_name} ({chash})"
+    accuracy = {arm: by_seed(lines, arm, lambda r: r["test"]["accuracy"]) for arm in arms}
+    macro_f1 = {arm: by_seed(lines, arm, lambda r: r["test"]["macro_f1"]) for arm in arms}
+    mlm = {arm: by_seed(lines, arm, lambda r: r["intrinsic"]["random"]) for arm in arms}
+    out = [f"## Experiment `{config_name}`, config hash `{chash}`: {len(lines)} runs, seeds {seeds}", ""]
+
+    # 1. positive control, first
+    out += ["### 1. Positive control: does continued pretraining (random masking) beat none?", ""]
+    warm = prepared.get("warm")
+    if warm:
+        out += [f"Every arm starts from one warmed checkpoint (sha256 `{prepared['warm_sha256'][:16]}`): MiniLM with "
+                f"its MLM head trained alone ({warm['trainable_parameters']:,} parameters, encoder and tied "
+                f"embeddings frozen) for {warm['steps']} steps of {warm['batch_size']} rows, random masking; training "
+                f"loss {warm['loss_first']:.2f} → {warm['loss_last10']:.2f} nats (mean of the last 10 steps). `none` "
+                "fine-tunes it as it is (its encoder is MiniLM's). Part of what continued pretraining gains on MLM "
+                "loss is the encoder adapting to that head, not only to the domain: the downstream line below is "
+                "the one that says whether it helps the task.", ""]
+    control_ok = None
+    if CONTROL_ARM in arms and NONE_ARM in arms:
+        c_mlm = paired_summary(mlm[CONTROL_ARM], mlm[NONE_ARM])
+        c_acc = paired_summary(accuracy[CONTROL_ARM], accuracy[NONE_ARM])
+        c_f1 = paired_summary(macro_f1[CONTROL_ARM], macro_f1[NONE_ARM])
+        control_ok = c_mlm["n"] >= 2 and not math.isnan(c_mlm["ci"][1]) and c_mlm["ci"][1] < 0
+        none_loss = mean_sd(list(mlm[NONE_ARM].values()))[0]
+        out += [f"- **Held-out domain MLM loss (common random masking): "
+                f"{'PASSES' if control_ok else 'FAILS'}.** `none` {num(none_loss)} nats; `random` "
+                f"{num(mean_sd(list(mlm[CONTROL_ARM].values()))[0])} ± {num(mean_sd(list(mlm[CONTROL_ARM].values()))[1])}; "
+                f"paired Δ (random − none) {num(c_mlm['mean'])} nats, 95% t-interval "
+                f"{ci(c_mlm, 1.0, 3)}, Wilcoxon p {num(c_mlm['p_wilcoxon'])}, n = {c_mlm['n']} seeds. "
+                "(Passing means the whole interval is below zero.)",
+                f"- **Downstream (test accuracy):** Δ (random − none) {pts(c_acc['mean'])} points, 95% t-interval "
+                f"{ci(c_acc)}, Wilcoxon p {num(c_acc['p_wilcoxon'])}, t-test p {num(c_acc['p_t'])}; macro-F1 Δ "
+                f"{pts(c_f1['mean'])} points, {ci(c_f1)}. "
+                + ("Continued pretraining **beats none downstream** at this scale (interval above zero)."
+                   if c_acc["n"] >= 2 and c_acc["ci"][0] > 0 else
+                   "Continued pretraining **does worse than none downstream** (interval below zero)."
+                   if c_acc["n"] >= 2 and c_acc["ci"][1] < 0 else
+                   "Continued pretraining is **not distinguishable from none downstream** at this scale "
+                   f"(the interval contains zero; effects below {pts(c_acc['mde'])} points are not detectable "
+                   "with 80% power here)."), ""]
+        if not control_ok:
+            out += ["**The positive control failed: the experiment is underpowered. It makes no claim about "
+                    "difference vs random masking** (the tables below are shown for the record only).", ""]
+    else:
+        out += ["The control needs the `none` and `random` arms; this experiment lacks one, so it makes no claim.",
+                ""]
+
+    # 2. power statement
+    out += ["### 2. Power", ""]
+    if BASELINE in arms:
+        for arm in (a for a in arms if a not in (BASELINE, NONE_ARM)):
+            c = paired_summary(accuracy[arm], accuracy[BASELINE])
+            out.append(f"- `{arm}` − `random`, test accuracy, {c['n']} paired seeds: sd of the paired differences "
+                       f"{pct(c['sd'])} points, so the minimum detectable effect (two-sided paired t-test, "
+                       f"α = {ALPHA}, power {POWER:.0%}) is **{pct(c['mde'])} points**. A true effect smaller than "
+                       "that would usually be missed; quadrupling the seeds roughly halves it.")
+        out.append("")
+
+    # 3. paired table
+    out += ["### 3. Paired results, every arm against `random` (same seeds)", "",
+            f"Test set: {sum(prepared['counts']['test'].values())} texts; always predicting the majority class "
+            f"gives accuracy {majority:.4f}, macro-F1 {majority_macro_f1(majority, classes):.4f}. Δ in percentage "
+            "points, mean over seeds of (arm − random) for the same seed; 95% t-interval over seeds; Wilcoxon "
+            "signed-rank p (two-sided; exact, so with 5 seeds it cannot go below 0.0625 however large the "
+            "effect); MDE: minimum detectable effect at 80% power.", "",
+            "| arm | seeds | accuracy (mean ± sd) | macro-F1 (mean ± sd) | Δ accuracy | 95% CI | Wilcoxon p "
+            "| t-test p | MDE | Δ macro-F1 | 95% CI | Wilcoxon p |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for arm in arms:
+        a_m, a_s = mean_sd(list(accuracy[arm].values()))
+        f_m, f_s = mean_sd(list(macro_f1[arm].values()))
+        row = [f"`{arm}`", str(len(accuracy[arm])), f"{a_m:.4f} ± {num(a_s, 4)}", f"{f_m:.4f} ± {num(f_s, 4)}"]
+        if arm == BASELINE or BASELINE not in arms:
+            row += ["(baseline)" if arm == BASELINE else "–"] + ["–"] * 7
+        else:
+            c = paired_summary(accuracy[arm], accuracy[BASELINE])
+            g = paired_summary(macro_f1[arm], macro_f1[BASELINE])
+            row += [pts(c["mean"]), ci(c), num(c["p_wilcoxon"]), num(c["p_t"]), pct(c["mde"]), pts(g["mean"]), ci(g),
+                    num(g["p_wilcoxon"])]
+        out.append("| " + " | ".join(row) + " |")
+    out += ["", f"![downstream]({rel(plots / f'downstream-{config_name}-{chash}.png')})", ""]
+
+    # 4. intrinsic
+    out += ["### 4. Held-out MLM loss (fair to every arm)", "",
+            first["intrinsic"]["definition"], "",
+            "| arm | own masking | common random masking | seed-similar tokens | other tokens | "
+            "Δ common random vs random arm | 95% CI | Δ seed-similar vs random arm | 95% CI |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    similar = {arm: by_seed(lines, arm, lambda r: r["intrinsic"]["random_seed_similar"]) for arm in arms}
+    for arm in arms:
+        row = [f"`{arm}`"] + [
+            (lambda v: "–" if not v else f"{np.mean(v):.3f} ± {num(mean_sd(v)[1])}")(
+                list(by_seed(lines, arm, lambda r, k=key: r["intrinsic"].get(k)).values()))
+            for key in ("own", "random", "random_seed_similar", "random_rest")]
+        if arm != BASELINE and BASELINE in arms:
+            c, s = paired_summary(mlm[arm], mlm[BASELINE]), paired_summary(similar[arm], similar[BASELINE])
+            row += [num(c["mean"]), ci(c, 1.0, 3), num(s["mean"]), ci(s, 1.0, 3)]
+        else:
+            row += ["–"] * 4
+        out.append("| " + " | ".join(row) + " |")
+    out += ["", f"![held-out MLM loss]({rel(plots / f'intrinsic-{config_name}-{chash}.png')})", ""]
+
+    # 5. conclusion
+    out += ["### 5. What this can and cannot conclude", ""]
+    if "difference" in arms and BASELINE in arms:
+        c = paired_summary(accuracy["difference"], accuracy[BASELINE])
+        s = paired_summary(similar["difference"], similar[BASELINE])
+        if control_ok:
+            if c["n"] >= 2 and c["ci"][0] > 0:
+                verdict = (f"Difference masking beats random masking downstream: Δ {pts(c['mean'])} points, "
+                           f"95% CI {ci(c)}.")
+            elif c["n"] >= 2 and c["ci"][1] < 0:
+                verdict = (f"Difference masking does worse than random masking downstream: Δ {pts(c['mean'])} "
+                           f"points, 95% CI {ci(c)}.")
+            else:
+                verdict = (f"No difference between difference and random masking is detectable downstream: "
+                           f"Δ {pts(c['mean'])} points, 95% CI {ci(c)}, Wilcoxon p {num(c['p_wilcoxon'])}. "
+                           f"This design detects {pct(c['mde'])} points with 80% power: it rules out effects "
+                           f"outside the interval, not smaller ones. It does **not** show the two are equal.")
+            out.append("- " + verdict)
+        else:
+            out.append("- The positive control failed, so no conclusion about difference vs random masking is "
+                       "drawn, whatever the table shows.")
+        if control_ok and CONTROL_ARM in arms and NONE_ARM in arms:
+            d = paired_summary(accuracy[CONTROL_ARM], accuracy[NONE_ARM])
+            if d["n"] >= 2 and d["ci"][0] <= 0 <= d["ci"][1]:
+                out.append("- Continued pretraining itself (random vs none) is not distinguishable from none "
+                           f"downstream here (Δ {pts(d['mean'])} points, {ci(d)}): the masking strategies are compared "
+                           "in a regime where pretraining barely reaches the task, so a null difference-vs-random "
+                           "result says little about settings where pretraining helps.")
+        overall = paired_summary(mlm["difference"], mlm[BASELINE])
+        out.append(f"- Held-out MLM loss, common random masking: difference − random {num(overall['mean'])} nats, "
+                   f"95% CI {ci(overall, 1.0, 3)} (overall, " + ("better" if overall["ci"][1] < 0 else "worse"
+                                                                 if overall["ci"][0] > 0 else "not distinguishable")
+                   + ").")
+        out.append(f"- Intrinsically, on seed-similar held-out tokens (common random masking), difference − random "
+                   f"loss is {num(s['mean'])} nats, 95% CI {ci(s, 1.0, 3)}: "
+                   + ("difference masking learns the tokens it targets better."
+                      if s["n"] >= 2 and s["ci"][1] < 0 else
+                      "difference masking learns the tokens it targets worse." if s["n"] >= 2 and s["ci"][0] > 0
+                      else "not distinguishable."))
+    model = Path(prepared["model"])
+    out += [f"- Scope: one model (`{model.parent.name if model.name == 'model' else model.name}`), one corpus of "
+            f"Debian package descriptions ({prepared['domain_rows']} pretraining texts), "
+            f"{first['pretraining']['steps'] if first.get('pretraining') else 'no'} "
+            "continued-pretraining steps, a 3-class section classifier. It cannot say what happens with "
+            "a larger model, longer pretraining, or other domains; the `gpu` config is the next step.", ""]
+
+    mask_plot = plots / f"mask_probabilities-{config_name}.png"
+    if mask_plot.exists():
+        out += [f"Stored mask probabilities of the `main` dataset (`maskstream inspect`): "
+                f"![mask probabilities]({rel(mask_plot)})", ""]
+
+    # selection
+    if selection:
+        out += ["### Fine-tuning hyperparameters, chosen on validation before any arm ran", "",
+                selection["rule"], "", "| learning rate | TMR p | validation macro-F1 | validation accuracy "
+                "| best epoch | s |", "|---:|---:|---:|---:|---:|---:|"]
+        out += [f"| {g['learning_rate']:g} | {g['tmr']} | {g['validation_macro_f1']:.4f} | "
+                f"{g['validation_accuracy']:.4f} | {g['best_epoch']} | {g['seconds']:.0f} |" for g in selection["grid"]]
+        out += ["", f"Chosen: learning rate {selection['chosen']['learning_rate']:g}, TMR p "
+                f"{selection['chosen']['tmr']}.", ""]
+
+    # data
+    out += ["### Data", "",
+            "- Labeled texts split by sha256 of the package name: train/validation/test rows "
+            + ", ".join(f"{name} {sum(c.values())} ({json.dumps(c)})" for name, c in prepared["counts"].items())
+            + "; majority-class rate: "
+            + ", ".join(f"{name} {m:.4f}" for name, m in prepared["majority"].items()) + ".",
+            f"- Pretraining corpus: {prepared['domain_rows']} texts; **{prepared['dedupe_removed']} removed** because "
+            "their normalized text (NFKC, case-folded, whitespace collapsed) is a validation or test text.", ""]
+
+    # provenance
+    commands = sorted({r["command"] for r in lines} | ({selection["command"]} if selection else set()))
+    commits = sorted({r["git_commit"][:12] + (" (uncommitted changes)" if r["git_dirty"] else "") for r in lines})
+    versions = sorted({json.dumps(r["versions"], sort_keys=True) for r in lines})
+    hardware = sorted({json.dumps(r["hardware"], sort_keys=True) for r in lines})
+    out += ["### Provenance", "",
+            f"- Prepare: `{prepared['command']}` ({prepared['seconds']['total'] / 60:.1f} min); run: "
+            + "; ".join(f"`{c}`" for c in commands),
+            "- Git commit(s): " + ", ".join(f"`{c}`" for c in commits),
+            "- Versions: " + "; ".join(", ".join(f"{k} {v}" for k, v in json.loads(v).items()) for v in versions),
+            "- Hardware: " + "; ".join(", ".join(f"{k}: {v}" for k, v in json.loads(h).items()) for h in hardware),
+            "- sha256: " + ", ".join(f"{k} `{v[:16]}`" for k, v in prepared["sha256"].items())
+            + f", warmed MLM head `{prepared['warm_sha256'][:16]}`, "
+            + ", ".join(f"{name} {k} `{v[:16]}`" for name, d in prepared["datasets"].items() for k, v in d.items()),
+            f"- Model: `{prepared['model']}`. Fine-tuning: {json.dumps(first['finetune'])}. "
+            f"Pretraining: {json.dumps({k: first['pretraining']['config'][k] for k in ('total_steps', 'batch_size', 'learning_rate', 'warmup_steps')}) if first.get('pretraining') else '–'}.",
+            "", "Wall time per arm (s, mean over seeds; pretrain + held-out losses + fine-tune):", "",
+            "| arm | runs | pretrain | held-out losses | fine-tune | total |", "|---|---:|---:|---:|---:|---:|"]
+    for arm in arms:
+        runs = [r for r in lines if r["arm"] == arm]
+        cell = lambda k, runs=runs: num(float(np.mean([r["seconds"].get(k, 0.0) for r in runs])), 0)  # noqa: E731
+        out.append(f"| `{arm}` | {len(runs)} | {cell('pretrain')} | {cell('intrinsic')} | {cell('finetune')} "
+                   f"| {cell('total')} |")
+    total = sum(r["seconds"]["total"] for r in lines) + (sum(g["seconds"] for g in selection["grid"]) if selection else 0)
+    out += ["", f"Run time summed over runs {total / 60:.1f} min (arms and hyperparameter selection; runs in parallel "
+            "processes overlap) + prepare "
+            f"{prepared['seconds']['total'] / 60:.1f} min.", ""]
+
+    # every run
+    out += ["### Every run", "", "| arm | seed | test accuracy | test macro-F1 | validation macro-F1 | best epoch "
+            "| MLM loss (random) | MLM loss (own) | s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(lines, key=lambda r: (arms.index(r["arm"]), r["seed"])):
+        out.append(f"| `{r['arm']}` | {r['seed']} | {r['test']['accuracy']:.4f} | {r['test']['macro_f1']:.4f} | "
+                   f"{r['validation']['macro_f1']:.4f} | {r['best_epoch']} | {num(r['intrinsic']['random'])} | "
+                   f"{num(r['intrinsic']['own'])} | {r['seconds']['total']:.0f} |")
+    out.append("")
+    plot_downstream(lines, majority, classes, plots / f"downstream-{config_name}-{chash}.png", title)
+    plot_intrinsic(lines, plots / f"intrinsic-{config_name}-{chash}.png", title)
     return out
 
 
-def fmt(value: float, digits: int = 4) -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
-def fmt_ms(values: list[float], digits: int = 4) -> str:
-    m, s = mean_std(values)
-    return "–" if math.isnan(m) else f"{m:.{digits}f} ± {s:.{digits}f}"
-
-
-def plot_loss_curves(runs: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for arm in arm_names(runs):
-        seeds = [r["pretrain"] for _, r in sorted(runs[arm].items()) if "pretrain" in r]
-        if not seeds:
-            continue
-        for i, record in enumerate(seeds):
-            train = [(c["step"], c["loss"]) for c in record["curves"] if c["split"] == "train"]
-            held = [(c["step"], c["loss"]) for c in record["curves"] if c["split"] == "held_out"]
-            label = arm if i == 0 else None
-            color = f"C{arm_names(runs).index(arm)}"
-            if train:
-                left.plot(*zip(*train, strict=True), color=color, alpha=0.7, label=label)
-            if held:
-                right.plot(*zip(*held, strict=True), color=color, marker="o", alpha=0.7, label=label)
-    left.set(title="training loss (own masking strategy), every seed", xlabel="step", ylabel="MLM loss")
-    right.set(title="held-out loss (fixed random masking), every seed", xlabel="step", ylabel="MLM loss")
-    for ax in (left, right):
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def plot_accuracy(runs: dict[str, Any], tmrs: list[float], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    arms = arm_names(runs)
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    width = 0.8 / max(len(tmrs), 1)
-    for ax, metric in zip(axes, ("accuracy", "macro_f1"), strict=True):
-        for j, tmr in enumerate(tmrs):
-            means, stds, xs = [], [], []
-            for i, arm in enumerate(arms):
-                values = [s[metric] for s in scores(runs, arm, tmr).values()]
-                if values:
-                    m, s = mean_std(values)
-                    means.append(m)
-                    stds.append(s)
-                    xs.append(i + (j - (len(tmrs) - 1) / 2) * width)
-                    ax.scatter([xs[-1]] * len(values), values, color="black", s=8, zorder=3)
-            ax.bar(xs, means, width=width, yerr=stds, capsize=3, label=f"TMR p={tmr}", alpha=0.8)
-        ax.set_xticks(range(len(arms)), arms, rotation=20, ha="right", fontsize=8)
-        ax.set(title=f"test {metric} (mean ± std over seeds; dots: seeds)", ylabel=metric)
-        low = min((s[metric] for arm in arms for tmr in tmrs for s in scores(runs, arm, tmr).values()), default=0)
-        ax.set_ylim(max(0.0, low - 0.05), None)
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def write_report(results: Path, report: Path, config: dict[str, Any]) -> None:
-    loaded = load_results(results)
-    runs, datasets, run_meta, data = loaded["runs"], loaded["datasets"], loaded["run"], loaded["data"]
-    tmrs = list(config["tmr"])
-    seeds = list(config["seeds"])
-    test_labels = data["test_label_ids"] if data else None
+def write_report(results: Path, report: Path) -> None:
+    """REPORT.md from every line of `results`; plots next to the results file."""
+    if not results.exists():
+        raise SystemExit(f"{results} does not exist: run `run.py run` first")
+    experiments, selections = load(results)
+    plots = results.parent
     rel = lambda p: Path(os.path.relpath(Path(p).resolve(), report.resolve().parent)).as_posix()  # noqa: E731
-    plot_loss_curves(runs, results / "loss_curves.png")
-    plot_accuracy(runs, tmrs, results / "accuracy.png")
-
-    lines = ["# Does difference masking beat random masking on real data?", "",
-             "Generated by `benchmarks/effect/run.py` from the run's results in "
-             f"`{rel(results)}/` (nothing in this file is written by hand).", ""]
-    # --- what was run
-    sessions = (run_meta or {}).get("sessions", [])
-    lines += ["## Setup", ""]
-    if sessions:
-        last = sessions[-1]
-        lines += [f"- Command: `{last['command']}`"
-                  + (f" ({len(sessions)} sessions: a rerun skips the finished runs and adds the missing ones)"
-                     if len(sessions) > 1 else ""),
-                  f"- Config `{last['config']}`: `{json.dumps(config)}`",
-                  f"- Wall time: {sum(s['wall_seconds'] for s in sessions) / 60:.1f} min "
-                  "(" + " + ".join(f"{s['wall_seconds'] / 60:.1f}" for s in sessions) + ")",
-                  "- Versions: " + ", ".join(f"{k} {v}" for k, v in last["environment"].items())]
-    else:
-        lines += ["- The run has not finished: no `run.json` yet (the tables show the runs completed so far)."]
-    if data:
-        lines += ["- Downstream task: the section of a Debian package description; split by the sha256 of the "
-                  "package name, read as a number in [0, 1): "
-                  + ", ".join(f"{name} [{low}, {high})" for name, (low, high) in data["splits"].items())
-                  + f". Rows per split and label: `{json.dumps(data['counts'])}`. Domain corpus for the stats, "
-                  f"seeds and continued pretraining: {data['domain_documents']} of these descriptions."]
-    stage_seconds: dict[str, float] = {}
-    for ds in datasets.values():
-        for k, v in ds["seconds"].items():
-            stage_seconds[k] = stage_seconds.get(k, 0.0) + v
-    for arm_runs in runs.values():
-        for r in arm_runs.values():
-            for name, rec in r.items():
-                stage = "train" if name == "pretrain" else "finetune"
-                stage_seconds[stage] = stage_seconds.get(stage, 0.0) + rec["seconds"]
-    lines += ["- Time per stage (s, summed over runs): "
-              + ", ".join(f"{k} {v:.0f}" for k, v in stage_seconds.items()), ""]
-
-    # --- seeds
-    for name, ds in sorted(datasets.items(), key=lambda kv: kv[0] != "main"):
-        lines += [f"### Seeds of `{name}` dataset "
-                  f"({'general text: wordfreq' if not ds['variant'] else 'variant ' + json.dumps(ds['variant'])})", "",
-                  f"{ds['documents']} documents, {ds['distinct_words']} distinct words, {ds.get('rows') or '–'} "
-                  f"sequences, {ds.get('tokens') or '–'} tokens.", "",
-                  "| # | seed | tf | df | general freq | TF-ICF |", "|---:|---|---:|---:|---:|---:|"]
-        lines += [f"| {i} | {s['word']} | {s['tf']} | {s['df']} | {s['general_frequency']:.2e} | {s['tf_icf']:.5f} |"
-                  for i, s in enumerate(ds["seeds"], 1)]
-        lines += ["", f"![mask probabilities]({rel(results / f'mask_probabilities-{name}.png')})", ""]
-        analysis = ds.get("mask_analysis")
-        if analysis:
-            sim = analysis["word_similarity"]
-            lines += [f"Where `difference` puts the masks ({analysis['tokens']:,} non-special tokens; stored "
-                      f"probability mean {analysis['mean']:.3f}, std {analysis['std']:.3f}, quantiles "
-                      + ", ".join(f"{q}: {v:.3f}" for q, v in analysis["quantiles"].items()) + "): "
-                      f"the seed words are {100 * analysis['seed_token_share']:.1f}% of the tokens and get "
-                      f"{100 * analysis['share_on_seed_words']:.1f}% of the expected masks; the 10% most likely "
-                      f"tokens get {100 * analysis['share_on_top_10pct_tokens']:.1f}% (random masking: 10%). "
-                      f"Word-to-nearest-seed cosine: mean {sim['mean']:.3f}, std {sim['std']:.3f}, min "
-                      f"{sim['min']:.3f}, max {sim['max']:.3f}. The words with the most expected masks "
-                      "(lift = expected masks / what random masking gives them):", "",
-                      "| word | tokens | expected masks | lift |", "|---|---:|---:|---:|"]
-            lines += [f"| {w['word']} | {w['tokens']} | {w['expected_masks']:.1f} | {w['lift']:.2f} |"
-                      for w in analysis["top_words"]]
-            lines.append("")
-
-    # --- main table
-    lines += ["## Results", "",
-              "Test accuracy and macro-F1: mean ± std over seeds. Δ: mean paired difference to `random` "
-              "(same seed), with the paired t-test's p over seeds and a paired bootstrap over test examples "
-              "(95% interval of Δ accuracy, p). Held-out perplexity: MLM on held-out rows with the same fixed "
-              "random masking for every arm, after continued pretraining.", ""]
-    header = ("| arm | TMR p | seeds | accuracy | macro-F1 | held-out ppl | Δ acc | p (t, acc) | Δ F1 | p (t, F1) "
-              "| bootstrap 95% CI Δ acc | p (bootstrap) |")
-    lines += [header, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    comparisons: dict[tuple[str, float], dict[str, Any]] = {}
-    for tmr in tmrs:
-        base = scores(runs, BASELINE, tmr)
-        for arm in arm_names(runs):
-            arm_scores = scores(runs, arm, tmr)
-            if not arm_scores:
-                continue
-            row = [f"{arm}", f"{tmr}", str(len(arm_scores)),
-                   fmt_ms([s["accuracy"] for s in arm_scores.values()]),
-                   fmt_ms([s["macro_f1"] for s in arm_scores.values()]),
-                   fmt_ms(held_out(runs, arm), 1) if arm != "none" else "–"]
-            if arm != BASELINE and base:
-                c = paired_tests(arm_scores, base, test_labels)
-                comparisons[arm, tmr] = c
-                row += [f"{c['d_accuracy']:+.4f}", fmt(c["p_accuracy"], 3), f"{c['d_macro_f1']:+.4f}",
-                        fmt(c["p_macro_f1"], 3),
-                        f"[{c['ci_accuracy'][0]:+.4f}, {c['ci_accuracy'][1]:+.4f}]"
-                        if not math.isnan(c["ci_accuracy"][0]) else "–", fmt(c["p_bootstrap"], 3)]
-            else:
-                row += ["(baseline)" if arm == BASELINE else "–"] + ["–"] * 5
-            lines.append("| " + " | ".join(row) + " |")
-    lines += ["", f"![accuracy per arm]({rel(results / 'accuracy.png')})", "",
-              f"![loss curves]({rel(results / 'loss_curves.png')})", ""]
-
-    # --- per seed
-    lines += ["### Every run", "", "| arm | seed | TMR p | test accuracy | test macro-F1 | validation macro-F1 "
-              "| held-out ppl | train s | finetune s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for arm in arm_names(runs):
-        for seed, r in sorted(runs[arm].items()):
-            for tmr in tmrs:
-                f = r.get(f"finetune-tmr{tmr}")
-                if f is None:
-                    continue
-                p = r.get("pretrain")
-                lines.append(f"| {arm} | {seed} | {tmr} | {f['evaluation']['test']['accuracy']:.4f} | "
-                             f"{f['evaluation']['test']['macro_f1']:.4f} | "
-                             f"{f['evaluation']['validation']['macro_f1']:.4f} | "
-                             f"{fmt(p['held_out']['perplexity'], 1) if p else '–'} | "
-                             f"{fmt(p['seconds'], 0) if p else '–'} | {f['seconds']:.0f} |")
-    lines.append("")
-
-    # --- what did not run
-    expected = [(arm, seed, tmr) for arm in ARM_ORDER for seed in seeds for tmr in tmrs]
-    expected += [(f"difference[{name}]", seed, tmrs[0]) for name in config["ablations"] for seed in seeds]
-    missing = [e for e in expected if f"finetune-tmr{e[2]}" not in runs.get(e[0], {}).get(e[1], {})]
-    lines += ["### Runs that did not complete", ""]
-    lines += (["None: every planned arm, seed and TMR setting ran."] if not missing else
-              [f"{len(missing)} of {len(expected)} planned fine-tuning runs have no result (the run was stopped "
-               "before them, at the deadline; the command continues them when run again): "
-               + ", ".join(f"{a} seed {s} TMR {t}" for a, s, t in missing)])
-    lines.append("")
-
-    # --- ablations: each against plain difference masking, same seeds
-    ablation_arms = [a for a in arm_names(runs) if a.startswith("difference[")]
-    if ablation_arms:
-        lines += ["## Ablation", "",
-                  "Difference masking with another masking setup (its seeds and mask probabilities above), "
-                  f"against plain `difference` with the same seeds, TMR p={tmrs[0]}.", "",
-                  "| ablation | seeds | accuracy | macro-F1 | held-out ppl | Δ acc vs difference | p (t) "
-                  "| Δ F1 vs difference | p (t) | bootstrap 95% CI Δ acc | p (bootstrap) |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for arm in ablation_arms:
-            arm_scores = scores(runs, arm, tmrs[0])
-            c = paired_tests(arm_scores, scores(runs, "difference", tmrs[0]), test_labels)
-            comparisons[f"{arm} vs difference", tmrs[0]] = c
-            lines.append(f"| {arm} | {len(arm_scores)} | {fmt_ms([s['accuracy'] for s in arm_scores.values()])} | "
-                         f"{fmt_ms([s['macro_f1'] for s in arm_scores.values()])} | {fmt_ms(held_out(runs, arm), 1)} | "
-                         f"{fmt(c['d_accuracy'])} | {fmt(c['p_accuracy'], 3)} | {fmt(c['d_macro_f1'])} | "
-                         f"{fmt(c['p_macro_f1'], 3)} | "
-                         + (f"[{c['ci_accuracy'][0]:+.4f}, {c['ci_accuracy'][1]:+.4f}]"
-                            if not math.isnan(c["ci_accuracy"][0]) else "–") + f" | {fmt(c['p_bootstrap'], 3)} |")
-        lines.append("")
-        main_seeds = {x["word"] for x in datasets.get("main", {}).get("seeds", [])}
-        for name, ds in datasets.items():
-            if name == "main":
-                continue
-            own = {x["word"] for x in ds["seeds"]}
-            lines += [f"Seeds of `{name}` not among the main seeds: {', '.join(sorted(own - main_seeds)) or 'none'}; "
-                      f"main seeds it drops: {', '.join(sorted(main_seeds - own)) or 'none'}.", ""]
-
-    # --- reading
-    lines += ["## Reading", ""]
-    pretrained = [r["pretrain"] for arm in arm_names(runs) for r in runs[arm].values() if "pretrain" in r]
-    if pretrained:
-        first = pretrained[0]
-        tokens = first["config"]["batch_size"] * first["config"]["total_steps"] * config["max_length"]
-        start = [c["loss"] for p in pretrained for c in p["curves"] if c["split"] == "held_out" and c["step"] == 0]
-        end = [p["held_out"]["loss"] for p in pretrained]
-        lines.append(f"- Scale: each continued-pretraining run took {first['config']['total_steps']} steps of "
-                     f"{first['config']['batch_size']} sequences of at most {config['max_length']} tokens (at most "
-                     f"{tokens:,} tokens); the held-out MLM loss went from {np.mean(start):.2f} to "
-                     f"{np.mean(end):.2f} on average over the runs. The offline MiniLM has no MLM head: `train` "
-                     "adds one, so most of that drop is the new head learning, not the encoder adapting to the "
-                     "domain.")
-    for (arm, tmr), c in comparisons.items():
-        if not c["seeds"]:
-            continue
-        versus = "" if " vs " in arm else " vs `random`"
-        t_significant = not math.isnan(c["p_accuracy"]) and c["p_accuracy"] < 0.05
-        lines.append(f"- `{arm}`{versus}, TMR p={tmr}, {len(c['seeds'])} paired seeds: accuracy "
-                     f"{100 * c['d_accuracy']:+.2f} points, macro-F1 {100 * c['d_macro_f1']:+.2f} points; "
-                     f"paired t-test over seeds p {fmt(c['p_accuracy'], 3)} (accuracy), {fmt(c['p_macro_f1'], 3)} "
-                     f"(macro-F1): {'significant' if t_significant else 'not significant'} at 0.05; bootstrap over "
-                     f"test examples p {fmt(c['p_bootstrap'], 3)}.")
-    spreads = [mean_std([x["accuracy"] for x in scores(runs, arm, tmr).values()])[1]
-               for arm in arm_names(runs) for tmr in tmrs if len(scores(runs, arm, tmr)) > 1]
-    deltas = [abs(c["d_accuracy"]) for c in comparisons.values() if c["seeds"]]
-    if spreads and deltas:
-        lines.append(f"- Noise: within an arm, the seed-to-seed standard deviation of test accuracy averages "
-                     f"{100 * float(np.mean(spreads)):.2f} points; the largest mean difference between arms is "
-                     f"{100 * max(deltas):.2f} points. The bootstrap resamples test examples with the fine-tuned "
-                     "models held fixed, so it measures test-set sampling only, not the variation between "
-                     "training seeds: where the two disagree, the t-test over seeds is the one that answers "
-                     "whether the arm helps.")
-    verdict = [(arm, tmr, c) for (arm, tmr), c in comparisons.items()
-               if arm in ("difference", "difference_ww") and c["seeds"]]
-    if verdict:
-        wins = [f"`{a}` (TMR {t})" for a, t, c in verdict
-                if c["d_accuracy"] > 0 and not math.isnan(c["p_accuracy"]) and c["p_accuracy"] < 0.05]
-        lines.append("- Answer at this scale: " + (
-            "difference masking beats random masking significantly over seeds for " + ", ".join(wins) + "."
-            if wins else "no significant gain of difference masking over random masking in accuracy over seeds "
-            "(differences: " + ", ".join(f"`{a}` TMR {t}: {100 * c['d_accuracy']:+.2f}" for a, t, c in verdict)
-            + " points)."))
-    lines.append("")
+    lines = ["# Does difference masking beat random masking?", "",
+             f"Generated by `benchmarks/effect/run.py report` from every line of `{rel(results)}` "
+             "(nothing here is written by hand). Each experiment (config hash) is reported on its own, largest "
+             "first: the positive control, the power, the paired table, the held-out losses, then what it can "
+             "conclude and how to rerun it.", ""]
+    for chash, arm_lines in sorted(experiments.items(), key=lambda kv: -len(kv[1])):
+        lines += experiment_section(chash, arm_lines, selections.get(chash), plots, rel)
     report.write_text("\n".join(lines) + "\n", encoding="utf-8")
