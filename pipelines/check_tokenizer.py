@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 SHIPPED_SAMPLE = "data/debian-science.jsonl"
+SEPARATOR = "\u00a6"  # ¦: kept by NFKC, lower-casing and accent stripping, never part of a word
+NOT_WORD = re.compile(r"[^\w\u00a6]|_")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +79,9 @@ def word_decode_report(model: str, texts: Sequence[str], examples: int = 5) -> d
     def letters(text: str) -> str:
         return "".join(WORD_PATTERN.findall(text))
 
+    def per_unit_letters(texts: list[str]) -> list[str]:
+        return NOT_WORD.sub("", SEPARATOR.join(texts)).split(SEPARATOR)
+
     counts = {"documents": len(texts), "words": 0, "right": 0, "joined": 0, "wrong": 0, "tokens_across_words": 0}
     wrong_examples: list[str] = []
     for start in range(0, len(texts), 256):
@@ -92,28 +98,45 @@ def word_decode_report(model: str, texts: Sequence[str], examples: int = 5) -> d
             counts["tokens_across_words"] += across
             word_starts = np.array([s for s, _ in words], np.int64)
             word_ends = np.array([e for _, e in words], np.int64)
-            covered = np.zeros(len(words), np.int64)
-            for unit in np.unique(occurrence[span >= 0]):
-                tokens = np.flatnonzero((occurrence == unit) & (span >= 0))
-                low, high = offsets[tokens, 0].min(), offsets[tokens, 1].max()
-                inside = np.flatnonzero((word_starts < high) & (word_ends > low))  # the words its tokens reach
-                covered[inside] += 1
-                units.append([encoding.ids[t] for t in tokens])
-                expected.append(letters(normalize("".join(text[word_starts[k]:word_ends[k]] for k in inside))))
-                unit_words.append((text, inside.tolist(), words))
+            # Units: runs of tokens with a word sharing an occurrence id (ids never decrease).
+            tokens = np.flatnonzero(span >= 0)
+            first = np.flatnonzero(np.diff(occurrence[tokens], prepend=-1) != 0)
+            covered = np.zeros(len(words) + 1, np.int64)
+            if len(tokens):
+                low = np.minimum.reduceat(offsets[tokens, 0], first)
+                high = np.maximum.reduceat(offsets[tokens, 1], first)
+                # The words its tokens' characters reach: word_from..word_to.
+                word_from = np.searchsorted(word_ends, low, side="right")
+                word_to = np.searchsorted(word_starts, high, side="left")
+                np.add.at(covered, word_from, 1)
+                np.add.at(covered, word_to, -1)
+                ids = np.asarray(encoding.ids, np.int64)[tokens].tolist()
+                bounds = [*first.tolist(), len(ids)]
+                units.extend(ids[x:y] for x, y in zip(bounds[:-1], bounds[1:], strict=True))
+                for a, b in zip(word_from.tolist(), word_to.tolist(), strict=True):
+                    expected.append("".join(text[s:e] for s, e in words[a:b]))
+                    unit_words.append((text, words[a:b]))
+            covered = np.cumsum(covered)[:-1]
             missing = np.flatnonzero(covered != 1)  # no tokens, or tokens in two units
             counts["wrong"] += len(missing)
             wrong_examples.extend(f"{text[word_starts[k]:word_ends[k]]!r}: tokens in {covered[k]} units"
                                   for k in missing[: max(examples - len(wrong_examples), 0)])
         decoded = backend.decode_batch(units, skip_special_tokens=False)
-        for got, want, (text, inside, words) in zip(decoded, expected, unit_words, strict=True):
-            if letters(got) == want:
-                counts["right" if len(inside) == 1 else "joined"] += len(inside)
+        # Normalized and stripped to letters and digits a batch at a time, units joined by a
+        # separator no normalizer touches (unit by unit where a decoded unit holds one).
+        theirs = per_unit_letters(decoded)
+        wanted = per_unit_letters(normalize(SEPARATOR.join(expected)).split(SEPARATOR))
+        if len(theirs) != len(decoded) or len(wanted) != len(expected):
+            theirs = [letters(got) for got in decoded]
+            wanted = [letters(normalize(want)) for want in expected]
+        for got, want, mine, (text, reached) in zip(theirs, wanted, decoded, unit_words, strict=True):
+            if got == want:
+                counts["right" if len(reached) == 1 else "joined"] += len(reached)
             else:
-                counts["wrong"] += len(inside)
+                counts["wrong"] += len(reached)
                 if len(wrong_examples) < examples:
-                    spelled = " ".join(text[words[k][0]:words[k][1]] for k in inside)
-                    wrong_examples.append(f"{spelled!r}: its tokens decode to {got!r}")
+                    spelled = " ".join(text[s:e] for s, e in reached)
+                    wrong_examples.append(f"{spelled!r}: its tokens decode to {mine!r}")
     counts["fraction_right"] = (counts["right"] + counts["joined"]) / max(counts["words"], 1)
     return {**counts, "wrong_examples": wrong_examples}
 

@@ -9,8 +9,8 @@ Llama) and untrimmed byte-level BPE offsets start at the space before the word (
 needs no special case. Matching is by position in the original text, so the tokenizer's own
 normalization (lower-casing, accent stripping, NFKC) does not change which word a token gets.
 
-- A token that overlaps no word (a lone `▁`, punctuation, a zero-width token between words)
-  belongs to none: it is an occurrence of its own with no word (`span` -1), which the mask
+- A token that overlaps no word (a lone `▁`, punctuation, a space, a zero-width token such as
+  the trimmed `Ġ` of a byte-level tokenizer) belongs to none: it is an occurrence of its own with no word (`span` -1), which the mask
   probabilities give the baseline.
 - A token that overlaps two or more words (a piece such as `e.g` or `86_64` across a word
   boundary; SentencePiece-trained vocabularies rarely hold one) is counted (`across`) and
@@ -61,10 +61,10 @@ def align_tokens_to_words(
     if n == 0:
         return Alignment(np.zeros(0, np.int32), np.zeros(0, np.int32), 0)
     # Overlapped spans are first..last: the first span ending after the token starts, the last
-    # starting before it ends (a zero-width token inside a word overlaps that word).
+    # starting before it ends; a zero-width token overlaps nothing.
     first = np.searchsorted(span_ends, token_starts, side="right")
-    last = np.searchsorted(span_starts, np.maximum(token_ends, token_starts + 1), side="left") - 1
-    inside = first <= last
+    last = np.searchsorted(span_starts, token_ends, side="left") - 1
+    inside = (first <= last) & (token_ends > token_starts)
     span = np.where(inside, first, -1)
     key = span
     crossing = np.flatnonzero(inside & (last > first))

@@ -175,8 +175,8 @@ def test_whole_word_masking_masks_all_of_a_words_tokens_or_none(family, strategy
 
 
 def test_bad_tokenizers_are_refused_with_what_is_missing(family_path, texts, tmp_path, minilm_path):
-    from tokenizers import Regex, pre_tokenizers
-    from transformers import AutoTokenizer, ByT5Tokenizer
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+    from transformers import AutoTokenizer, ByT5Tokenizer, PreTrainedTokenizerFast
 
     no_mask = train_family("unigram-t5", texts[:300], tmp_path, mask=False)
     with pytest.raises(ValueError, match="no mask token"):
@@ -189,9 +189,10 @@ def test_bad_tokenizers_are_refused_with_what_is_missing(family_path, texts, tmp
         check_tokenizer(str(slow))
 
     # A fast tokenizer whose offsets reach no word: its pre-tokenizer drops every letter.
-    hf = AutoTokenizer.from_pretrained(minilm_path)
-    hf.backend_tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"\p{L}+"), behavior="removed")
-    hf.save_pretrained(str(tmp_path / "no-offsets"))
+    backend = Tokenizer.from_str(AutoTokenizer.from_pretrained(minilm_path).backend_tokenizer.to_str())
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"\p{L}+"), behavior="removed")
+    PreTrainedTokenizerFast(tokenizer_object=backend, mask_token="[MASK]", unk_token="[UNK]",
+                            cls_token="[CLS]", sep_token="[SEP]").save_pretrained(str(tmp_path / "no-offsets"))
     with pytest.raises(ValueError, match="no usable character offsets"):
         check_tokenizer(str(tmp_path / "no-offsets"))
 
@@ -223,3 +224,13 @@ def test_fine_tuning_word_ids_follow_the_build(family, family_path, documents):
         assert sample["input_ids"][body].tolist() == row["input_ids"]
         assert sample["word_ids"][body].tolist() == row["word_ids"]
         assert np.all(sample["word_ids"][~body] == -1)
+
+
+def test_check_tokenizer_command(family_path, minilm_path, subprocess_env, tmp_path, texts):
+    from tests.conftest import run_cli
+
+    result = run_cli(["check-tokenizer", family_path("unigram"), "--documents", "300"], subprocess_env)
+    assert "decode to their word" in result.stdout and "(100.000%)" in result.stdout and "wrong                0" in result.stdout
+    no_mask = train_family("unigram-t5", texts[:300], tmp_path, mask=False)
+    refused = run_cli(["check-tokenizer", no_mask], subprocess_env, check=False)
+    assert refused.returncode == 2 and "no mask token" in refused.stderr
