@@ -234,3 +234,39 @@ def test_check_tokenizer_command(family_path, minilm_path, subprocess_env, tmp_p
     no_mask = train_family("unigram-t5", texts[:300], tmp_path, mask=False)
     refused = run_cli(["check-tokenizer", no_mask], subprocess_env, check=False)
     assert refused.returncode == 2 and "no mask token" in refused.stderr
+
+
+def test_a_token_across_two_words_goes_to_the_larger_part_and_joins_them():
+    from schemas.alignment import align_tokens_to_words
+    from schemas.words import word_boundaries
+
+    text = "e.g. foo-bar xy"
+    # Tokens: "e.g" (across e and g), ".", "▁foo-b" (across foo and bar, mostly foo), "ar", "▁", "xy".
+    tokens = np.array([(0, 3), (3, 4), (4, 10), (10, 12), (12, 13), (13, 15)])
+    starts, ends = word_boundaries(text)
+    occurrence, span, across = align_tokens_to_words(tokens[:, 0], tokens[:, 1], starts, ends)
+    assert [text[s:e] for s, e in zip(starts, ends, strict=True)] == ["e", "g", "foo", "bar", "xy"]
+    assert across == 2
+    assert span.tolist() == [0, -1, 2, 3, -1, 4]  # e (a tie: the first), none, foo (3 of 4 letters), bar, none, xy
+    assert occurrence.tolist() == [0, 1, 2, 2, 3, 4]  # foo and bar are one occurrence: masked and windowed together
+
+
+def test_a_tokenizer_trained_across_word_boundaries_is_still_right(texts, tmp_path):
+    """A Unigram trained on whitespace pieces alone (no script split) learns pieces across words
+    (`e.g`, `86_64`): they are counted, their words joined, and still no occurrence is wrong."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.Unigram())
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator(texts[:800], trainers.UnigramTrainer(
+        vocab_size=2000, special_tokens=["<pad>", "</s>", "<unk>", "<mask>"], unk_token="<unk>"))
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, mask_token="<mask>", eos_token="</s>", pad_token="<pad>",
+                            unk_token="<unk>").save_pretrained(str(tmp_path / "across"))
+    report = word_decode_report(str(tmp_path / "across"), texts[:800])
+    print(f"\nwhitespace-trained unigram: {report['words']} words, {report['joined']} in joined units, "
+          f"{report['tokens_across_words']} tokens across words, {report['wrong']} wrong")
+    assert report["tokens_across_words"] > 0 and report["joined"] > 0
+    assert report["wrong"] == 0, report["wrong_examples"]
