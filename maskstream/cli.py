@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "stats": ("pipelines.stats", "word statistics and TF-ICF of a domain corpus (Beam)", True),
     "seeds": ("pipelines.seeds", "top-K seed words by TF-ICF, with a report", False),
     "build": ("pipelines.build", "tokenize, score words against the seeds, write a versioned dataset", True),
+    "check-tokenizer": ("pipelines.check_tokenizer", "does a tokenizer map its tokens to the right words? (a corpus sample)", False),
     "inspect": ("pipelines.inspect_dataset", "summarize and verify a dataset version, plot its mask probabilities", False),
     "update": ("pipelines.update", "stats, seeds and build in one step, redoing only what the corpus changed", True),
     "watch": ("pipelines.watch", "rebuild a dataset whenever a corpus folder or gs:// prefix changes", True),

@@ -133,7 +133,9 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     if not 0.0 <= args.alpha <= 1.0:
         raise ValueError(f"--alpha must be in [0, 1], got {args.alpha}")
     from pipelines.embeddings import resolve_encoder_dtype
+    from pipelines.sequences import check_tokenizer
 
+    check_tokenizer(args.tokenizer or args.model, args.packing)  # refused here, not as a crash in training
     return BuildConfig(
         tokenizer=args.tokenizer or args.model,
         encoder=args.model,

@@ -61,7 +61,7 @@ CACHE_DIR = "_cache"
 FILES_DIR = "files"
 EMBEDDINGS_DIR = "embeddings"
 ENTRY_NAME = "entry.json"
-CACHE_FORMAT = 1  # bump when what a cache entry holds changes
+CACHE_FORMAT = 2  # bump when what a cache entry holds changes (2: word ids by overlap, schemas.alignment)
 IO_THREADS = 4  # cache reads and shard writes at once
 
 
@@ -140,6 +140,7 @@ class ProcessFileFn(beam.DoFn):
         self._cache_url, self._tokenizer_name, self._batch_size = cache_url, tokenizer, batch_size
         self._files = beam.metrics.Metrics.counter("update", "files_processed")
         self._documents = beam.metrics.Metrics.counter("update", "documents_tokenized")
+        self._across = beam.metrics.Metrics.counter("update", "tokens_across_words")
         self._ms = beam.metrics.Metrics.counter("update", "process_files_ms")
 
     def setup(self) -> None:
@@ -167,7 +168,8 @@ class ProcessFileFn(beam.DoFn):
         local = {w: i for i, w in enumerate(words)}
         tables = []
         for start in range(0, len(documents), self._batch_size):
-            table, empty = tokenize_documents(self._tokenizer, documents[start : start + self._batch_size], local)
+            table, empty, across = tokenize_documents(self._tokenizer, documents[start : start + self._batch_size], local)
+            self._across.inc(across)
             tables.append(table)
             rejects.extend({"source": d.source, "location": d.document_id, "reason": "no tokens"} for d in empty)
         entry_url = join(self._cache_url, FILES_DIR, key)
@@ -371,11 +373,13 @@ def windows_of(entries: Sequence[FileEntry], index: dict[str, int], tokenizer: s
         list_column,
         load_backend_tokenizer,
         pack_documents,
+        pack_separator,
         sort_documents,
         special_template,
     )
 
     prefix, suffix = special_template(load_backend_tokenizer(tokenizer))
+    separator = pack_separator(tokenizer)
     tables = []
     for entry in entries:
         if entry.tokenized.num_rows == 0:
@@ -387,7 +391,7 @@ def windows_of(entries: Sequence[FileEntry], index: dict[str, int], tokenizer: s
             entry.tokenized.schema.get_field_index("word_index"), "word_index",
             list_column(to_global[local], offsets, pa.int32()))
         if packing == "pack":  # within the file, in document order
-            tables.append(pack_documents(entry.path, sort_documents(documents), suffix[-1:], prefix, suffix,
+            tables.append(pack_documents(entry.path, sort_documents(documents), separator, prefix, suffix,
                                          max_length))
         else:
             tables.append(cut_windows(documents, prefix, suffix, max_length))

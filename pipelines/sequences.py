@@ -10,9 +10,9 @@ Everything here works on batches, as Arrow tables of flat arrays (no per-token P
 
 The word behind a token is found from the tokenizer's character offsets against the words of
 `schemas.words` in the same text, so it is exactly the word the statistics counted: a token
-belongs to the word whose span holds the token's first character. All subword tokens of one
-word share its occurrence id; a token outside every word (punctuation) is an occurrence of its
-own; special tokens get -1.
+belongs to the word its characters overlap (`schemas.alignment`, the rule every path shares).
+All subword tokens of one word share its occurrence id; a token outside every word (punctuation,
+a lone `▁`) is an occurrence of its own; special tokens get -1.
 
 Sequences (`--packing`):
 - `truncate`: each document is cut into consecutive windows of at most `max_length` tokens
@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.alignment import align_tokens_to_words
 from schemas.words import normalize_word, word_boundaries
 
 TOKENIZED_SCHEMA = pa.schema([
@@ -97,39 +98,10 @@ def word_spans_of_text(text: str, vocabulary: Mapping[str, int]) -> tuple[np.nda
     return starts, ends, row_of[spellings.indices.to_numpy()]
 
 
-def align_tokens_to_words(
-    token_starts: np.ndarray, span_starts: np.ndarray, span_ends: np.ndarray, document_starts: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """(occurrence id per token, index of its span or -1), vectorized over many documents.
-
-    A token belongs to the span holding its first character; consecutive tokens of one span
-    share an occurrence id; every token outside all spans is an occurrence of its own.
-    Occurrence ids restart from 0 at each of `document_starts` (token positions; default: one
-    document). Spans and token starts are character offsets in one text (documents joined).
-    """
-    n = len(token_starts)
-    if n == 0:
-        return np.zeros(0, np.int32), np.zeros(0, np.int32)
-    span = np.searchsorted(span_starts, token_starts, side="right") - 1
-    if len(span_starts):
-        inside = (span >= 0) & (token_starts < span_ends[np.maximum(span, 0)])
-    else:
-        inside = np.zeros(n, bool)
-    span = np.where(inside, span, -1)
-    # A unit is a span, or one outside token (negative keys never collide with span indices).
-    unit = np.where(inside, span, -1 - np.arange(n))
-    new = np.ones(n, bool)
-    new[1:] = unit[1:] != unit[:-1]
-    starts = np.zeros(1, np.int64) if document_starts is None else np.asarray(document_starts, np.int64)
-    new[starts[starts < n]] = True
-    occurrence = np.cumsum(new) - 1
-    lengths = np.diff(np.append(starts, n))
-    occurrence -= np.repeat(occurrence[np.minimum(starts, n - 1)], lengths)
-    return occurrence.astype(np.int32), span.astype(np.int32)
-
-
-def tokenize_documents(tokenizer, documents: Sequence[Any], vocabulary: Mapping[str, int]) -> tuple[pa.Table, list]:
-    """(TOKENIZED_SCHEMA table of the documents with tokens, the documents without any token).
+def tokenize_documents(tokenizer, documents: Sequence[Any],
+                       vocabulary: Mapping[str, int]) -> tuple[pa.Table, list, int]:
+    """(TOKENIZED_SCHEMA table of the documents with tokens, the documents without any token,
+    the number of tokens across two or more words (`schemas.alignment`)).
 
     `tokenizer` is a `tokenizers.Tokenizer` (see `load_backend_tokenizer`); `word_index` is the
     word's row in `vocabulary`, -1 outside words and for words it does not hold.
@@ -142,12 +114,13 @@ def tokenize_documents(tokenizer, documents: Sequence[Any], vocabulary: Mapping[
     # Character offsets into the documents joined by "\n" (never part of a word).
     bases = np.concatenate([[0], np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1)])[:-1]
     chain = itertools.chain.from_iterable
-    # (start, end) pairs flattened at C speed; keep the starts.
-    starts = np.fromiter(chain(chain(e.offsets for e in encodings)), np.int64, 2 * int(counts.sum()))[0::2]
-    starts += np.repeat(bases, counts)
+    # (start, end) pairs flattened at C speed.
+    pairs = np.fromiter(chain(chain(e.offsets for e in encodings)), np.int64, 2 * int(counts.sum())).reshape(-1, 2)
+    pairs += np.repeat(bases, counts)[:, None]
+    starts = pairs[:, 0]
     span_starts, span_ends, span_rows = word_spans_of_text("\n".join(texts), vocabulary)
     offsets = np.concatenate([[0], np.cumsum(counts[keep])])
-    occurrence, span = align_tokens_to_words(starts, span_starts, span_ends, offsets[:-1])
+    occurrence, span, across = align_tokens_to_words(starts, pairs[:, 1], span_starts, span_ends, offsets[:-1])
     word_index = np.where(span >= 0, span_rows[np.maximum(span, 0)] if len(span_rows) else -1, -1)
     table = pa.table({
         "document_id": pa.array([d.document_id for d, k in zip(documents, keep, strict=True) if k], pa.string()),
@@ -155,7 +128,7 @@ def tokenize_documents(tokenizer, documents: Sequence[Any], vocabulary: Mapping[
         "word_ids": list_column(occurrence, offsets, pa.int32()),
         "word_index": list_column(word_index.astype(np.int32), offsets, pa.int32()),
     }, schema=TOKENIZED_SCHEMA)
-    return table, [d for d, k in zip(documents, keep, strict=True) if not k]
+    return table, [d for d, k in zip(documents, keep, strict=True) if not k], across
 
 
 @functools.lru_cache(maxsize=4)
@@ -182,6 +155,41 @@ def load_backend_tokenizer(name: str):
     return backend
 
 
+# Words whose tokens `check_tokenizer` expects the tokenizer's offsets to find.
+OFFSETS_PROBE = "Offsets: every word of this probe, e.g. x86_64 or naïve, maps to its own tokens."
+
+
+def check_tokenizer(name: str, packing: str = "truncate") -> None:
+    """Refuses, before a build starts, a tokenizer maskstream cannot map to words or mask with:
+    raises ValueError saying everything that is missing."""
+    from schemas.words import word_boundaries
+
+    hf = load_tokenizer(name)
+    problems = []
+    if not hf.is_fast:
+        problems.append(f"no fast tokenizer ({type(hf).__name__} is a slow, Python-only tokenizer, which reports "
+                        "no character offsets): use a model folder with a tokenizer.json (the `tokenizers` library)")
+    if hf.mask_token is None or hf.mask_token_id is None:
+        problems.append("no mask token (mask_token is None): masked-language-model training needs one; add it "
+                        "(`tokenizer.add_special_tokens({'mask_token': '<mask>'})`, save, resize the model's "
+                        "embeddings) or pick a model trained with one")
+    if hf.is_fast:
+        backend = load_backend_tokenizer(name)
+        encoding = backend.encode(OFFSETS_PROBE, add_special_tokens=False)
+        starts, ends = word_boundaries(OFFSETS_PROBE)
+        spans = align_tokens_to_words([s for s, _ in encoding.offsets], [e for _, e in encoding.offsets],
+                                      starts, ends).span
+        missing = len(starts) - len(set(spans[spans >= 0].tolist()))
+        if missing:
+            problems.append(f"no usable character offsets: {missing} of the {len(starts)} words of "
+                            f"{OFFSETS_PROBE!r} overlap no token's offsets")
+        elif packing == "pack" and not pack_separator(name):
+            problems.append("no end-of-sequence token to separate packed documents (--packing pack): "
+                            "use --packing truncate or a tokenizer with an eos or sep token")
+    if problems:
+        raise ValueError(f"tokenizer {name} cannot be used: " + "; ".join(problems))
+
+
 def special_template(tokenizer) -> tuple[list[int], list[int]]:
     """(prefix ids, suffix ids) the tokenizer puts around one sequence, e.g. [CLS] / [SEP]."""
     encoding = tokenizer.encode("a", add_special_tokens=True)
@@ -189,6 +197,18 @@ def special_template(tokenizer) -> tuple[list[int], list[int]]:
     first = mask.index(0)
     last = len(mask) - 1 - mask[::-1].index(0)
     return list(encoding.ids[:first]), list(encoding.ids[last + 1 :])
+
+
+def pack_separator(name: str) -> list[int]:
+    """The token between packed documents: the last one the tokenizer appends to a sequence (BERT
+    `[SEP]`, RoBERTa and T5 `</s>`), else its eos or sep token (Llama-style templates add a BOS
+    only); [] when it has none."""
+    _, suffix = special_template(load_backend_tokenizer(name))
+    if suffix:
+        return suffix[-1:]
+    hf = load_tokenizer(name)
+    token = hf.eos_token_id if hf.eos_token_id is not None else hf.sep_token_id
+    return [] if token is None else [int(token)]
 
 
 def cut_points(word_ids: np.ndarray, capacity: int) -> list[int]:
@@ -376,6 +396,7 @@ class TokenizeDocuments(beam.DoFn):
         self._documents = beam.metrics.Metrics.counter("build", "documents_tokenized")
         self._empty = beam.metrics.Metrics.counter("build", "documents_without_tokens")
         self._tokens = beam.metrics.Metrics.counter("build", "tokens")
+        self._across = beam.metrics.Metrics.counter("build", "tokens_across_words")
         self._ms = beam.metrics.Metrics.counter("build", "tokenize_ms")
 
     def setup(self) -> None:
@@ -384,7 +405,8 @@ class TokenizeDocuments(beam.DoFn):
 
     def process(self, batch: Sequence[Any], vocabulary: Mapping[str, int]) -> Iterator[Any]:
         started = time.perf_counter()
-        table, empty = tokenize_documents(self._tokenizer, batch, vocabulary)
+        table, empty, across = tokenize_documents(self._tokenizer, batch, vocabulary)
+        self._across.inc(across)
         for document in empty:
             self._empty.inc()
             yield beam.pvalue.TaggedOutput(
@@ -406,12 +428,13 @@ class _PackGroups(beam.DoFn):
 
     def setup(self) -> None:
         self._prefix, self._suffix = special_template(load_backend_tokenizer(self._tokenizer_name))
+        self._separator = pack_separator(self._tokenizer_name)
 
     def process(self, element: tuple[str, Sequence[pa.Table]]) -> Iterator[pa.Table]:
         started = time.perf_counter()
         unit, tables = element
         documents = sort_documents(pa.concat_tables(tables))
-        yield pack_documents(unit, documents, self._suffix[-1:], self._prefix, self._suffix, self._max_length)
+        yield pack_documents(unit, documents, self._separator, self._prefix, self._suffix, self._max_length)
         self._ms.inc(int((time.perf_counter() - started) * 1000))
 
 

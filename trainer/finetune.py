@@ -261,16 +261,21 @@ def plot_confusion(metrics: dict[str, Any], title: str, path: Path) -> None:
 
 
 def encode(tokenizer, data: LabeledSet, label_ids: dict[str, int], max_length: int) -> list[dict[str, np.ndarray]]:
-    """One sample per row, in the shape `collate_sequences` takes, plus its label."""
-    encoded = tokenizer(data.texts, truncation=True, max_length=max_length, return_special_tokens_mask=True)
+    """One sample per row, in the shape `collate_sequences` takes, plus its label. Word ids follow
+    the build's rule (`schemas.alignment`), not the tokenizer's `word_ids()` (its pre-tokenizer's
+    pieces: whitespace runs for SentencePiece tokenizers)."""
+    from schemas.alignment import word_ids_of_text
+
+    encoded = tokenizer(data.texts, truncation=True, max_length=max_length, return_special_tokens_mask=True,
+                        return_offsets_mapping=True)
     samples = []
-    for index, (ids, special, label) in enumerate(
-        zip(encoded["input_ids"], encoded["special_tokens_mask"], data.labels, strict=True)
+    for index, (ids, special, offsets, label) in enumerate(
+        zip(encoded["input_ids"], encoded["special_tokens_mask"], encoded["offset_mapping"], data.labels, strict=True)
     ):
         samples.append({
             "input_ids": np.asarray(ids, dtype=np.int32),
             "special_tokens_mask": np.asarray(special, dtype=np.int8),
-            "word_ids": np.asarray([-1 if w is None else w for w in encoded.word_ids(index)], dtype=np.int32),
+            "word_ids": word_ids_of_text(data.texts[index], offsets, special),
             "mask_probability": np.zeros(len(ids), dtype=np.float32),
             "sample_index": index,
             "label": label_ids[label],

@@ -154,6 +154,8 @@ class MaskingConfig:
         missing = [k for k in ("mask_token_id", "vocab_size", "all_special_ids") if k not in tokenizer]
         if missing:
             raise ValueError(f"manifest tokenizer entry lacks {missing}; it has {sorted(tokenizer)}")
+        if tokenizer["mask_token_id"] is None:
+            raise ValueError(f"the dataset's tokenizer {tokenizer.get('name')} has no mask token: MLM masking needs one")
         return cls(
             mask_token_id=int(tokenizer["mask_token_id"]),
             vocab_size=int(tokenizer["vocab_size"]),
@@ -164,6 +166,8 @@ class MaskingConfig:
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, **overrides: Any) -> MaskingConfig:
         """The config for a Hugging Face tokenizer (tests and benchmarks)."""
+        if tokenizer.mask_token_id is None:
+            raise ValueError(f"tokenizer {tokenizer.name_or_path} has no mask token: MLM masking needs one")
         return cls(
             mask_token_id=int(tokenizer.mask_token_id),
             vocab_size=len(tokenizer),

@@ -18,7 +18,8 @@ from transformers import AutoTokenizer
 
 from pipelines.corpus import Document
 from pipelines.mask_probability import mask_probabilities
-from pipelines.sequences import TokenizeToWindows, align_tokens_to_words, cut_points, load_backend_tokenizer
+from pipelines.sequences import TokenizeToWindows, cut_points, load_backend_tokenizer
+from schemas.alignment import align_tokens_to_words
 from schemas.words import word_spans
 
 MAX_LENGTH = 64
@@ -44,8 +45,8 @@ def test_word_ids_follow_the_tokenizers_own_word_boundaries(sample_corpus, minil
             encoding = backend.encode(text, add_special_tokens=False)
             starts = np.array([s for s, _ in encoding.offsets])
             spans = word_spans(text)
-            ours, span = align_tokens_to_words(starts, np.array([s for s, _, _ in spans]),
-                                               np.array([e for _, e, _ in spans]))
+            ours, span, _ = align_tokens_to_words(starts, np.array([e for _, e in encoding.offsets]),
+                                                  np.array([s for s, _, _ in spans]), np.array([e for _, e, _ in spans]))
             theirs = hf(text, add_special_tokens=False).word_ids()
             # Same partition of tokens into words (the tokenizer numbers punctuation as words too).
             assert np.array_equal(np.diff(ours) != 0, np.diff(np.array(theirs)) != 0)
@@ -224,25 +225,25 @@ def test_word_encoder_pools_each_word_on_its_own(minilm_path, pooling):
 
 def test_a_batch_is_tokenized_as_each_document_alone(documents, minilm_path):
     """Batching joins the documents' texts; every row must equal the document tokenized alone,
-    and each token's word must be the normalized word whose span holds its first character."""
+    and each token's word must be the normalized word its characters overlap."""
     from pipelines.sequences import tokenize_documents
 
     extra = [Document("x:line 1", "x", "  \t  "), Document("x:line 2", "x", "Ünïcödé ﬁle naïve — İstanbul x² and Café")]
     batch = [*documents[:60], *extra]
     vocabulary = {w: i for i, w in enumerate(sorted({w for d in batch for _, _, w in word_spans(d.text)})) if i % 5}
     backend = load_backend_tokenizer(minilm_path)
-    table, empty = tokenize_documents(backend, batch, vocabulary)
+    table, empty, _ = tokenize_documents(backend, batch, vocabulary)
     assert [d.document_id for d in empty] == ["x:line 1"]
     rows = {r["document_id"]: r for r in table.to_pylist()}
     assert len(rows) == len(batch) - 1
     for document in batch[:-2] + batch[-1:]:
-        alone, _ = tokenize_documents(backend, [document], vocabulary)
+        alone, _, _ = tokenize_documents(backend, [document], vocabulary)
         assert alone.to_pylist() == [rows[document.document_id]]
         encoding = backend.encode(document.text, add_special_tokens=False)
         spans = word_spans(document.text)
         expected = []
-        for start, _ in encoding.offsets:
-            word = next((w for s, e, w in spans if s <= start < e), None)
+        for start, end in encoding.offsets:
+            word = next((w for s, e, w in spans if start < e and s < end), None)
             expected.append(-1 if word is None else vocabulary.get(word, -1))
         assert rows[document.document_id]["word_index"] == expected
         assert rows[document.document_id]["input_ids"] == encoding.ids
