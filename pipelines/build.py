@@ -40,6 +40,7 @@ class BuildConfig:
     pooling: str = "mean"
     reduce: str = "max"
     weighting: str = "similarity"
+    sharpness: float = 1.0
     alpha: float = 1.0
     budget: float = 0.15
     num_shards: int = 0
@@ -99,6 +100,9 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weighting", choices=("similarity", "rank"), default=DEFAULTS.weighting,
                         help="token weights: the word's similarity, or the reference code's rank weight N - r "
                              "(default: %(default)s)")
+    parser.add_argument("--sharpness", type=float, default=DEFAULTS.sharpness,
+                        help="similarity weights: w = max(similarity, 0) ** sharpness; 1 is the paper's map, larger "
+                             "concentrates the budget on words near the seeds (README 'Signal') (default: %(default)s)")
     parser.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
                         help="p = alpha * p_sim + (1 - alpha) * uniform (default: %(default)s, the paper's pure similarity)")
     parser.add_argument("--budget", type=float, default=DEFAULTS.budget,
@@ -131,6 +135,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         raise ValueError(f"--budget must be in (0, 1], got {args.budget}")
     if not 0.0 <= args.alpha <= 1.0:
         raise ValueError(f"--alpha must be in [0, 1], got {args.alpha}")
+    if not args.sharpness > 0:
+        raise ValueError(f"--sharpness must be > 0, got {args.sharpness}")
     from pipelines.embeddings import resolve_encoder_dtype
 
     return BuildConfig(
@@ -142,6 +148,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         pooling=args.pooling,
         reduce=args.reduce,
         weighting=args.weighting,
+        sharpness=args.sharpness,
         alpha=args.alpha,
         budget=args.budget,
         num_shards=args.num_shards,
@@ -272,8 +279,19 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     report = stage_report(result, elapsed)
     print(json.dumps(report, indent=2))
+    print_signal(version_url)
     print(f"dataset version: {version_url}\ninspect it with: maskstream inspect {args.output}")
     return 0
+
+
+def print_signal(version_url: str) -> None:
+    """The manifest's signal diagnostics (pipelines/signal.py), as text."""
+    from pipelines.signal import format_report
+    from schemas.manifest import load_manifest
+
+    _, manifest = load_manifest(version_url)
+    if manifest.diagnostics:
+        print("\n".join(format_report(manifest.diagnostics, "masking signal (written to the manifest)")))
 
 
 def stage_report(result, elapsed_s: float) -> dict[str, Any]:

@@ -172,15 +172,20 @@ def stage_windows(windows: pa.Table, version_url: str) -> tuple[str, pa.Table]:
 
 class ComputeRows(beam.DoFn):
     """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
-    written as one Arrow part file per shard it touches; yields (shard, part path).
+    written as one Arrow part file per shard it touches; yields (shard, part path), and the
+    rows' signal tally (`pipelines.signal.tally`) on the output tagged TALLY.
 
     The rows go through files rather than through the GroupByKey: the runner then never holds
     the whole dataset in memory, only the part names.
     """
 
-    def __init__(self, version_url: str, budget: float, alpha: float, weighting: str, max_length: int):
+    TALLY = "tally"
+
+    def __init__(self, version_url: str, budget: float, alpha: float, weighting: str, sharpness: float,
+                 max_length: int):
         self._version_url = version_url
-        self._options = {"budget": budget, "alpha": alpha, "weighting": weighting, "width": max_length}
+        self._options = {"budget": budget, "alpha": alpha, "weighting": weighting, "sharpness": sharpness,
+                         "width": max_length}
         self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
         self._rows = beam.metrics.Metrics.counter("build", "sequences")
 
@@ -195,8 +200,56 @@ class ComputeRows(beam.DoFn):
             url = part_path(self._version_url, int(index), int(ids[selected].min()))
             write_part(rows.filter(pa.array(selected)), url)
             yield int(index), url
+        yield beam.pvalue.TaggedOutput(self.TALLY, rows_tally(rows, len(similarity), self._options["budget"]))
         self._rows.inc(windows.num_rows)
         self._ms.inc(_elapsed_ms(started))
+
+
+def rows_tally(rows: pa.Table, word_types: int, budget: float) -> dict[str, np.ndarray]:
+    """`pipelines.signal.tally` of rows of SEQUENCE_SCHEMA."""
+    from pipelines.signal import tally
+
+    def flat(name):
+        return rows.column(name).combine_chunks().flatten().to_numpy()
+
+    offsets = rows.column("mask_probability").combine_chunks().offsets.to_numpy()
+    offsets = offsets - offsets[0]
+    return tally(flat("word_index"), flat("special_tokens_mask"), flat("mask_probability"), word_types, offsets, budget)
+
+
+class MergeTallies(beam.CombineFn):
+    """Sums signal tallies (`pipelines.signal.merge_tallies`); None when there is none."""
+
+    def create_accumulator(self):
+        return None
+
+    def add_input(self, accumulator, tally):
+        from pipelines.signal import merge_tallies
+
+        return tally if accumulator is None else merge_tallies([accumulator, tally])
+
+    def merge_accumulators(self, accumulators):
+        from pipelines.signal import merge_tallies
+
+        present = [a for a in accumulators if a is not None]
+        return merge_tallies(present) if present else None
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+def diagnostics(counts: dict[str, np.ndarray] | None, word_table: pa.Table, seeds: Sequence[str]) -> dict[str, Any]:
+    """The manifest's `diagnostics`: `pipelines.signal.signal_report` of the build's tally."""
+    from pipelines.signal import signal_report
+    from pipelines.stop_words import ENGLISH_STOP_WORDS
+
+    if counts is None:
+        return {}
+    words = [""] * word_table.num_rows
+    for word, index in zip(word_table.column("word").to_pylist(), word_table.column("word_index").to_pylist(),
+                           strict=True):
+        words[index] = word
+    return signal_report(counts, words, similarity_array(word_table), seeds, ENGLISH_STOP_WORDS)
 
 
 class WriteShardFn(beam.DoFn):
@@ -239,7 +292,7 @@ def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
 
 
 def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rejected: int, accepted: int,
-             extra_files: list) -> str:
+             extra_files: list, signal: dict[str, Any]) -> str:
     """Runs once, after every shard and table is written: the manifest, then `latest`."""
     import fsspec
 
@@ -251,6 +304,7 @@ def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rej
                                                  "rejected": rejected}
     fields["config"]["word_types"] = words
     fields["config"]["extra_files"] = sorted(f for f in extra_files if f)
+    fields["diagnostics"] = signal
     manifest = Manifest(shards=sorted(shards, key=lambda s: s.path), **fields)
     return write_manifest_and_latest(root, manifest)
 
@@ -301,15 +355,22 @@ class BuildDataset(beam.PTransform):
             | "FirstIdPerUnit" >> beam.Map(sequence_offsets)
         )
         shards = offsets | "ShardCount" >> beam.Map(shard_count, config.num_shards, config.shard_rows)
+        computed = staged | "MaskProbabilities" >> beam.ParDo(
+            ComputeRows(version_url, config.budget, config.alpha, config.weighting, config.sharpness,
+                        config.max_length),
+            beam.pvalue.AsSingleton(similarity),
+            beam.pvalue.AsSingleton(offsets),
+            beam.pvalue.AsSingleton(shards),
+        ).with_outputs(ComputeRows.TALLY, main="parts")
+        seeds = self._seeds
+        signal = (
+            computed[ComputeRows.TALLY]
+            | "MergeTallies" >> beam.CombineGlobally(MergeTallies())
+            | "SignalDiagnostics" >> beam.Map(lambda counts, table: diagnostics(counts, table, seeds),
+                                               beam.pvalue.AsSingleton(word_table))
+        )
         entries = (
-            staged
-            | "MaskProbabilities"
-            >> beam.ParDo(
-                ComputeRows(version_url, config.budget, config.alpha, config.weighting, config.max_length),
-                beam.pvalue.AsSingleton(similarity),
-                beam.pvalue.AsSingleton(offsets),
-                beam.pvalue.AsSingleton(shards),
-            )
+            computed["parts"]
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(WriteShardFn(version_url, config.row_group_rows), beam.pvalue.AsSingleton(shards))
         )
@@ -352,5 +413,6 @@ class BuildDataset(beam.PTransform):
                 rejected=beam.pvalue.AsSingleton(rejected),
                 accepted=beam.pvalue.AsSingleton(accepted),
                 extra_files=beam.pvalue.AsList(extra),
+                signal=beam.pvalue.AsSingleton(signal),
             )
         )

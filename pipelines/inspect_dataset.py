@@ -5,6 +5,12 @@ gs://. Prints the manifest's summary, checks the sha256 of every shard against t
 (exit status 1 naming each shard that is missing or does not match), decodes a few sequences
 with the tokens most likely to be masked marked as [[token]], and writes a PNG with the
 histogram of the mask probabilities and of the expected masking rate per sequence.
+
+Then the masking signal (pipelines/signal.py): lifts, entropy ratio, the most and least masked
+words of the stored probabilities, and the same figures for three maps recomputed from the
+shards' words and the word table -- the paper's similarity map, the reference code's rank map and
+the sharpened map (`pipelines.mask_probability.SHARPENED`) -- so they can be compared on the
+user's own corpus; plotted to a second PNG (the first one's name with `_signal`).
 """
 
 from __future__ import annotations
@@ -77,12 +83,56 @@ def plot_histograms(probabilities, rates, path: str, title: str) -> None:
     plt.close(fig)
 
 
+def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Name -> `mask_probabilities_flat` options of the maps `inspect` compares."""
+    from pipelines.mask_probability import PAPER_SHARPNESS, SHARPENED
+
+    base = {"budget": config.get("budget", 0.15), "width": config.get("max_length", 0)}
+    sharpened = {**base, **SHARPENED}
+    return {
+        f"paper (similarity, alpha 1, sharpness {PAPER_SHARPNESS:g})": {**base, "weighting": "similarity",
+                                                                        "alpha": 1.0, "sharpness": PAPER_SHARPNESS},
+        "reference (rank N - r, alpha 1)": {**base, "weighting": "rank", "alpha": 1.0},
+        f"sharpened (sharpness {sharpened['sharpness']:g}, alpha {sharpened['alpha']:g})": sharpened,
+    }
+
+
+def signal_reports(tables: list[Any], word_table: Any, seeds: list[str], config: dict[str, Any]) -> dict[str, dict]:
+    """`signal_report` of the stored probabilities ("built") and of each `comparison_maps` map,
+    recomputed from the shards' rows (`tables`)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from pipelines.dataset_pipeline import diagnostics, rows_tally, similarity_array
+    from pipelines.mask_probability import mask_probabilities_flat
+    from pipelines.signal import merge_tallies
+
+    rows = pa.concat_tables(tables).combine_chunks()
+    word_types, budget = word_table.num_rows, config.get("budget", 0.15)
+    settings = (f"{config.get('weighting')}, alpha {config.get('alpha')}, sharpness {config.get('sharpness', 1.0)}")
+    reports = {f"built ({settings})": diagnostics(rows_tally(rows, word_types, budget), word_table, seeds)}
+    similarity = similarity_array(word_table)
+    offsets = rows.column("word_ids").chunk(0).offsets.to_numpy().astype(np.int64)
+
+    def flat(name):
+        return rows.column(name).chunk(0).flatten().to_numpy()
+
+    for name, options in comparison_maps(config).items():
+        p = mask_probabilities_flat(flat("word_ids"), flat("word_index"), flat("special_tokens_mask"), offsets,
+                                    similarity, **options)
+        recomputed = rows.set_column(rows.schema.get_field_index("mask_probability"), "mask_probability",
+                                     pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(p)))
+        reports[name] = diagnostics(merge_tallies([rows_tally(recomputed, word_types, budget)]), word_table, seeds)
+    return reports
+
+
 def run(args: argparse.Namespace) -> int:
     import numpy as np
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
     from pipelines.dataset_writer import join, verify_shard
+    from pipelines.signal import comparison_lines, format_report, plot_report
     from schemas.manifest import ManifestError, load_manifest
     from schemas.tables import SEQUENCE_SCHEMA, SchemaMismatch, check_schema
 
@@ -107,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
     probabilities: list[Any] = []
     rates: list[float] = []
     shown: list[dict[str, Any]] = []
-    columns = ["input_ids", "special_tokens_mask", "mask_probability"]
+    columns = ["input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability"]
+    tables = []
     for shard in manifest.shards:
         with fsspec.open(join(version_url, shard.path), "rb") as f:
             parquet = pq.ParquetFile(f)
@@ -119,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
             if len(shown) < args.samples:
                 shown.extend(parquet.read_row_group(0).slice(0, args.samples - len(shown)).to_pylist())
             table = parquet.read(columns=columns)
+        tables.append(table)
         special = np.asarray(table.column("special_tokens_mask").combine_chunks().flatten(), np.int8)
         probability = np.asarray(table.column("mask_probability").combine_chunks().flatten(), np.float32)
         probabilities.append(probability[special == 0])
@@ -141,4 +193,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nmask probability  mean {all_probabilities.mean():.4f}, max {all_probabilities.max():.4f}; "
           f"expected masked fraction per sequence mean {np.mean(rates):.4f}")
     print(f"plot             {plot}")
+
+    with fsspec.open(join(version_url, manifest.word_table), "rb") as f:
+        word_table = pq.read_table(f)
+    reports = signal_reports(tables, word_table, manifest.seeds, manifest.config)
+    built_name, built = next(iter(reports.items()))
+    print()
+    print("\n".join(format_report(built, f"masking signal of {built_name}")))
+    print("\nthe same corpus under other maps (lift: share of expected masks / share of tokens; entropy: of uniform):")
+    print("\n".join(comparison_lines(reports)))
+    signal_plot = plot.removesuffix(".png") + "_signal.png"
+    plot_report(built, signal_plot, f"{manifest.version}: {built_name}")
+    print(f"signal plot      {signal_plot}")
     return 0
