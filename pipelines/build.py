@@ -41,6 +41,7 @@ class BuildConfig:
     reduce: str = "max"
     weighting: str = "similarity"
     sharpness: float = 1.0
+    floor: float = 0.0
     alpha: float = 1.0
     budget: float = 0.15
     num_shards: int = 0
@@ -103,6 +104,9 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sharpness", type=float, default=DEFAULTS.sharpness,
                         help="similarity weights: w = max(similarity, 0) ** sharpness; 1 is the paper's map, larger "
                              "concentrates the budget on words near the seeds (README 'Signal') (default: %(default)s)")
+    parser.add_argument("--floor", type=float, default=DEFAULTS.floor,
+                        help="least mask probability of every non-special token, <= --budget; the rest of the "
+                             "budget follows the weights (README 'Signal') (default: %(default)s, the paper's map)")
     parser.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
                         help="p = alpha * p_sim + (1 - alpha) * uniform (default: %(default)s, the paper's pure similarity)")
     parser.add_argument("--budget", type=float, default=DEFAULTS.budget,
@@ -137,6 +141,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         raise ValueError(f"--alpha must be in [0, 1], got {args.alpha}")
     if not args.sharpness > 0:
         raise ValueError(f"--sharpness must be > 0, got {args.sharpness}")
+    if not 0.0 <= args.floor <= args.budget:
+        raise ValueError(f"--floor must be in [0, --budget = {args.budget}], got {args.floor}")
     from pipelines.embeddings import resolve_encoder_dtype
 
     return BuildConfig(
@@ -149,6 +155,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         reduce=args.reduce,
         weighting=args.weighting,
         sharpness=args.sharpness,
+        floor=args.floor,
         alpha=args.alpha,
         budget=args.budget,
         num_shards=args.num_shards,

@@ -39,6 +39,7 @@ from pipelines.dataset_writer import (
 )
 from pipelines.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
 from pipelines.sequences import TokenizeToWindows, natural_key
+from pipelines.signal import dataset_diagnostics, merge_tallies, rows_tally
 from schemas.manifest import Manifest
 from schemas.tables import WORD_TABLE_SCHEMA
 
@@ -170,6 +171,12 @@ def stage_windows(windows: pa.Table, version_url: str) -> tuple[str, pa.Table]:
     return url, unit_counts(windows)
 
 
+def probability_options(config) -> dict[str, Any]:
+    """`mask_probabilities_flat`'s options from a `pipelines.build.BuildConfig`."""
+    return {"budget": config.budget, "alpha": config.alpha, "weighting": config.weighting,
+            "sharpness": config.sharpness, "floor": config.floor, "width": config.max_length}
+
+
 class ComputeRows(beam.DoFn):
     """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
     written as one Arrow part file per shard it touches; yields (shard, part path), and the
@@ -181,11 +188,9 @@ class ComputeRows(beam.DoFn):
 
     TALLY = "tally"
 
-    def __init__(self, version_url: str, budget: float, alpha: float, weighting: str, sharpness: float,
-                 max_length: int):
+    def __init__(self, version_url: str, config):
         self._version_url = version_url
-        self._options = {"budget": budget, "alpha": alpha, "weighting": weighting, "sharpness": sharpness,
-                         "width": max_length}
+        self._options = probability_options(config)
         self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
         self._rows = beam.metrics.Metrics.counter("build", "sequences")
 
@@ -205,18 +210,6 @@ class ComputeRows(beam.DoFn):
         self._ms.inc(_elapsed_ms(started))
 
 
-def rows_tally(rows: pa.Table, word_types: int, budget: float) -> dict[str, np.ndarray]:
-    """`pipelines.signal.tally` of rows of SEQUENCE_SCHEMA."""
-    from pipelines.signal import tally
-
-    def flat(name):
-        return rows.column(name).combine_chunks().flatten().to_numpy()
-
-    offsets = rows.column("mask_probability").combine_chunks().offsets.to_numpy()
-    offsets = offsets - offsets[0]
-    return tally(flat("word_index"), flat("special_tokens_mask"), flat("mask_probability"), word_types, offsets, budget)
-
-
 class MergeTallies(beam.CombineFn):
     """Sums signal tallies (`pipelines.signal.merge_tallies`); None when there is none."""
 
@@ -224,32 +217,16 @@ class MergeTallies(beam.CombineFn):
         return None
 
     def add_input(self, accumulator, tally):
-        from pipelines.signal import merge_tallies
 
         return tally if accumulator is None else merge_tallies([accumulator, tally])
 
     def merge_accumulators(self, accumulators):
-        from pipelines.signal import merge_tallies
 
         present = [a for a in accumulators if a is not None]
         return merge_tallies(present) if present else None
 
     def extract_output(self, accumulator):
         return accumulator
-
-
-def diagnostics(counts: dict[str, np.ndarray] | None, word_table: pa.Table, seeds: Sequence[str]) -> dict[str, Any]:
-    """The manifest's `diagnostics`: `pipelines.signal.signal_report` of the build's tally."""
-    from pipelines.signal import signal_report
-    from pipelines.stop_words import ENGLISH_STOP_WORDS
-
-    if counts is None:
-        return {}
-    words = [""] * word_table.num_rows
-    for word, index in zip(word_table.column("word").to_pylist(), word_table.column("word_index").to_pylist(),
-                           strict=True):
-        words[index] = word
-    return signal_report(counts, words, similarity_array(word_table), seeds, ENGLISH_STOP_WORDS)
 
 
 class WriteShardFn(beam.DoFn):
@@ -356,8 +333,7 @@ class BuildDataset(beam.PTransform):
         )
         shards = offsets | "ShardCount" >> beam.Map(shard_count, config.num_shards, config.shard_rows)
         computed = staged | "MaskProbabilities" >> beam.ParDo(
-            ComputeRows(version_url, config.budget, config.alpha, config.weighting, config.sharpness,
-                        config.max_length),
+            ComputeRows(version_url, config),
             beam.pvalue.AsSingleton(similarity),
             beam.pvalue.AsSingleton(offsets),
             beam.pvalue.AsSingleton(shards),
@@ -366,7 +342,7 @@ class BuildDataset(beam.PTransform):
         signal = (
             computed[ComputeRows.TALLY]
             | "MergeTallies" >> beam.CombineGlobally(MergeTallies())
-            | "SignalDiagnostics" >> beam.Map(lambda counts, table: diagnostics(counts, table, seeds),
+            | "SignalDiagnostics" >> beam.Map(lambda counts, table: dataset_diagnostics(counts, table, seeds),
                                                beam.pvalue.AsSingleton(word_table))
         )
         entries = (

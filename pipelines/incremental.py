@@ -420,7 +420,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
 
     from pipelines.build import tokenizer_info
     from pipelines.corpus import corpus_fingerprint
-    from pipelines.dataset_pipeline import diagnostics, rows_tally, shard_count, write_rejects
+    from pipelines.dataset_pipeline import probability_options, shard_count, write_rejects
     from pipelines.dataset_writer import (
         dataset_rows,
         new_version_name,
@@ -432,7 +432,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     )
     from pipelines.embeddings import nearest_seed_similarity
     from pipelines.seeds import load_stop_words, select_seeds
-    from pipelines.signal import merge_tallies
+    from pipelines.signal import dataset_diagnostics, merge_tallies, rows_tally
     from schemas.formulas import FORMULA_VERSIONS
     from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME, Manifest, ShardEntry
 
@@ -512,8 +512,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     total = windows.num_rows
     shards = shard_count({"total": total}, config.num_shards, config.shard_rows)
     lap("windows")
-    probability = {"budget": config.budget, "alpha": config.alpha, "weighting": config.weighting,
-                   "sharpness": config.sharpness, "width": config.max_length}
+    probability = probability_options(config)
     # Shard i is ids [i * total // shards, (i + 1) * total // shards), as the build's `sequence_id * shards // total`.
     bounds = [-(-i * total // shards) for i in range(shards + 1)]
 
@@ -526,7 +525,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     # Shards in parallel: numpy, Parquet encoding and hashing release the GIL.
     with ThreadPoolExecutor(IO_THREADS) as pool:
         shard_entries, tallies = zip(*pool.map(compute_and_write, range(shards)), strict=True)
-    signal = diagnostics(merge_tallies(tallies), scored_words, seeds)
+    signal = dataset_diagnostics(merge_tallies(tallies), scored_words, seeds)
     lap("mask_probability_and_shards")
     write_word_table(version_url, WORD_TABLE_NAME, scored_words)
     rejects = [r for entry in entries for r in entry.rejects]

@@ -103,15 +103,16 @@ def signal_reports(tables: list[Any], word_table: Any, seeds: list[str], config:
     import numpy as np
     import pyarrow as pa
 
-    from pipelines.dataset_pipeline import diagnostics, rows_tally, similarity_array
     from pipelines.mask_probability import mask_probabilities_flat
-    from pipelines.signal import merge_tallies
+    from pipelines.signal import dataset_diagnostics, rows_tally
 
     rows = pa.concat_tables(tables).combine_chunks()
     word_types, budget = word_table.num_rows, config.get("budget", 0.15)
-    settings = (f"{config.get('weighting')}, alpha {config.get('alpha')}, sharpness {config.get('sharpness', 1.0)}")
-    reports = {f"built ({settings})": diagnostics(rows_tally(rows, word_types, budget), word_table, seeds)}
-    similarity = similarity_array(word_table)
+    settings = (f"{config.get('weighting')}, alpha {config.get('alpha')}, sharpness {config.get('sharpness', 1.0):g}, "
+                f"floor {config.get('floor', 0.0):g}")
+    reports = {f"built ({settings})": dataset_diagnostics(rows_tally(rows, word_types, budget), word_table, seeds)}
+    similarity = np.zeros(word_types, np.float32)
+    similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
     offsets = rows.column("word_ids").chunk(0).offsets.to_numpy().astype(np.int64)
 
     def flat(name):
@@ -122,7 +123,7 @@ def signal_reports(tables: list[Any], word_table: Any, seeds: list[str], config:
                                     similarity, **options)
         recomputed = rows.set_column(rows.schema.get_field_index("mask_probability"), "mask_probability",
                                      pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(p)))
-        reports[name] = diagnostics(merge_tallies([rows_tally(recomputed, word_types, budget)]), word_table, seeds)
+        reports[name] = dataset_diagnostics(rows_tally(recomputed, word_types, budget), word_table, seeds)
     return reports
 
 

@@ -19,11 +19,14 @@ For one sequence with non-special tokens T (n = |T|):
    proportion to q, repeated until nothing exceeds 1 (water-filling). When fewer than
    budget * n tokens have q > 0 (alpha = 1 and few scored words), those tokens get 1 and the sum
    falls short of the budget: nothing else can be masked.
-5. Special tokens get 0.
-
-The floor: with alpha < 1 every non-special token gets p >= min(1, (1 - alpha) * budget) (c is
-at least budget * n, since sum(q) = 1 and clipping only raises c), so no token is unmaskable,
-whatever the sharpness.
+5. The floor (`floor` = f, 0 by default, the paper's map): every non-special token gets at least
+   f, and the rest of the budget follows the map: p = f + (1 - f) * p', with p' from step 4 for
+   the budget (budget - f) / (1 - f). sum(p) = f * n + (budget - f) * n = budget * n stays exact,
+   p stays in [f, 1] and in the order of q. So no token is unmaskable, however sharp the weights.
+   (alpha < 1 also keeps every token above (1 - alpha) * budget, but it spreads that mass
+   uniformly *in proportion to q*: once a sharp map clips the seeds to 1, the budget left over
+   goes almost uniformly to every other token, stop words included. The floor does not.)
+6. Special tokens get 0.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ import numpy as np
 WEIGHTINGS = ("similarity", "rank")
 PAPER_SHARPNESS = 1.0
 # The documented sharpened setting (README 'Signal'): measured on the shipped corpus, it gives
-# a stop-word lift <= 0.3 and a seed-word lift >= 6; alpha 0.9 is the floor p >= 0.1 * budget.
-SHARPENED = {"weighting": "similarity", "sharpness": 8.0, "alpha": 0.9}
+# a stop-word lift <= 0.3 and a seed-word lift >= 6, and no token below p = 0.01.
+SHARPENED = {"weighting": "similarity", "sharpness": 8.0, "alpha": 1.0, "floor": 0.01}
 
 
 def sharpen(similarity: np.ndarray, sharpness: float) -> np.ndarray:
@@ -134,6 +137,7 @@ def mask_probabilities_flat(
     alpha: float = 1.0,
     weighting: str = "similarity",
     sharpness: float = PAPER_SHARPNESS,
+    floor: float = 0.0,
     width: int = 0,
 ) -> np.ndarray:
     """float32 mask probability per token for a batch of sequences, flat: sequence i is
@@ -147,6 +151,8 @@ def mask_probabilities_flat(
         raise ValueError(f"budget must be in (0, 1], got {budget}")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if not 0.0 <= floor <= budget:
+        raise ValueError(f"floor must be in [0, budget = {budget}], got {floor}")
     ids = _padded(word_ids, offsets, -1, np.int64, width)
     index = _padded(word_index, offsets, -1, np.int64, width)
     valid = _padded(special_tokens_mask, offsets, 1, np.int8, width) == 0
@@ -159,6 +165,10 @@ def mask_probabilities_flat(
     uniform = np.where(valid, 1.0 / np.maximum(count, 1), 0.0)
     p_sim = np.where(total > 0, weights / np.where(total > 0, total, 1.0), uniform)
     q = alpha * p_sim + (1.0 - alpha) * uniform
-    p = scale_to_budget(q, valid, budget).astype(np.float32)
+    if floor == 0.0:
+        p = scale_to_budget(q, valid, budget)
+    else:
+        p = np.where(valid, floor + (1.0 - floor) * scale_to_budget(q, valid, (budget - floor) / (1.0 - floor)), 0.0)
+    p = p.astype(np.float32)
     lengths = np.diff(offsets)
     return p[np.arange(p.shape[1])[None, :] < lengths[:, None]]  # row-major: back to flat order

@@ -72,6 +72,32 @@ def tally(word_index: np.ndarray, special: np.ndarray, probability: np.ndarray, 
     }
 
 
+def rows_tally(rows: Any, word_types: int, budget: float) -> dict[str, np.ndarray]:
+    """`tally` of a pyarrow table of SEQUENCE_SCHEMA rows."""
+
+    def flat(name):
+        return rows.column(name).combine_chunks().flatten().to_numpy()
+
+    offsets = rows.column("mask_probability").combine_chunks().offsets.to_numpy().astype(np.int64)
+    return tally(flat("word_index"), flat("special_tokens_mask"), flat("mask_probability"), word_types,
+                 offsets - offsets[0], budget)
+
+
+def dataset_diagnostics(counts: dict[str, np.ndarray] | None, word_table: Any, seeds: Iterable[str]) -> dict[str, Any]:
+    """A manifest's `diagnostics`: `signal_report` of a tally, with the word table (pyarrow,
+    WORD_TABLE_SCHEMA) and scikit-learn's English stop words; {} without a tally (no rows)."""
+    from pipelines.stop_words import ENGLISH_STOP_WORDS
+
+    if counts is None:
+        return {}
+    index = word_table.column("word_index").to_numpy()
+    words = np.empty(word_table.num_rows, object)
+    words[index] = word_table.column("word").to_pylist()
+    similarity = np.zeros(word_table.num_rows, np.float32)
+    similarity[index] = word_table.column("similarity").to_numpy()
+    return signal_report(counts, list(words), similarity, seeds, ENGLISH_STOP_WORDS)
+
+
 def merge_tallies(tallies: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     tallies = list(tallies)
     merged = {key: value.copy() for key, value in tallies[0].items()}
