@@ -93,7 +93,7 @@ def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
         f"paper (similarity, alpha 1, sharpness {PAPER_SHARPNESS:g})": {**base, "weighting": "similarity",
                                                                         "alpha": 1.0, "sharpness": PAPER_SHARPNESS},
         "reference (rank N - r, alpha 1)": {**base, "weighting": "rank", "alpha": 1.0},
-        f"sharpened (sharpness {sharpened['sharpness']:g}, alpha {sharpened['alpha']:g})": sharpened,
+        f"sharpened (sharpness {sharpened['sharpness']:g}, floor {sharpened['floor']:g})": sharpened,
     }
 
 

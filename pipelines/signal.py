@@ -185,7 +185,7 @@ def near_uniform_warning(report: dict[str, Any]) -> str | None:
     if not reasons:
         return None
     return ("near-uniform masking signal (" + "; ".join(reasons) + "): raise `maskstream build --sharpness` "
-            "(e.g. 8, with --alpha 0.9 as a floor), or pick domain seeds with `maskstream stats --background-input`")
+            "(e.g. --sharpness 8 --floor 0.01), or pick domain seeds with `maskstream stats --background-input`")
 
 
 GROUP_LABELS = {"seed_words": "seed words", "similar_words": "top-1% similar", "stop_words": "stop words",
@@ -212,11 +212,12 @@ def format_report(report: dict[str, Any], title: str = "masking signal") -> list
 
 def comparison_lines(reports: dict[str, dict[str, Any]]) -> list[str]:
     """One row per map: lifts, entropy ratio and the largest budget error."""
-    lines = [f"{'map':<34}{'seed lift':>10}{'top-1% lift':>12}{'stop lift':>10}{'outside lift':>13}"
+    width = max(len(name) for name in reports) + 2
+    lines = [f"{'map':<{width}}{'seed lift':>10}{'top-1% lift':>12}{'stop lift':>10}{'outside lift':>13}"
              f"{'entropy':>9}{'budget err':>12}"]
     for name, r in reports.items():
         g = r["groups"]
-        lines.append(f"{name:<34}{g['seed_words']['lift']:>10.2f}{g['similar_words']['lift']:>12.2f}"
+        lines.append(f"{name:<{width}}{g['seed_words']['lift']:>10.2f}{g['similar_words']['lift']:>12.2f}"
                      f"{g['stop_words']['lift']:>10.2f}{g['outside_words']['lift']:>13.2f}"
                      f"{r['entropy_ratio']:>9.3f}{r.get('max_budget_error', float('nan')):>12.1e}")
     return lines
