@@ -20,9 +20,12 @@ outputs were computed the same way. Change the version whenever a formula change
   words of the kind of text (`package`, `files`, `provides`) drop to about 0. Computed in
   `pipelines/tf_icf.py`.
 - `mask_probability`: per sequence, weights from each word's nearest-seed similarity raised to
-  the power `sharpness` (1: the paper's map), or the rank, mixed with uniform by alpha, scaled so the expected number of masked tokens equals
-  the budget times the number of non-special tokens, clipped to 1 with the excess
-  redistributed; special tokens 0.
+  the power `sharpness` (1: the paper's map), or the rank, mixed with uniform by alpha, scaled
+  so the expected number of masked tokens equals the budget times the number of non-special
+  tokens, clipped to 1 with the excess redistributed; with a `floor` f > 0, p = f + (1 - f) p'
+  for the budget (budget - f) / (1 - f); special tokens 0. Still `difference-masking-v1`: the
+  defaults (sharpness 1, floor 0) give the same bytes as before, and the manifest's config
+  records both.
 """
 
 from schemas.words import WORD_NORMALIZATION

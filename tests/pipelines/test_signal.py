@@ -4,6 +4,7 @@ and the background-contrast seeds on the shipped corpus."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -205,33 +206,33 @@ def background_stats(sample_corpus, tmp_path_factory):
     return {"folder": folder, "seeds": seeds}
 
 
-def test_background_contrast_seeds_are_domain_words(background_stats):
-    """At most 2 of the top 20 seeds are among the background's 300 most common words (counted
-    here with Counter); TF-ICF alone picks many of them."""
-    import gzip
-
+@pytest.fixture(scope="module")
+def background_counts() -> Counter:
+    """The background's words, counted here with Counter."""
     counts = Counter()
     with gzip.open(BACKGROUND, "rt", encoding="utf-8") as f:
         for line in f:
             counts.update(words(json.loads(line)["text"]))
+    return counts
+
+
+def test_background_contrast_seeds_are_domain_words(background_stats, background_counts):
+    """At most 2 of the top 20 seeds are among the background's 300 most common words; TF-ICF
+    alone picks many of them."""
+    counts = background_counts
     common = {w for w, _ in counts.most_common(300)}
     background, general = background_stats["seeds"]["background"], background_stats["seeds"]["general"]
     assert len(background) == 20 and len([w for w in background if w in common]) <= 2
     assert len([w for w in general if w in common]) >= 10
 
 
-def test_background_report_says_which_contrast_put_each_seed_there(background_stats):
+def test_background_report_says_which_contrast_put_each_seed_there(background_stats, background_counts):
     folder = background_stats["folder"]
     table = pa.concat_tables(pq.read_table(p) for p in sorted((folder / "stats").glob("word_stats-*.parquet")))
     rows = {r["word"]: r for r in table.to_pylist()}
     total = sum(r["tf"] for r in rows.values())
     background_total = json.loads((folder / "stats" / "summary.json").read_text())["background"]["total_words"]
-    counts = Counter()
-    import gzip
-
-    with gzip.open(BACKGROUND, "rt", encoding="utf-8") as f:
-        for line in f:
-            counts.update(words(json.loads(line)["text"]))
+    counts = background_counts
     assert sum(counts.values()) == background_total
     seed = rows[background_stats["seeds"]["background"][0]]
     f_b = counts[seed["word"]] / background_total
