@@ -103,10 +103,10 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--sharpness", type=float, default=DEFAULTS.sharpness,
                         help="similarity weights: w = max(similarity, 0) ** sharpness; 1 is the paper's map, larger "
-                             "concentrates the budget on words near the seeds (README 'Signal') (default: %(default)s)")
+                             "concentrates the budget on words near the seeds (docs/signal.md) (default: %(default)s)")
     parser.add_argument("--floor", type=float, default=DEFAULTS.floor,
                         help="least mask probability of every non-special token, <= --budget; the rest of the "
-                             "budget follows the weights (README 'Signal') (default: %(default)s, the paper's map)")
+                             "budget follows the weights (docs/signal.md) (default: %(default)s, the paper's map)")
     parser.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
                         help="p = alpha * p_sim + (1 - alpha) * uniform (default: %(default)s, the paper's pure similarity)")
     parser.add_argument("--budget", type=float, default=DEFAULTS.budget,

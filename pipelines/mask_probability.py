@@ -37,7 +37,7 @@ import numpy as np
 
 WEIGHTINGS = ("similarity", "rank")
 PAPER_SHARPNESS = 1.0
-# The documented sharpened setting (README 'Signal'): on the shipped corpus with background-contrast
+# The documented sharpened setting (docs/signal.md): on the shipped corpus with background-contrast
 # seeds it gives a seed-word lift of 6.5 and a stop-word lift of 0.23, and no token below p = 0.01.
 SHARPENED = {"weighting": "similarity", "sharpness": 8.0, "alpha": 1.0, "floor": 0.01}
 

@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--background-input", nargs="+", default=None, metavar="PATTERN",
                         help="a background corpus the domain is contrasted with, read like --input (e.g. all "
                              "package descriptions for the science ones); adds background_frequency and contrast "
-                             "columns, which `maskstream seeds` then ranks by (default: none; README 'Seeds')")
+                             "columns, which `maskstream seeds` then ranks by (default: none; docs/signal.md)")
     parser.add_argument("--general-language", default="en",
                         help="wordfreq language of the general frequencies (default: en)")
     parser.add_argument("--unseen-count", type=float, default=DEFAULT_UNSEEN_COUNT,
