@@ -293,12 +293,12 @@ def run(args: argparse.Namespace) -> int:
 
 def print_signal(version_url: str) -> None:
     """The manifest's signal diagnostics (pipelines/signal.py), as text."""
-    from pipelines.signal import format_report
+    from pipelines.signal import build_lines
     from schemas.manifest import load_manifest
 
     _, manifest = load_manifest(version_url)
     if manifest.diagnostics:
-        print("\n".join(format_report(manifest.diagnostics, "masking signal (written to the manifest)")))
+        print("\n".join(build_lines(manifest.diagnostics)))
 
 
 def stage_report(result, elapsed_s: float) -> dict[str, Any]:

@@ -18,6 +18,7 @@ not depend on how many workers ran or in what order. Shard i holds a contiguous 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -39,7 +40,7 @@ from pipelines.dataset_writer import (
 )
 from pipelines.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
 from pipelines.sequences import TokenizeToWindows, natural_key
-from pipelines.signal import dataset_diagnostics, merge_tallies, rows_tally
+from pipelines.signal import build_diagnostics, map_tallies, merge_map_tallies
 from schemas.manifest import Manifest
 from schemas.tables import WORD_TABLE_SCHEMA
 
@@ -180,7 +181,7 @@ def probability_options(config) -> dict[str, Any]:
 class ComputeRows(beam.DoFn):
     """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
     written as one Arrow part file per shard it touches; yields (shard, part path), and the
-    rows' signal tally (`pipelines.signal.tally`) on the output tagged TALLY.
+    rows' signal tallies (`pipelines.signal.map_tallies`) on the output tagged TALLY.
 
     The rows go through files rather than through the GroupByKey: the runner then never holds
     the whole dataset in memory, only the part names.
@@ -191,6 +192,7 @@ class ComputeRows(beam.DoFn):
     def __init__(self, version_url: str, config):
         self._version_url = version_url
         self._options = probability_options(config)
+        self._config = dataclasses.asdict(config)
         self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
         self._rows = beam.metrics.Metrics.counter("build", "sequences")
 
@@ -205,25 +207,25 @@ class ComputeRows(beam.DoFn):
             url = part_path(self._version_url, int(index), int(ids[selected].min()))
             write_part(rows.filter(pa.array(selected)), url)
             yield int(index), url
-        yield beam.pvalue.TaggedOutput(self.TALLY, rows_tally(rows, len(similarity), self._options["budget"]))
+        yield beam.pvalue.TaggedOutput(self.TALLY, map_tallies(rows, similarity, self._config))
         self._rows.inc(windows.num_rows)
         self._ms.inc(_elapsed_ms(started))
 
 
 class MergeTallies(beam.CombineFn):
-    """Sums signal tallies (`pipelines.signal.merge_tallies`); None when there is none."""
+    """Sums signal tallies per map (`pipelines.signal.merge_map_tallies`); None when there is none."""
 
     def create_accumulator(self):
         return None
 
     def add_input(self, accumulator, tally):
 
-        return tally if accumulator is None else merge_tallies([accumulator, tally])
+        return tally if accumulator is None else merge_map_tallies([accumulator, tally])
 
     def merge_accumulators(self, accumulators):
 
         present = [a for a in accumulators if a is not None]
-        return merge_tallies(present) if present else None
+        return merge_map_tallies(present) if present else None
 
     def extract_output(self, accumulator):
         return accumulator
@@ -342,7 +344,7 @@ class BuildDataset(beam.PTransform):
         signal = (
             computed[ComputeRows.TALLY]
             | "MergeTallies" >> beam.CombineGlobally(MergeTallies())
-            | "SignalDiagnostics" >> beam.Map(lambda counts, table: dataset_diagnostics(counts, table, seeds),
+            | "SignalDiagnostics" >> beam.Map(lambda counts, table: build_diagnostics(counts, table, seeds),
                                                beam.pvalue.AsSingleton(word_table))
         )
         entries = (

@@ -432,7 +432,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     )
     from pipelines.embeddings import nearest_seed_similarity
     from pipelines.seeds import load_stop_words, select_seeds
-    from pipelines.signal import dataset_diagnostics, merge_tallies, rows_tally
+    from pipelines.signal import build_diagnostics, map_tallies, merge_map_tallies
     from schemas.formulas import FORMULA_VERSIONS
     from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME, Manifest, ShardEntry
 
@@ -519,13 +519,13 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     def compute_and_write(shard: int) -> tuple[ShardEntry, dict]:
         start, end = bounds[shard], bounds[shard + 1]
         rows = dataset_rows(windows.slice(start, end - start), np.arange(start, end), similarity, **probability)
-        tally = rows_tally(rows, len(vocabulary), config.budget)
+        tally = map_tallies(rows, similarity, dataclasses.asdict(config))
         return write_shard(version_url, shard, shards, [rows], config.row_group_rows), tally
 
     # Shards in parallel: numpy, Parquet encoding and hashing release the GIL.
     with ThreadPoolExecutor(IO_THREADS) as pool:
         shard_entries, tallies = zip(*pool.map(compute_and_write, range(shards)), strict=True)
-    signal = dataset_diagnostics(merge_tallies(tallies), scored_words, seeds)
+    signal = build_diagnostics(merge_map_tallies(tallies), scored_words, seeds)
     lap("mask_probability_and_shards")
     write_word_table(version_url, WORD_TABLE_NAME, scored_words)
     rejects = [r for entry in entries for r in entry.rejects]

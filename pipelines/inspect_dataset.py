@@ -83,48 +83,18 @@ def plot_histograms(probabilities, rates, path: str, title: str) -> None:
     plt.close(fig)
 
 
-def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Name -> `mask_probabilities_flat` options of the maps `inspect` compares."""
-    from pipelines.mask_probability import PAPER_SHARPNESS, SHARPENED
-
-    base = {"budget": config.get("budget", 0.15), "width": config.get("max_length", 0)}
-    sharpened = {**base, **SHARPENED}
-    return {
-        f"paper (similarity, alpha 1, sharpness {PAPER_SHARPNESS:g})": {**base, "weighting": "similarity",
-                                                                        "alpha": 1.0, "sharpness": PAPER_SHARPNESS},
-        "reference (rank N - r, alpha 1)": {**base, "weighting": "rank", "alpha": 1.0},
-        f"sharpened (sharpness {sharpened['sharpness']:g}, floor {sharpened['floor']:g})": sharpened,
-    }
-
-
 def signal_reports(tables: list[Any], word_table: Any, seeds: list[str], config: dict[str, Any]) -> dict[str, dict]:
-    """`signal_report` of the stored probabilities ("built") and of each `comparison_maps` map,
-    recomputed from the shards' rows (`tables`)."""
+    """`signal_report` of the stored probabilities (first) and of each map of
+    `pipelines.signal.comparison_maps`, recomputed from the shards' rows (`tables`)."""
     import numpy as np
     import pyarrow as pa
 
-    from pipelines.mask_probability import mask_probabilities_flat
-    from pipelines.signal import dataset_diagnostics, rows_tally
+    from pipelines.signal import dataset_diagnostics, map_tallies
 
-    rows = pa.concat_tables(tables).combine_chunks()
-    word_types, budget = word_table.num_rows, config.get("budget", 0.15)
-    settings = (f"{config.get('weighting')}, alpha {config.get('alpha')}, sharpness {config.get('sharpness', 1.0):g}, "
-                f"floor {config.get('floor', 0.0):g}")
-    reports = {f"built ({settings})": dataset_diagnostics(rows_tally(rows, word_types, budget), word_table, seeds)}
-    similarity = np.zeros(word_types, np.float32)
+    similarity = np.zeros(word_table.num_rows, np.float32)
     similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
-    offsets = rows.column("word_ids").chunk(0).offsets.to_numpy().astype(np.int64)
-
-    def flat(name):
-        return rows.column(name).chunk(0).flatten().to_numpy()
-
-    for name, options in comparison_maps(config).items():
-        p = mask_probabilities_flat(flat("word_ids"), flat("word_index"), flat("special_tokens_mask"), offsets,
-                                    similarity, **options)
-        recomputed = rows.set_column(rows.schema.get_field_index("mask_probability"), "mask_probability",
-                                     pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(p)))
-        reports[name] = dataset_diagnostics(rows_tally(recomputed, word_types, budget), word_table, seeds)
-    return reports
+    tallies = map_tallies(pa.concat_tables(tables), similarity, config)
+    return {name: dataset_diagnostics(tally, word_table, seeds) for name, tally in tallies.items()}
 
 
 def run(args: argparse.Namespace) -> int:

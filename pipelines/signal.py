@@ -72,15 +72,65 @@ def tally(word_index: np.ndarray, special: np.ndarray, probability: np.ndarray, 
     }
 
 
-def rows_tally(rows: Any, word_types: int, budget: float) -> dict[str, np.ndarray]:
-    """`tally` of a pyarrow table of SEQUENCE_SCHEMA rows."""
+def built_name(config: dict[str, Any]) -> str:
+    return (f"built ({config.get('weighting')}, alpha {config.get('alpha')}, sharpness {config.get('sharpness', 1.0):g}, "
+            f"floor {config.get('floor', 0.0):g})")
+
+
+def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Name -> `mask_probabilities_flat` options of the maps every build and `inspect` compare with
+    the built one: the paper's similarity map, the reference code's rank map, the sharpened map."""
+    from pipelines.mask_probability import PAPER_SHARPNESS, SHARPENED
+
+    base = {"budget": config.get("budget", 0.15), "width": config.get("max_length", 0)}
+    sharpened = {**base, **SHARPENED}
+    return {
+        f"paper (similarity, alpha 1, sharpness {PAPER_SHARPNESS:g})": {**base, "weighting": "similarity",
+                                                                        "alpha": 1.0, "sharpness": PAPER_SHARPNESS},
+        "reference (rank N - r, alpha 1)": {**base, "weighting": "rank", "alpha": 1.0},
+        f"sharpened (sharpness {sharpened['sharpness']:g}, floor {sharpened['floor']:g})": sharpened,
+    }
+
+
+def map_tallies(rows: Any, similarity: np.ndarray, config: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    """Tallies of SEQUENCE_SCHEMA rows: of their stored probabilities (`built_name`, first), and of
+    each `comparison_maps` map recomputed from their words and `similarity`."""
+    from pipelines.mask_probability import mask_probabilities_flat
+
+    budget = config.get("budget", 0.15)
 
     def flat(name):
         return rows.column(name).combine_chunks().flatten().to_numpy()
 
-    offsets = rows.column("mask_probability").combine_chunks().offsets.to_numpy().astype(np.int64)
-    return tally(flat("word_index"), flat("special_tokens_mask"), flat("mask_probability"), word_types,
-                 offsets - offsets[0], budget)
+    offsets = rows.column("word_ids").combine_chunks().offsets.to_numpy().astype(np.int64)
+    offsets = offsets - offsets[0]
+    word_ids, word_index, special = flat("word_ids"), flat("word_index"), flat("special_tokens_mask")
+    tallies = {built_name(config): tally(word_index, special, flat("mask_probability"), len(similarity), offsets,
+                                         budget)}
+    for name, options in comparison_maps(config).items():
+        p = mask_probabilities_flat(word_ids, word_index, special, offsets, similarity, **options)
+        tallies[name] = tally(word_index, special, p, len(similarity), offsets, budget)
+    return tallies
+
+
+def merge_map_tallies(tallies: Iterable[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
+    tallies = list(tallies)
+    return {name: merge_tallies([t[name] for t in tallies]) for name in tallies[0]}
+
+
+def build_diagnostics(tallies: dict[str, dict[str, np.ndarray]] | None, word_table: Any,
+                      seeds: Iterable[str]) -> dict[str, Any]:
+    """A manifest's `diagnostics`: the built map's `dataset_diagnostics`, plus under `comparison`
+    each compared map's lifts, entropy ratio and budget error."""
+    if tallies is None:
+        return {}
+    seeds = list(seeds)
+    (name, built), *others = tallies.items()
+    report = {"map": name, **dataset_diagnostics(built, word_table, seeds), "comparison": {}}
+    for other, counts in others:
+        full = dataset_diagnostics(counts, word_table, seeds)
+        report["comparison"][other] = {key: full[key] for key in ("groups", "entropy_ratio", "max_budget_error")}
+    return report
 
 
 def dataset_diagnostics(counts: dict[str, np.ndarray] | None, word_table: Any, seeds: Iterable[str]) -> dict[str, Any]:
@@ -207,6 +257,15 @@ def format_report(report: dict[str, Any], title: str = "masking signal") -> list
         f"{r['word']} {r['mean_probability']:.3f}" for r in report["frequent_least_masked"]))
     if report.get("warning"):
         lines.append(f"  WARNING: {report['warning']}")
+    return lines
+
+
+def build_lines(diagnostics: dict[str, Any]) -> list[str]:
+    """A manifest's diagnostics as text: the built map's report, then the comparison."""
+    lines = format_report(diagnostics, f"masking signal of {diagnostics.get('map', 'the built map')}")
+    if diagnostics.get("comparison"):
+        lines += ["the same sequences under other maps (lift: share of expected masks / share of tokens):",
+                  *comparison_lines({diagnostics.get("map", "built"): diagnostics, **diagnostics["comparison"]})]
     return lines
 
 

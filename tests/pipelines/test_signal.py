@@ -169,6 +169,7 @@ def test_the_build_prints_its_diagnostics(sharpened_build, capsys):
     print_signal(sharpened_build["version_url"])
     out = capsys.readouterr().out
     assert "masking signal" in out and "seed words" in out and "most expected masks" in out
+    assert "reference (rank" in out and "paper (similarity" in out
 
 
 def test_inspect_compares_the_three_maps_and_plots_the_signal(sharpened_build, tmp_path, capsys):
@@ -189,6 +190,13 @@ def test_a_near_uniform_map_is_warned_about(sharpened_build):
     tables = [pq.read_table(f"{version_url}/{s.path}") for s in manifest.shards]
     reports = signal_reports(tables, pq.read_table(f"{version_url}/words.parquet"), manifest.seeds, manifest.config)
     paper = next(r for name, r in reports.items() if name.startswith("paper"))
+    # The build recorded the same comparison in its manifest.
+    recorded = manifest.diagnostics["comparison"]
+    assert list(recorded) == list(reports)[1:]
+    for name, figures in recorded.items():
+        for group, shares in figures["groups"].items():
+            assert shares == pytest.approx(reports[name]["groups"][group], rel=1e-9)
+        assert figures["entropy_ratio"] == pytest.approx(reports[name]["entropy_ratio"], rel=1e-12)
     assert paper["entropy_ratio"] > reports[next(n for n in reports if n.startswith("sharpened"))]["entropy_ratio"]
     assert paper["warning"] and "--sharpness" in paper["warning"]
 
