@@ -195,6 +195,7 @@ class ComputeRows(beam.DoFn):
         self._config = dataclasses.asdict(config)
         self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
         self._rows = beam.metrics.Metrics.counter("build", "sequences")
+        self._signal_ms = beam.metrics.Metrics.counter("build", "signal_ms")
 
     def process(self, staged: tuple[str, pa.Table], similarity: np.ndarray, offsets: dict[str, Any], shards: int):
         started = time.perf_counter()
@@ -207,9 +208,11 @@ class ComputeRows(beam.DoFn):
             url = part_path(self._version_url, int(index), int(ids[selected].min()))
             write_part(rows.filter(pa.array(selected)), url)
             yield int(index), url
-        yield beam.pvalue.TaggedOutput(self.TALLY, map_tallies(rows, similarity, self._config))
         self._rows.inc(windows.num_rows)
         self._ms.inc(_elapsed_ms(started))
+        started = time.perf_counter()
+        yield beam.pvalue.TaggedOutput(self.TALLY, map_tallies(rows, similarity, self._config))
+        self._signal_ms.inc(_elapsed_ms(started))
 
 
 class MergeTallies(beam.CombineFn):
@@ -219,11 +222,9 @@ class MergeTallies(beam.CombineFn):
         return None
 
     def add_input(self, accumulator, tally):
-
         return tally if accumulator is None else merge_map_tallies([accumulator, tally])
 
     def merge_accumulators(self, accumulators):
-
         present = [a for a in accumulators if a is not None]
         return merge_map_tallies(present) if present else None
 

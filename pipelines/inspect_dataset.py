@@ -56,7 +56,8 @@ def summary_lines(version_url: str, manifest) -> list[str]:
         f"rejected {docs.get('rejected', '?')}",
         f"sequences        {manifest.total_rows} in {len(manifest.shards)} shards, {manifest.total_tokens} tokens, "
         f"{manifest.total_bytes} bytes",
-        f"masking          {config.get('weighting')} weights, alpha {config.get('alpha')}, budget {config.get('budget')}, "
+        f"masking          {config.get('weighting')} weights, sharpness {config.get('sharpness', 1.0)}, "
+        f"floor {config.get('floor', 0.0)}, alpha {config.get('alpha')}, budget {config.get('budget')}, "
         f"reduce {config.get('reduce')}, max length {config.get('max_length')}, packing {config.get('packing')}",
         f"formulas         {', '.join(f'{k}={v}' for k, v in sorted(manifest.formulas.items()))}",
     ]
@@ -83,18 +84,13 @@ def plot_histograms(probabilities, rates, path: str, title: str) -> None:
     plt.close(fig)
 
 
-def signal_reports(tables: list[Any], word_table: Any, seeds: list[str], config: dict[str, Any]) -> dict[str, dict]:
-    """`signal_report` of the stored probabilities (first) and of each map of
-    `pipelines.signal.comparison_maps`, recomputed from the shards' rows (`tables`)."""
-    import numpy as np
-    import pyarrow as pa
+def signal_reports(tallies: list[dict], word_table: Any, seeds: list[str]) -> dict[str, dict]:
+    """`signal_report` per map of the shards' `pipelines.signal.map_tallies` (one per shard):
+    the stored probabilities first, then each map of `comparison_maps`, recomputed."""
+    from pipelines.signal import dataset_diagnostics, merge_map_tallies
 
-    from pipelines.signal import dataset_diagnostics, map_tallies
-
-    similarity = np.zeros(word_table.num_rows, np.float32)
-    similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
-    tallies = map_tallies(pa.concat_tables(tables), similarity, config)
-    return {name: dataset_diagnostics(tally, word_table, seeds) for name, tally in tallies.items()}
+    merged = merge_map_tallies(tallies)
+    return {name: dataset_diagnostics(tally, word_table, seeds) for name, tally in merged.items()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from pipelines.dataset_writer import join, verify_shard
-    from pipelines.signal import comparison_lines, format_report, plot_report
+    from pipelines.signal import comparison_lines, format_report, map_tallies, plot_report
     from schemas.manifest import ManifestError, load_manifest
     from schemas.tables import SEQUENCE_SCHEMA, SchemaMismatch, check_schema
 
@@ -129,7 +125,11 @@ def run(args: argparse.Namespace) -> int:
     rates: list[float] = []
     shown: list[dict[str, Any]] = []
     columns = ["input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability"]
-    tables = []
+    with fsspec.open(join(version_url, manifest.word_table), "rb") as f:
+        word_table = pq.read_table(f)
+    similarity = np.zeros(word_table.num_rows, np.float32)
+    similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
+    tallies = []  # one per shard: the whole dataset is never in memory at once
     for shard in manifest.shards:
         with fsspec.open(join(version_url, shard.path), "rb") as f:
             parquet = pq.ParquetFile(f)
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
             if len(shown) < args.samples:
                 shown.extend(parquet.read_row_group(0).slice(0, args.samples - len(shown)).to_pylist())
             table = parquet.read(columns=columns)
-        tables.append(table)
+        tallies.append(map_tallies(table, similarity, manifest.config))
         special = np.asarray(table.column("special_tokens_mask").combine_chunks().flatten(), np.int8)
         probability = np.asarray(table.column("mask_probability").combine_chunks().flatten(), np.float32)
         probabilities.append(probability[special == 0])
@@ -165,9 +165,7 @@ def run(args: argparse.Namespace) -> int:
           f"expected masked fraction per sequence mean {np.mean(rates):.4f}")
     print(f"plot             {plot}")
 
-    with fsspec.open(join(version_url, manifest.word_table), "rb") as f:
-        word_table = pq.read_table(f)
-    reports = signal_reports(tables, word_table, manifest.seeds, manifest.config)
+    reports = signal_reports(tallies, word_table, manifest.seeds)
     built_name, built = next(iter(reports.items()))
     print()
     print("\n".join(format_report(built, f"masking signal of {built_name}")))

@@ -187,8 +187,14 @@ def test_a_near_uniform_map_is_warned_about(sharpened_build):
     from pipelines.inspect_dataset import signal_reports
 
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
-    tables = [pq.read_table(f"{version_url}/{s.path}") for s in manifest.shards]
-    reports = signal_reports(tables, pq.read_table(f"{version_url}/words.parquet"), manifest.seeds, manifest.config)
+    from pipelines.signal import map_tallies
+
+    word_table = pq.read_table(f"{version_url}/words.parquet")
+    similarity = np.zeros(word_table.num_rows, np.float32)
+    similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
+    tallies = [map_tallies(pq.read_table(f"{version_url}/{s.path}"), similarity, manifest.config)
+               for s in manifest.shards]
+    reports = signal_reports(tallies, word_table, manifest.seeds)
     paper = next(r for name, r in reports.items() if name.startswith("paper"))
     # The build recorded the same comparison in its manifest.
     recorded = manifest.diagnostics["comparison"]
