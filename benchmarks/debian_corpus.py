@@ -5,13 +5,14 @@
 `Section:`). This module joins the two into JSONL documents
 `{"package", "section", "text"}`, one per distinct description.
 
-    python benchmarks/debian_corpus.py OUT.jsonl [--sections science math ...] [--max-bytes N]
+    python benchmarks/debian_corpus.py OUT.jsonl [--sections science math ...] [--max-bytes N] [--every K]
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import itertools
 import json
 import subprocess
 import sys
@@ -101,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="output JSONL path")
     parser.add_argument("--sections", nargs="*", default=None, help="keep only these sections (default: all)")
     parser.add_argument("--max-bytes", type=int, default=None, help="stop before the file exceeds this size")
+    parser.add_argument("--every", type=int, default=1,
+                        help="keep every K-th document in apt-list order, a systematic sample (default: 1, all)")
     args = parser.parse_args(argv)
-    n = write_jsonl(args.out, debian_documents(set(args.sections) if args.sections else None), args.max_bytes)
+    documents = debian_documents(set(args.sections) if args.sections else None)
+    n = write_jsonl(args.out, itertools.islice(documents, 0, None, args.every), args.max_bytes)
     print(f"wrote {n} documents to {args.out}", file=sys.stderr)
     return 0
 

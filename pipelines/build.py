@@ -40,6 +40,8 @@ class BuildConfig:
     pooling: str = "mean"
     reduce: str = "max"
     weighting: str = "similarity"
+    sharpness: float = 1.0
+    floor: float = 0.0
     alpha: float = 1.0
     budget: float = 0.15
     num_shards: int = 0
@@ -100,6 +102,12 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weighting", choices=("similarity", "rank"), default=DEFAULTS.weighting,
                         help="token weights: the word's similarity, or the reference code's rank weight N - r "
                              "(default: %(default)s)")
+    parser.add_argument("--sharpness", type=float, default=DEFAULTS.sharpness,
+                        help="similarity weights: w = max(similarity, 0) ** sharpness; 1 is the paper's map, larger "
+                             "concentrates the budget on words near the seeds (docs/signal.md) (default: %(default)s)")
+    parser.add_argument("--floor", type=float, default=DEFAULTS.floor,
+                        help="least mask probability of every non-special token, <= --budget; the rest of the "
+                             "budget follows the weights (docs/signal.md) (default: %(default)s, the paper's map)")
     parser.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
                         help="p = alpha * p_sim + (1 - alpha) * uniform (default: %(default)s, the paper's pure similarity)")
     parser.add_argument("--budget", type=float, default=DEFAULTS.budget,
@@ -132,6 +140,10 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         raise ValueError(f"--budget must be in (0, 1], got {args.budget}")
     if not 0.0 <= args.alpha <= 1.0:
         raise ValueError(f"--alpha must be in [0, 1], got {args.alpha}")
+    if not args.sharpness > 0:
+        raise ValueError(f"--sharpness must be > 0, got {args.sharpness}")
+    if not 0.0 <= args.floor <= args.budget:
+        raise ValueError(f"--floor must be in [0, --budget = {args.budget}], got {args.floor}")
     from pipelines.embeddings import resolve_encoder_dtype
     from pipelines.sequences import check_tokenizer
 
@@ -145,6 +157,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         pooling=args.pooling,
         reduce=args.reduce,
         weighting=args.weighting,
+        sharpness=args.sharpness,
+        floor=args.floor,
         alpha=args.alpha,
         budget=args.budget,
         num_shards=args.num_shards,
@@ -275,8 +289,19 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     report = stage_report(result, elapsed)
     print(json.dumps(report, indent=2))
+    print_signal(version_url)
     print(f"dataset version: {version_url}\ninspect it with: maskstream inspect {args.output}")
     return 0
+
+
+def print_signal(version_url: str) -> None:
+    """The manifest's signal diagnostics (pipelines/signal.py), as text."""
+    from pipelines.signal import build_lines
+    from schemas.manifest import load_manifest
+
+    _, manifest = load_manifest(version_url)
+    if manifest.diagnostics:
+        print("\n".join(build_lines(manifest.diagnostics)))
 
 
 def stage_report(result, elapsed_s: float) -> dict[str, Any]:

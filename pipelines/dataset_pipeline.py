@@ -18,6 +18,7 @@ not depend on how many workers ran or in what order. Shard i holds a contiguous 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -39,6 +40,7 @@ from pipelines.dataset_writer import (
 )
 from pipelines.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
 from pipelines.sequences import TokenizeToWindows, natural_key
+from pipelines.signal import build_diagnostics, map_tallies, merge_map_tallies
 from schemas.manifest import Manifest
 from schemas.tables import WORD_TABLE_SCHEMA
 
@@ -170,19 +172,30 @@ def stage_windows(windows: pa.Table, version_url: str) -> tuple[str, pa.Table]:
     return url, unit_counts(windows)
 
 
+def probability_options(config) -> dict[str, Any]:
+    """`mask_probabilities_flat`'s options from a `pipelines.build.BuildConfig`."""
+    return {"budget": config.budget, "alpha": config.alpha, "weighting": config.weighting,
+            "sharpness": config.sharpness, "floor": config.floor, "width": config.max_length}
+
+
 class ComputeRows(beam.DoFn):
     """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
-    written as one Arrow part file per shard it touches; yields (shard, part path).
+    written as one Arrow part file per shard it touches; yields (shard, part path), and the
+    rows' signal tallies (`pipelines.signal.map_tallies`) on the output tagged TALLY.
 
     The rows go through files rather than through the GroupByKey: the runner then never holds
     the whole dataset in memory, only the part names.
     """
 
-    def __init__(self, version_url: str, budget: float, alpha: float, weighting: str, max_length: int):
+    TALLY = "tally"
+
+    def __init__(self, version_url: str, config):
         self._version_url = version_url
-        self._options = {"budget": budget, "alpha": alpha, "weighting": weighting, "width": max_length}
+        self._options = probability_options(config)
+        self._config = dataclasses.asdict(config)
         self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
         self._rows = beam.metrics.Metrics.counter("build", "sequences")
+        self._signal_ms = beam.metrics.Metrics.counter("build", "signal_ms")
 
     def process(self, staged: tuple[str, pa.Table], similarity: np.ndarray, offsets: dict[str, Any], shards: int):
         started = time.perf_counter()
@@ -197,6 +210,26 @@ class ComputeRows(beam.DoFn):
             yield int(index), url
         self._rows.inc(windows.num_rows)
         self._ms.inc(_elapsed_ms(started))
+        started = time.perf_counter()
+        yield beam.pvalue.TaggedOutput(self.TALLY, map_tallies(rows, similarity, self._config))
+        self._signal_ms.inc(_elapsed_ms(started))
+
+
+class MergeTallies(beam.CombineFn):
+    """Sums signal tallies per map (`pipelines.signal.merge_map_tallies`); None when there is none."""
+
+    def create_accumulator(self):
+        return None
+
+    def add_input(self, accumulator, tally):
+        return tally if accumulator is None else merge_map_tallies([accumulator, tally])
+
+    def merge_accumulators(self, accumulators):
+        present = [a for a in accumulators if a is not None]
+        return merge_map_tallies(present) if present else None
+
+    def extract_output(self, accumulator):
+        return accumulator
 
 
 class WriteShardFn(beam.DoFn):
@@ -239,7 +272,7 @@ def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
 
 
 def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rejected: int, accepted: int,
-             extra_files: list) -> str:
+             extra_files: list, signal: dict[str, Any]) -> str:
     """Runs once, after every shard and table is written: the manifest, then `latest`."""
     import fsspec
 
@@ -251,6 +284,7 @@ def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rej
                                                  "rejected": rejected}
     fields["config"]["word_types"] = words
     fields["config"]["extra_files"] = sorted(f for f in extra_files if f)
+    fields["diagnostics"] = signal
     manifest = Manifest(shards=sorted(shards, key=lambda s: s.path), **fields)
     return write_manifest_and_latest(root, manifest)
 
@@ -301,15 +335,21 @@ class BuildDataset(beam.PTransform):
             | "FirstIdPerUnit" >> beam.Map(sequence_offsets)
         )
         shards = offsets | "ShardCount" >> beam.Map(shard_count, config.num_shards, config.shard_rows)
+        computed = staged | "MaskProbabilities" >> beam.ParDo(
+            ComputeRows(version_url, config),
+            beam.pvalue.AsSingleton(similarity),
+            beam.pvalue.AsSingleton(offsets),
+            beam.pvalue.AsSingleton(shards),
+        ).with_outputs(ComputeRows.TALLY, main="parts")
+        seeds = self._seeds
+        signal = (
+            computed[ComputeRows.TALLY]
+            | "MergeTallies" >> beam.CombineGlobally(MergeTallies())
+            | "SignalDiagnostics" >> beam.Map(lambda counts, table: build_diagnostics(counts, table, seeds),
+                                               beam.pvalue.AsSingleton(word_table))
+        )
         entries = (
-            staged
-            | "MaskProbabilities"
-            >> beam.ParDo(
-                ComputeRows(version_url, config.budget, config.alpha, config.weighting, config.max_length),
-                beam.pvalue.AsSingleton(similarity),
-                beam.pvalue.AsSingleton(offsets),
-                beam.pvalue.AsSingleton(shards),
-            )
+            computed["parts"]
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(WriteShardFn(version_url, config.row_group_rows), beam.pvalue.AsSingleton(shards))
         )
@@ -352,5 +392,6 @@ class BuildDataset(beam.PTransform):
                 rejected=beam.pvalue.AsSingleton(rejected),
                 accepted=beam.pvalue.AsSingleton(accepted),
                 extra_files=beam.pvalue.AsList(extra),
+                signal=beam.pvalue.AsSingleton(signal),
             )
         )

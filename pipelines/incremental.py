@@ -424,7 +424,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
 
     from pipelines.build import tokenizer_info
     from pipelines.corpus import corpus_fingerprint
-    from pipelines.dataset_pipeline import shard_count, write_rejects
+    from pipelines.dataset_pipeline import probability_options, shard_count, write_rejects
     from pipelines.dataset_writer import (
         dataset_rows,
         new_version_name,
@@ -436,6 +436,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     )
     from pipelines.embeddings import nearest_seed_similarity
     from pipelines.seeds import load_stop_words, select_seeds
+    from pipelines.signal import build_diagnostics, map_tallies, merge_map_tallies
     from schemas.formulas import FORMULA_VERSIONS
     from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME, Manifest, ShardEntry
 
@@ -515,19 +516,20 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     total = windows.num_rows
     shards = shard_count({"total": total}, config.num_shards, config.shard_rows)
     lap("windows")
-    probability = {"budget": config.budget, "alpha": config.alpha, "weighting": config.weighting,
-                   "width": config.max_length}
+    probability = probability_options(config)
     # Shard i is ids [i * total // shards, (i + 1) * total // shards), as the build's `sequence_id * shards // total`.
     bounds = [-(-i * total // shards) for i in range(shards + 1)]
 
-    def compute_and_write(shard: int) -> ShardEntry:
+    def compute_and_write(shard: int) -> tuple[ShardEntry, dict]:
         start, end = bounds[shard], bounds[shard + 1]
         rows = dataset_rows(windows.slice(start, end - start), np.arange(start, end), similarity, **probability)
-        return write_shard(version_url, shard, shards, [rows], config.row_group_rows)
+        tally = map_tallies(rows, similarity, dataclasses.asdict(config))
+        return write_shard(version_url, shard, shards, [rows], config.row_group_rows), tally
 
     # Shards in parallel: numpy, Parquet encoding and hashing release the GIL.
     with ThreadPoolExecutor(IO_THREADS) as pool:
-        shard_entries = list(pool.map(compute_and_write, range(shards)))
+        shard_entries, tallies = zip(*pool.map(compute_and_write, range(shards)), strict=True)
+    signal = build_diagnostics(merge_map_tallies(tallies), scored_words, seeds)
     lap("mask_probability_and_shards")
     write_word_table(version_url, WORD_TABLE_NAME, scored_words)
     rejects = [r for entry in entries for r in entry.rejects]
@@ -559,8 +561,9 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
                 "file_cache_settings": settings.key(), "embedding_cache": embedding_key,
                 "beam_args": list(options.beam_args), "extra_files": []},
         source_fingerprint=fingerprint,
-        shards=shard_entries,
+        shards=list(shard_entries),
         word_table=WORD_TABLE_NAME,
+        diagnostics=signal,
     )
     write_manifest_and_latest(root, manifest)
     lap("write")

@@ -5,6 +5,12 @@ gs://. Prints the manifest's summary, checks the sha256 of every shard against t
 (exit status 1 naming each shard that is missing or does not match), decodes a few sequences
 with the tokens most likely to be masked marked as [[token]], and writes a PNG with the
 histogram of the mask probabilities and of the expected masking rate per sequence.
+
+Then the masking signal (pipelines/signal.py): lifts, entropy ratio, the most and least masked
+words of the stored probabilities, and the same figures for three maps recomputed from the
+shards' words and the word table -- the paper's similarity map, the reference code's rank map and
+the sharpened map (`pipelines.mask_probability.SHARPENED`) -- so they can be compared on the
+user's own corpus; plotted to a second PNG (the first one's name with `_signal`).
 """
 
 from __future__ import annotations
@@ -50,7 +56,8 @@ def summary_lines(version_url: str, manifest) -> list[str]:
         f"rejected {docs.get('rejected', '?')}",
         f"sequences        {manifest.total_rows} in {len(manifest.shards)} shards, {manifest.total_tokens} tokens, "
         f"{manifest.total_bytes} bytes",
-        f"masking          {config.get('weighting')} weights, alpha {config.get('alpha')}, budget {config.get('budget')}, "
+        f"masking          {config.get('weighting')} weights, sharpness {config.get('sharpness', 1.0)}, "
+        f"floor {config.get('floor', 0.0)}, alpha {config.get('alpha')}, budget {config.get('budget')}, "
         f"reduce {config.get('reduce')}, max length {config.get('max_length')}, packing {config.get('packing')}",
         f"formulas         {', '.join(f'{k}={v}' for k, v in sorted(manifest.formulas.items()))}",
     ]
@@ -80,12 +87,22 @@ def plot_histograms(probabilities, rates, path: str, title: str) -> None:
     plt.close(fig)
 
 
+def signal_reports(tallies: list[dict], word_table: Any, seeds: list[str]) -> dict[str, dict]:
+    """`signal_report` per map of the shards' `pipelines.signal.map_tallies` (one per shard):
+    the stored probabilities first, then each map of `comparison_maps`, recomputed."""
+    from pipelines.signal import dataset_diagnostics, merge_map_tallies
+
+    merged = merge_map_tallies(tallies)
+    return {name: dataset_diagnostics(tally, word_table, seeds) for name, tally in merged.items()}
+
+
 def run(args: argparse.Namespace) -> int:
     import numpy as np
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
     from pipelines.dataset_writer import join, verify_shard
+    from pipelines.signal import comparison_lines, format_report, map_tallies, plot_report
     from schemas.manifest import ManifestError, load_manifest
     from schemas.tables import SEQUENCE_SCHEMA, SchemaMismatch, check_schema
 
@@ -110,7 +127,12 @@ def run(args: argparse.Namespace) -> int:
     probabilities: list[Any] = []
     rates: list[float] = []
     shown: list[dict[str, Any]] = []
-    columns = ["input_ids", "special_tokens_mask", "mask_probability"]
+    columns = ["input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability"]
+    with fsspec.open(join(version_url, manifest.word_table), "rb") as f:
+        word_table = pq.read_table(f)
+    similarity = np.zeros(word_table.num_rows, np.float32)
+    similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
+    tallies = []  # one per shard: the whole dataset is never in memory at once
     for shard in manifest.shards:
         with fsspec.open(join(version_url, shard.path), "rb") as f:
             parquet = pq.ParquetFile(f)
@@ -122,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
             if len(shown) < args.samples:
                 shown.extend(parquet.read_row_group(0).slice(0, args.samples - len(shown)).to_pylist())
             table = parquet.read(columns=columns)
+        tallies.append(map_tallies(table, similarity, manifest.config))
         special = np.asarray(table.column("special_tokens_mask").combine_chunks().flatten(), np.int8)
         probability = np.asarray(table.column("mask_probability").combine_chunks().flatten(), np.float32)
         probabilities.append(probability[special == 0])
@@ -144,4 +167,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nmask probability  mean {all_probabilities.mean():.4f}, max {all_probabilities.max():.4f}; "
           f"expected masked fraction per sequence mean {np.mean(rates):.4f}")
     print(f"plot             {plot}")
+
+    reports = signal_reports(tallies, word_table, manifest.seeds)
+    built_name, built = next(iter(reports.items()))
+    print()
+    print("\n".join(format_report(built, f"masking signal of {built_name}")))
+    print("\nthe same corpus under other maps (lift: share of expected masks / share of tokens; entropy: of uniform):")
+    print("\n".join(comparison_lines(reports)))
+    signal_plot = plot.removesuffix(".png") + "_signal.png"
+    plot_report(built, signal_plot, f"{manifest.version}: {built_name}")
+    print(f"signal plot      {signal_plot}")
     return 0

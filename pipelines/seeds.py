@@ -1,5 +1,12 @@
 """Seed words: the top-K words of `maskstream stats` by TF-ICF, after filters.
 
+With statistics computed against a background corpus (`maskstream stats --background-input`),
+the words are ranked by their background contrast instead (`--contrast`, schemas/formulas.py):
+TF-ICF times the log-lift of the domain over the background, which keeps the words of the domain
+and drops those of the kind of text. The report then shows, per seed, its domain, background and
+general frequencies and which contrast put it there: `background + general` when it is also among
+the top K by TF-ICF alone, `background` when only the background contrast made it a seed.
+
 A word is a candidate unless a filter removes it:
   min-df        it occurs in fewer than --min-df documents (one document's names and typos);
   stop word     it is on the stop-word list (scikit-learn's English list by default);
@@ -28,6 +35,8 @@ DEFAULT_MIN_DF = 3
 # 3: keeps domain acronyms ('dna', 'fft', 'cad') and drops 2-letter abbreviations and units.
 DEFAULT_MIN_LENGTH = 3
 REPORT_CANDIDATES = 50
+CONTRASTS = ("general", "background")
+SCORE_COLUMN = {"general": "tf_icf", "background": "contrast"}
 EXIT_INPUT_ERROR = 2
 
 
@@ -36,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output folder of `maskstream stats` (local or gs://)")
     parser.add_argument("--output", required=True, metavar="SEEDS_JSON",
                         help="where to write seeds.json; the report and chart go beside it")
+    parser.add_argument("--contrast", choices=CONTRASTS, default=None,
+                        help="rank by TF-ICF against general language, or by the background contrast "
+                             "(default: background when the stats have one, else general)")
     add_seed_options(parser)
 
 
@@ -102,9 +114,10 @@ def filter_reasons(row: dict[str, Any], *, min_df: int, min_length: int, stop_wo
     return reasons
 
 
-def select_seeds(rows: list[dict[str, Any]], top_k: int, **filters: Any) -> tuple[list[dict], list[tuple[dict, list[str]]]]:
-    """(seeds best first, every row by descending TF-ICF with the filters that remove it)."""
-    ranked = sorted(rows, key=lambda r: (-r["tf_icf"], r["word"]))
+def select_seeds(rows: list[dict[str, Any]], top_k: int, score: str = "tf_icf",
+                 **filters: Any) -> tuple[list[dict], list[tuple[dict, list[str]]]]:
+    """(seeds best first, every row by descending `score` with the filters that remove it)."""
+    ranked = sorted(rows, key=lambda r: (-r[score], r["word"]))
     judged = [(row, filter_reasons(row, **filters)) for row in ranked]
     seeds = [row for row, reasons in judged if not reasons][:top_k]
     return seeds, judged
@@ -114,8 +127,16 @@ def _format_frequency(value: float) -> str:
     return "0 (unseen)" if value == 0 else f"{value:.3g}"
 
 
+def general_ranks(judged: list[tuple[dict, list[str]]]) -> dict[str, int]:
+    """Each candidate word's rank by TF-ICF alone among the words the filters keep."""
+    kept = sorted((row for row, reasons in judged if not reasons), key=lambda r: (-r["tf_icf"], r["word"]))
+    return {row["word"]: rank for rank, row in enumerate(kept, start=1)}
+
+
 def render_report(seeds: list[dict], judged: list[tuple[dict, list[str]]], summary: dict[str, Any],
                   config: dict[str, Any], chart_name: str) -> str:
+    if config.get("contrast") == "background":
+        return render_background_report(seeds, judged, summary, config, chart_name)
     seed_rank = {row["word"]: i for i, row in enumerate(seeds, start=1)}
     lines = [
         "# Seed words",
@@ -154,7 +175,50 @@ def render_report(seeds: list[dict], judged: list[tuple[dict, list[str]]], summa
     return "\n".join(lines) + "\n"
 
 
-def plot_scores(seeds: list[dict], path: str) -> None:
+def render_background_report(seeds: list[dict], judged: list[tuple[dict, list[str]]], summary: dict[str, Any],
+                             config: dict[str, Any], chart_name: str) -> str:
+    total, background = summary.get("total_words") or 1, summary.get("background", {})
+    general_rank = general_ranks(judged)
+    top_k = config["top_k"]
+    lines = [
+        "# Seed words (background contrast)",
+        "",
+        f"{len(seeds)} seeds from `{config['stats']}`: {summary.get('documents_accepted')} documents, "
+        f"{summary.get('total_words')} words; background "
+        f"{' '.join(summary.get('config', {}).get('background_input', []))} ({background.get('documents_accepted')} "
+        f"documents, {background.get('total_words')} words); general frequencies from {summary.get('general_source')}.",
+        "",
+        f"Filters: df >= {config['min_df']}, stop words: {config['stop_words']}, "
+        f"{'alphabetic only' if config['alphabetic_only'] else 'digits allowed'}, length >= {config['min_length']}. "
+        f"Score: contrast = TF-ICF x max(0, log(domain frequency / background frequency)) "
+        f"({summary.get('formulas', {}).get('background_contrast')}).",
+        "",
+        f"![seed scores]({chart_name})",
+        "",
+        "## Seeds",
+        "",
+        "| rank | word | domain frequency | background frequency | general frequency | TF-ICF | contrast | put there by |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for rank, row in enumerate(seeds, start=1):
+        by = (f"background + general (TF-ICF rank {general_rank[row['word']]})" if general_rank[row["word"]] <= top_k
+              else f"background (TF-ICF rank {general_rank[row['word']]})")
+        lines.append(f"| {rank} | {row['word']} | {row['tf'] / total:.3g} | "
+                     f"{_format_frequency(row['background_frequency'])} | {_format_frequency(row['general_frequency'])} | "
+                     f"{row['tf_icf']:.5f} | {row['contrast']:.5f} | {by} |")
+    seed_words = {row["word"] for row in seeds}
+    dropped = [row for row, reasons in judged if not reasons and general_rank[row["word"]] <= top_k
+               and row["word"] not in seed_words]
+    lines += ["", f"## Top-{top_k} words by TF-ICF alone that the background contrast drops", "",
+              "| word | TF-ICF rank | domain frequency | background frequency | contrast |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {row['word']} | {general_rank[row['word']]} | {row['tf'] / total:.3g} | "
+              f"{_format_frequency(row['background_frequency'])} | {row['contrast']:.5f} |"
+              for row in sorted(dropped, key=lambda r: general_rank[r["word"]])]
+    return "\n".join(lines) + "\n"
+
+
+def plot_scores(seeds: list[dict], path: str, score: str = "tf_icf") -> None:
     """A horizontal bar chart of the seeds' TF-ICF, best at the top, written as PNG to `path`."""
     import fsspec
     import matplotlib
@@ -164,8 +228,8 @@ def plot_scores(seeds: list[dict], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 0.3 * len(seeds) + 1.2))
     words = [row["word"] for row in reversed(seeds)]
-    ax.barh(words, [row["tf_icf"] for row in reversed(seeds)], color="#4c72b0")
-    ax.set_xlabel("TF-ICF")
+    ax.barh(words, [row[score] for row in reversed(seeds)], color="#4c72b0")
+    ax.set_xlabel({"tf_icf": "TF-ICF", "contrast": "background contrast"}[score])
     ax.set_title(f"Top {len(seeds)} seed words")
     fig.tight_layout()
     with fsspec.open(path, "wb") as f:
@@ -186,6 +250,12 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         print(f"maskstream seeds: error: {e}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    has_background = "contrast" in table.column_names
+    contrast = args.contrast or ("background" if has_background else "general")
+    if contrast == "background" and not has_background:
+        print(f"maskstream seeds: error: {args.stats} has no background contrast: run `maskstream stats` with "
+              "--background-input", file=sys.stderr)
+        return EXIT_INPUT_ERROR
     config = {
         "stats": args.stats,
         "top_k": args.top_k,
@@ -193,10 +263,11 @@ def run(args: argparse.Namespace) -> int:
         "min_length": args.min_length,
         "stop_words": args.stop_words,
         "alphabetic_only": not args.allow_non_alphabetic,
+        "contrast": contrast,
         "stats_config": summary.get("config", {}),
     }
     seeds, judged = select_seeds(
-        table.to_pylist(), args.top_k, min_df=args.min_df, min_length=args.min_length,
+        table.to_pylist(), args.top_k, SCORE_COLUMN[contrast], min_df=args.min_df, min_length=args.min_length,
         stop_words=stop_words, alphabetic_only=not args.allow_non_alphabetic,
     )
     if not seeds:
@@ -217,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     report_path, chart_path = f"{stem}_report.md", f"{stem}.png"
     fs, path = fsspec.core.url_to_fs(output)
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
-    plot_scores(seeds, chart_path)
+    plot_scores(seeds, chart_path, SCORE_COLUMN[contrast])
     with fsspec.open(report_path, "w", encoding="utf-8") as f:
         f.write(render_report(seeds, judged, {**summary, "formulas": formulas}, config, posixpath.basename(chart_path)))
     with fsspec.open(output, "w", encoding="utf-8") as f:

@@ -3,7 +3,9 @@
 Reads the corpus (.txt, .jsonl, .parquet; local paths or gs:// globs), counts every word
 (schemas/words.py) -- tf (occurrences), df (documents) and the number of documents N -- looks
 up each word's frequency in general text (the offline wordfreq tables, or a second corpus
-given with --general-input), and scores it by TF-ICF (see pipelines/tf_icf.py). Writes
+given with --general-input), and scores it by TF-ICF (see pipelines/tf_icf.py). With
+--background-input, a background corpus (the broader text the domain is part of) is counted the
+same way and each word also gets its background frequency and its background contrast. Writes
 
   OUTPUT/word_stats-*.parquet   one row per word (schemas.tables.WORD_STATS_SCHEMA)
   OUTPUT/summary.json           documents read/accepted/rejected, distinct and total words, N,
@@ -32,6 +34,7 @@ COUNTS_NAME = "counts.json"
 WORD_STATS_PREFIX = "word_stats"
 REJECTS_PREFIX = "rejects"
 GENERAL_REJECTS_PREFIX = "general_rejects"
+BACKGROUND_REJECTS_PREFIX = "background_rejects"
 EXIT_INPUT_ERROR = 2
 
 
@@ -51,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--general-input", nargs="+", default=None, metavar="PATTERN",
                         help="a general-text corpus to take general frequencies from, read like --input "
                              "(default: none, use the offline wordfreq tables)")
+    parser.add_argument("--background-input", nargs="+", default=None, metavar="PATTERN",
+                        help="a background corpus the domain is contrasted with, read like --input (e.g. all "
+                             "package descriptions for the science ones); adds background_frequency and contrast "
+                             "columns, which `maskstream seeds` then ranks by (default: none; docs/signal.md)")
     parser.add_argument("--general-language", default="en",
                         help="wordfreq language of the general frequencies (default: en)")
     parser.add_argument("--unseen-count", type=float, default=DEFAULT_UNSEEN_COUNT,
@@ -66,7 +73,7 @@ def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> Non
     from pipelines.corpus import ReadCorpus
     from pipelines.counting import CountWords
     from pipelines.tf_icf import TfIcf
-    from schemas.tables import WORD_STATS_SCHEMA
+    from schemas.tables import WORD_STATS_BACKGROUND_SCHEMA, WORD_STATS_SCHEMA
 
     corpus = pipeline | "ReadCorpus" >> ReadCorpus(args.input, args.text_field, args.txt_mode)
     domain = corpus["documents"] | "CountWords" >> CountWords()
@@ -80,9 +87,25 @@ def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> Non
             | "WriteGeneralRejects" >> beam.io.WriteToText(f"{out_dir}/{GENERAL_REJECTS_PREFIX}", file_name_suffix=".jsonl")
         )
     rows = domain | "TfIcf" >> TfIcf(general, args.general_language, args.unseen_count)
+    schema = WORD_STATS_SCHEMA
+    background = None
+    if args.background_input:
+        from pipelines.tf_icf import BackgroundContrast
+
+        background_corpus = pipeline | "ReadBackgroundCorpus" >> ReadCorpus(
+            args.background_input, args.text_field, args.txt_mode)
+        background = background_corpus["documents"] | "CountBackgroundWords" >> CountWords()
+        rows = rows | "BackgroundContrast" >> BackgroundContrast(background, domain["words"], args.unseen_count)
+        schema = WORD_STATS_BACKGROUND_SCHEMA
+        _ = (
+            background_corpus["rejects"]
+            | "BackgroundRejectsToJson" >> beam.Map(json.dumps, ensure_ascii=False)
+            | "WriteBackgroundRejects" >> beam.io.WriteToText(f"{out_dir}/{BACKGROUND_REJECTS_PREFIX}",
+                                                              file_name_suffix=".jsonl")
+        )
 
     _ = rows | "WriteWordStats" >> beam.io.WriteToParquet(
-        f"{out_dir}/{WORD_STATS_PREFIX}", schema=WORD_STATS_SCHEMA, file_name_suffix=".parquet"
+        f"{out_dir}/{WORD_STATS_PREFIX}", schema=schema, file_name_suffix=".parquet"
     )
     _ = (
         corpus["rejects"]
@@ -102,6 +125,12 @@ def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> Non
             general_corpus["rejects"] | "CountGeneralRejects" >> beam.combiners.Count.Globally()
         )
         counts["general_total_words"] = general["words"]
+    if background is not None:
+        counts["background_documents_accepted"] = background["documents"]
+        counts["background_documents_rejected"] = (
+            background_corpus["rejects"] | "CountBackgroundRejects" >> beam.combiners.Count.Globally()
+        )
+        counts["background_total_words"] = background["words"]
     side_inputs = {name: AsSingleton(pcoll) for name, pcoll in counts.items()}
     _ = (
         pipeline
@@ -147,7 +176,8 @@ def publish(staging: str, output: str) -> None:
     """Replaces the stats files in `output` by those in `staging`."""
     from apache_beam.io.filesystems import FileSystems
 
-    names = [f"{WORD_STATS_PREFIX}-*", f"{REJECTS_PREFIX}-*", f"{GENERAL_REJECTS_PREFIX}-*", SUMMARY_NAME]
+    names = [f"{WORD_STATS_PREFIX}-*", f"{REJECTS_PREFIX}-*", f"{GENERAL_REJECTS_PREFIX}-*",
+             f"{BACKGROUND_REJECTS_PREFIX}-*", SUMMARY_NAME]
     new = _matching([f"{staging}/{name}" for name in names])
     if FileSystems.get_scheme(output) in (None, "file") and not FileSystems.exists(output):
         FileSystems.mkdirs(output)
@@ -172,6 +202,8 @@ def _summarize(args: argparse.Namespace, staging: str) -> dict[str, Any]:
         )
     if args.general_input and counts["general_total_words"] == 0:
         raise StatsError(f"the general corpus {' '.join(args.general_input)} has no words")
+    if args.background_input and counts["background_total_words"] == 0:
+        raise StatsError(f"the background corpus {' '.join(args.background_input)} has no words")
     summary: dict[str, Any] = {
         "documents_read": accepted + rejected,
         "documents_accepted": accepted,
@@ -186,6 +218,7 @@ def _summarize(args: argparse.Namespace, staging: str) -> dict[str, Any]:
             "txt_mode": args.txt_mode,
             "general_input": list(args.general_input or []),
             "general_language": args.general_language,
+            "background_input": list(args.background_input or []),
             "unseen_count": args.unseen_count,
         },
         "formulas": dict(FORMULA_VERSIONS),
@@ -197,6 +230,13 @@ def _summarize(args: argparse.Namespace, staging: str) -> dict[str, Any]:
             "documents_accepted": counts["general_documents_accepted"],
             "documents_rejected": counts["general_documents_rejected"],
             "total_words": counts["general_total_words"],
+        }
+    if args.background_input:
+        summary["background"] = {
+            "documents_read": counts["background_documents_accepted"] + counts["background_documents_rejected"],
+            "documents_accepted": counts["background_documents_accepted"],
+            "documents_rejected": counts["background_documents_rejected"],
+            "total_words": counts["background_total_words"],
         }
     return summary
 
@@ -213,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
         files = expand_inputs(args.input)
         if args.general_input:
             expand_inputs(args.general_input)
+        if args.background_input:
+            expand_inputs(args.background_input)
     except FileNotFoundError as e:
         print(f"maskstream stats: error: {e}", file=sys.stderr)
         return EXIT_INPUT_ERROR

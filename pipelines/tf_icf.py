@@ -13,6 +13,14 @@ the general source's resolution instead:
 - a general corpus of `T` words: `floor = unseen_count / T` (half an occurrence).
 
 `general_frequency` is stored unfloored (0 for unseen words), so readers can tell them apart.
+
+With a background corpus (`BackgroundContrast`, counted by the same transforms), each word also
+gets its background frequency `f_B(w) = tf_B(w) / T_B` (stored unfloored) and
+
+    contrast(w) = tf_icf(w) * max(0, log(p_D(w) / max(f_B(w), unseen_count / T_B)))
+
+with `p_D(w) = tf_D(w) / sum_v tf_D(v)`: TF-ICF times the word's log-lift over the background,
+0 for words the domain uses no more than its background does.
 """
 
 from __future__ import annotations
@@ -81,6 +89,50 @@ def word_stats_row(
         "general_frequency": general_frequency,
         "tf_icf": tf_icf(tf, total_words, general_frequency, floor),
     }
+
+
+def background_contrast(tf_icf_score: float, domain_frequency: float, background_frequency: float,
+                        floor: float) -> float:
+    """TF-ICF times the log-lift of the domain over the background (see the module docstring)."""
+    return tf_icf_score * max(0.0, math.log(domain_frequency / max(background_frequency, floor)))
+
+
+def join_background_counts(element: tuple[str, dict[str, list]], total_words: int, background_total_words: int,
+                           floor: float) -> Iterator[dict[str, Any]]:
+    """(word, {"domain": [row], "background": [(tf, df)]}) -> the row with `background_frequency`
+    and `contrast`, domain words only."""
+    word, grouped = element
+    background = grouped["background"]
+    background_frequency = background[0][0] / max(background_total_words, 1) if background else 0.0
+    for row in grouped["domain"]:
+        yield {**row, "background_frequency": background_frequency,
+               "contrast": background_contrast(row["tf_icf"], row["tf"] / total_words, background_frequency, floor)}
+
+
+class BackgroundContrast(beam.PTransform):
+    """Rows of `TfIcf` -> the same rows with `background_frequency` and `contrast`
+    (schemas.tables.WORD_STATS_BACKGROUND_SCHEMA).
+
+    `background`: the background corpus's `CountWords` output; `domain_words`: the domain's
+    total word count (singleton PCollection).
+    """
+
+    def __init__(self, background: dict[str, beam.PCollection], domain_words: beam.PCollection,
+                 unseen_count: float = DEFAULT_UNSEEN_COUNT):
+        super().__init__()
+        self.background = background
+        self.domain_words = domain_words
+        self.unseen_count = unseen_count
+
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        floor = self.background["words"] | "BackgroundFloor" >> beam.Map(corpus_floor, self.unseen_count)
+        return (
+            {"domain": rows | "KeyByWord" >> beam.Map(lambda row: (row["word"], row)),
+             "background": self.background["counts"]}
+            | "GroupWithBackground" >> beam.CoGroupByKey()
+            | "Contrast" >> beam.FlatMap(join_background_counts, AsSingleton(self.domain_words),
+                                         AsSingleton(self.background["words"]), AsSingleton(floor))
+        )
 
 
 class TfIcf(beam.PTransform):

@@ -10,10 +10,22 @@ outputs were computed the same way. Change the version whenever a formula change
   source's resolution, i.e. `0.5 * 1e-8 = 5e-9` for the wordfreq tables (their English list
   stops at `WORDFREQ_RESOLUTION = 1e-8`) and `0.5 / T` for a general corpus of `T` words.
   Computed in `pipelines/tf_icf.py`; `maskstream stats --unseen-count` changes it.
-- `mask_probability`: per sequence, weights from each word's nearest-seed similarity (or
-  rank), mixed with uniform by alpha, scaled so the expected number of masked tokens equals
-  the budget times the number of non-special tokens, clipped to 1 with the excess
-  redistributed; special tokens 0.
+- `background_contrast` (`maskstream stats --background-input`): the domain's words scored
+  against a background corpus the user's model already knows (all package descriptions for the
+  science ones, all man pages for section 3):
+  `contrast(w) = tf_icf(w) * max(0, log(p_D(w) / max(f_B(w), floor_B)))`, with `p_D(w) =
+  tf_D(w) / sum tf_D` and `f_B` the word's relative frequency in the background (floor_B =
+  `TF_ICF_UNSEEN_COUNT / T_B` for a background of `T_B` words). TF-ICF keeps words rare in
+  general language; the log-lift keeps only those the domain uses more than its background, so
+  words of the kind of text (`package`, `files`, `provides`) drop to about 0. Computed in
+  `pipelines/tf_icf.py`.
+- `mask_probability`: per sequence, weights from each word's nearest-seed similarity raised to
+  the power `sharpness` (1: the paper's map), or the rank, mixed with uniform by alpha, scaled
+  so the expected number of masked tokens equals the budget times the number of non-special
+  tokens, clipped to 1 with the excess redistributed; with a `floor` f > 0, p = f + (1 - f) p'
+  for the budget (budget - f) / (1 - f); special tokens 0. Still `difference-masking-v1`: the
+  defaults (sharpness 1, floor 0) give the same bytes as before, and the manifest's config
+  records both.
 """
 
 from schemas.words import WORD_NORMALIZATION
@@ -25,5 +37,6 @@ WORDFREQ_RESOLUTION = 1e-8
 FORMULA_VERSIONS: dict[str, str] = {
     "word_normalization": WORD_NORMALIZATION,
     "tf_icf": "tf-icf-v1",
+    "background_contrast": "tf-icf-log-lift-v1",
     "mask_probability": "difference-masking-v1",
 }

@@ -93,6 +93,9 @@ class Manifest:
     shards: list[ShardEntry]
     word_table: str = WORD_TABLE_NAME
     schema_version: int = SCHEMA_VERSION
+    # Signal diagnostics of the mask probabilities (pipelines/signal.py: lifts, entropy ratio,
+    # most and least masked words, histogram, near-uniform warning); {} in older versions.
+    diagnostics: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def total_rows(self) -> int:
@@ -127,7 +130,7 @@ class Manifest:
         data.pop("totals", None)
         fields = {f.name for f in dataclasses.fields(cls)}
         missing = sorted(f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
-                         and f.name not in data)
+                         and f.default_factory is dataclasses.MISSING and f.name not in data)
         if missing:
             raise ManifestError(f"manifest lacks {missing}")
         try:

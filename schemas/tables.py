@@ -18,6 +18,15 @@ WORD_STATS_SCHEMA = pa.schema(
     ]
 )
 
+# `maskstream stats --background-input`: the same rows plus the background contrast.
+WORD_STATS_BACKGROUND_SCHEMA = pa.schema(
+    [
+        *WORD_STATS_SCHEMA,
+        pa.field("background_frequency", pa.float64(), nullable=False),  # f_B(w), 0 when unseen
+        pa.field("contrast", pa.float64(), nullable=False),  # tf_icf * max(0, log(p_D / f_B)), see formulas
+    ]
+)
+
 # Every stage: one row per rejected input record, so that read = accepted + rejected.
 REJECT_SCHEMA = pa.schema(
     [

@@ -54,23 +54,28 @@ WORK = Path("/tmp/maskstream-effect")
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm: how its dataset is made (extra `maskstream seeds` / `build` flags) and how its
-    continued pretraining masks (`maskstream train` flags). `pretrain=False`: fine-tune the warmed
-    checkpoint as it is."""
+    """One arm: how its dataset is made (extra `maskstream stats` / `seeds` / `build` flags; with
+    stats flags the arm gets statistics of its own) and how its continued pretraining masks
+    (`maskstream train` flags). `pretrain=False`: fine-tune the warmed checkpoint as it is."""
 
     title: str
     train: tuple[str, ...] = ()
     seeds: tuple[str, ...] = ()
     build: tuple[str, ...] = ()
+    stats: tuple[str, ...] = ()
     pretrain: bool = True
 
     @property
     def dataset(self) -> str:
-        """Name of the dataset this arm trains on: `main` without extra seeds/build flags."""
-        if not self.seeds and not self.build:
+        """Name of the dataset this arm trains on: `main` without extra stats/seeds/build flags."""
+        if not self.stats and not self.seeds and not self.build:
             return "main"
-        return "v" + hashlib.sha256(json.dumps([self.seeds, self.build]).encode()).hexdigest()[:10]
+        flags = [self.seeds, self.build] + ([self.stats] if self.stats else [])
+        return "v" + hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:10]
 
+
+SHARPENED_BUILD = ("--sharpness", "8", "--floor", "0.01")
+BACKGROUND_STATS = ("--background-input", str(REPO / "data" / "debian-background.jsonl.gz"))
 
 # A new arm is one entry here (and `prepare --arms` / `run --arms` naming it).
 ARMS: dict[str, Arm] = {
@@ -79,6 +84,15 @@ ARMS: dict[str, Arm] = {
     "whole_word": Arm("whole-word random masking", train=("--strategy", "whole_word")),
     "difference": Arm("difference masking (K=20 seeds, nearest seed, 15%)", train=("--strategy", "difference")),
     "difference_ww": Arm("difference masking, whole words", train=("--strategy", "difference", "--whole-word")),
+    # The signal controls of docs/signal.md: a sharper similarity -> probability map, seeds scored
+    # against a background corpus (the shipped sample of all Debian descriptions), and both.
+    "sharpened": Arm("difference masking, sharpened map (sharpness 8, floor 0.01)",
+                     train=("--strategy", "difference"), build=SHARPENED_BUILD),
+    "background": Arm("difference masking, background-contrast seeds", train=("--strategy", "difference"),
+                      stats=BACKGROUND_STATS, seeds=("--contrast", "background")),
+    "background_sharpened": Arm("difference masking, background-contrast seeds and sharpened map",
+                                train=("--strategy", "difference"), stats=BACKGROUND_STATS,
+                                seeds=("--contrast", "background"), build=SHARPENED_BUILD),
 }
 DEFAULT_ARMS = ("none", "random", "difference")
 BASELINE = "random"  # every arm is compared with it, paired by seed
@@ -319,17 +333,21 @@ def warm_head(dataset: Path, model_name: str, out: Path, warm: dict[str, Any], h
 
 def build_dataset(name: str, arm: Arm, domain: Path, work: Path, config: dict[str, Any], model: list[str]
                   ) -> dict[str, Any]:
-    """`maskstream seeds` and `build` for one dataset (stats are shared); returns its record."""
+    """`maskstream seeds` and `build` for one dataset (stats shared, unless the arm has stats flags); returns its record."""
     root = work / "datasets" / name
     shutil.rmtree(root, ignore_errors=True)
-    seconds = {"seeds": cli(["seeds", "--stats", str(work / "stats"), "--output", str(root / "seeds.json"),
-                             *arm.seeds]),
-               "build": cli(["build", "--input", str(domain), "--stats", str(work / "stats"),
+    stats, seconds = work / "stats", {}
+    if arm.stats:
+        stats = root / "stats"
+        seconds["stats"] = cli(["stats", "--input", str(domain), "--output", str(stats), *arm.stats])
+    seconds |= {"seeds": cli(["seeds", "--stats", str(stats), "--output", str(root / "seeds.json"), *arm.seeds]),
+               "build": cli(["build", "--input", str(domain), "--stats", str(stats),
                              "--seeds", str(root / "seeds.json"), "--output", str(root / "dataset"),
                              "--max-length", str(config["max_length"]), *model, *arm.build])}
     version = root / "dataset" / (root / "dataset" / "latest").read_text().strip()
     manifest = json.loads((version / "manifest.json").read_text(encoding="utf-8"))
-    return {"root": str(root / "dataset"), "seeds_flags": list(arm.seeds), "build_flags": list(arm.build),
+    return {"root": str(root / "dataset"), "stats_flags": list(arm.stats), "seeds_flags": list(arm.seeds),
+            "build_flags": list(arm.build),
             "seconds": seconds, "seeds": json.loads((root / "seeds.json").read_text(encoding="utf-8"))["seeds"],
             "rows": manifest["totals"]["rows"], "tokens": manifest["totals"]["tokens"],
             "sha256": {"seeds.json": sha256_file(root / "seeds.json"),
