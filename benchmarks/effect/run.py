@@ -239,8 +239,10 @@ def environment(device: str) -> dict[str, Any]:
     if Path("/proc/cpuinfo").exists():
         names = re.findall(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
         cpu = names[0] if names else cpu
+    # The experiment's own outputs (results/) do not make the code it ran "dirty".
     return {
-        "git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/effect/results")),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
                      "apache_beam": apache_beam.__version__, "numpy": numpy.__version__,
