@@ -3,9 +3,9 @@
     python benchmarks/encoder_runtime.py [--corpus data/debian-science.jsonl] [--threads 1]   # pip install -e '.[bench]'
 
 Every distinct word of the corpus (the build's vocabulary) is encoded as the build encodes it
-(`pipelines.embeddings`: `[CLS] word [SEP]`, mean over the word's own tokens, batches of words of
+(`pipelines.dataset.embeddings`: `[CLS] word [SEP]`, mean over the word's own tokens, batches of words of
 one token count) by the offline MiniLM in each runtime, then scored against seed words with
-`nearest_seed_similarity`. Seeds: the 20 words of highest TF-ICF from `pipelines.tf_icf` over
+`nearest_seed_similarity`. Seeds: the 20 words of highest TF-ICF from `pipelines.statistics.tf_icf` over
 the corpus' counts (`collections.Counter`), after `maskstream seeds`' default filters. Runtimes:
 
 - `torch float32`: the build's default, the reference;
@@ -41,8 +41,8 @@ BATCH = 256
 def vocabulary_and_seeds(corpus: Path, top_k: int = 20) -> tuple[list[str], list[str]]:
     from wordfreq import word_frequency
 
-    from pipelines.stop_words import ENGLISH_STOP_WORDS
-    from pipelines.tf_icf import tf_icf, wordfreq_floor
+    from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
+    from pipelines.statistics.tf_icf import tf_icf, wordfreq_floor
     from schemas.words import words
 
     tf: Counter[str] = Counter()
@@ -58,13 +58,13 @@ def vocabulary_and_seeds(corpus: Path, top_k: int = 20) -> tuple[list[str], list
 
 
 def batches(vocabulary: list[str], model: str) -> list[list[str]]:
-    from pipelines.embeddings import word_batches
+    from pipelines.dataset.embeddings import word_batches
 
     return word_batches(vocabulary, model, BATCH)
 
 
 def inputs_of(batch: list[str], model: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    from pipelines.embeddings import load_word_tokenizer
+    from pipelines.dataset.embeddings import load_word_tokenizer
     from schemas.models import MAX_WORD_TOKENS
 
     encodings = load_word_tokenizer(model, MAX_WORD_TOKENS).encode_batch(batch)
@@ -146,7 +146,7 @@ def main() -> None:
     import torch
     from scipy.stats import spearmanr
 
-    from pipelines.embeddings import nearest_seed_similarity
+    from pipelines.dataset.embeddings import nearest_seed_similarity
     from schemas.models import default_model
 
     torch.set_num_threads(args.threads)
@@ -157,7 +157,7 @@ def main() -> None:
     seed_inputs = inputs_of(seeds, model)
     print(f"{len(vocabulary)} word types of {args.corpus.name}, {len(word_groups)} batches; seeds: {', '.join(seeds)}")
 
-    from pipelines.embeddings import resolve_encoder_dtype
+    from pipelines.dataset.embeddings import resolve_encoder_dtype
 
     with tempfile.TemporaryDirectory() as tmp:
         runtimes = {

@@ -26,14 +26,14 @@ from maskstream.remote_paths import (
 
 # name -> (module, one-line help, passes unknown flags to Beam)
 COMMANDS: dict[str, tuple[str, str, bool]] = {
-    "stats": ("pipelines.stats", "word statistics and TF-ICF of a domain corpus (Beam)", True),
-    "seeds": ("pipelines.seeds", "top-K seed words by TF-ICF, with a report", False),
-    "build": ("pipelines.build", "tokenize, score words against the seeds, write a versioned dataset", True),
-    "check-tokenizer": ("pipelines.check_tokenizer", "does a tokenizer map its tokens to the right words? (a corpus sample)", False),
-    "inspect": ("pipelines.inspect_dataset", "summarize and verify a dataset version, plot its mask probabilities", False),
-    "update": ("pipelines.update", "stats, seeds and build in one step, redoing only what the corpus changed", True),
-    "watch": ("pipelines.watch", "rebuild a dataset whenever a corpus folder or gs:// prefix changes", True),
-    "gc": ("pipelines.gc", "remove old dataset versions and cache entries no kept version uses", False),
+    "stats": ("pipelines.statistics.stats", "word statistics and TF-ICF of a domain corpus (Beam)", True),
+    "seeds": ("pipelines.statistics.seeds", "top-K seed words by TF-ICF, with a report", False),
+    "build": ("pipelines.dataset.build", "tokenize, score words against the seeds, write a versioned dataset", True),
+    "check-tokenizer": ("pipelines.dataset.check_tokenizer", "does a tokenizer map its tokens to the right words? (a corpus sample)", False),
+    "inspect": ("pipelines.dataset.inspect_dataset", "summarize and verify a dataset version, plot its mask probabilities", False),
+    "update": ("pipelines.lifecycle.update", "stats, seeds and build in one step, redoing only what the corpus changed", True),
+    "watch": ("pipelines.lifecycle.watch", "rebuild a dataset whenever a corpus folder or gs:// prefix changes", True),
+    "gc": ("pipelines.lifecycle.gc", "remove old dataset versions and cache entries no kept version uses", False),
     "train": ("trainer.train", "continued MLM pretraining on a dataset's streamed shards", False),
     "finetune": ("trainer.finetune", "fine-tune a classifier with TMR, evaluate, zero-shot transfer", False),
 }

@@ -9,7 +9,7 @@ outputs were computed the same way. Change the version whenever a formula change
   words general text lacks: `TF_ICF_UNSEEN_COUNT` (default 0.5) occurrences at the general
   source's resolution, i.e. `0.5 * 1e-8 = 5e-9` for the wordfreq tables (their English list
   stops at `WORDFREQ_RESOLUTION = 1e-8`) and `0.5 / T` for a general corpus of `T` words.
-  Computed in `pipelines/tf_icf.py`; `maskstream stats --unseen-count` changes it.
+  Computed in `pipelines/statistics/tf_icf.py`; `maskstream stats --unseen-count` changes it.
 - `background_contrast` (`maskstream stats --background-input`): the domain's words scored
   against a background corpus the user's model already knows (all package descriptions for the
   science ones, all man pages for section 3):
@@ -18,7 +18,7 @@ outputs were computed the same way. Change the version whenever a formula change
   `TF_ICF_UNSEEN_COUNT / T_B` for a background of `T_B` words). TF-ICF keeps words rare in
   general language; the log-lift keeps only those the domain uses more than its background, so
   words of the kind of text (`package`, `files`, `provides`) drop to about 0. Computed in
-  `pipelines/tf_icf.py`.
+  `pipelines/statistics/tf_icf.py`.
 - `mask_probability`: per sequence, weights from each word's nearest-seed similarity raised to
   the power `sharpness` (1: the paper's map), or the rank, mixed with uniform by alpha, scaled
   so the expected number of masked tokens equals the budget times the number of non-special

@@ -93,7 +93,7 @@ class Manifest:
     shards: list[ShardEntry]
     word_table: str = WORD_TABLE_NAME
     schema_version: int = SCHEMA_VERSION
-    # Signal diagnostics of the mask probabilities (pipelines/signal.py: lifts, entropy ratio,
+    # Signal diagnostics of the mask probabilities (pipelines/dataset/signal.py: lifts, entropy ratio,
     # most and least masked words, histogram, near-uniform warning); {} in older versions.
     diagnostics: dict[str, Any] = dataclasses.field(default_factory=dict)
 

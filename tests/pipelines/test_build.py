@@ -197,7 +197,7 @@ def test_encoder_sees_exactly_the_unique_words_and_seeds(built, minilm_path):
 
 
 def test_manifest_records_the_resolved_encoder_dtype(built):
-    from pipelines.embeddings import resolve_encoder_dtype
+    from pipelines.dataset.embeddings import resolve_encoder_dtype
 
     manifest = built["manifest"]
     dtype = resolve_encoder_dtype("auto", "auto")  # the build ran with the default --encoder-dtype auto
@@ -254,7 +254,7 @@ def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys
 
 
 def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tmp_path, monkeypatch, capsys):
-    import pipelines.dataset_pipeline as dataset_pipeline
+    import pipelines.dataset.dataset_pipeline as dataset_pipeline
 
     inputs = make_inputs(sample_corpus, tmp_path / "in", 30)
     root = str(tmp_path / "dataset")

@@ -17,8 +17,8 @@ from scipy.stats import rankdata
 from transformers import AutoTokenizer
 
 from pipelines.corpus import Document
-from pipelines.mask_probability import mask_probabilities
-from pipelines.sequences import TokenizeToWindows, cut_points, load_backend_tokenizer
+from pipelines.dataset.mask_probability import mask_probabilities
+from pipelines.dataset.sequences import TokenizeToWindows, cut_points, load_backend_tokenizer
 from schemas.alignment import align_tokens_to_words
 from schemas.words import word_spans
 
@@ -185,7 +185,7 @@ def test_nearest_seed_similarity_matches_scikit_learn(reduce):
     from sklearn.metrics.pairwise import cosine_similarity
     from sklearn.preprocessing import normalize
 
-    from pipelines.embeddings import nearest_seed_similarity
+    from pipelines.dataset.embeddings import nearest_seed_similarity
 
     rng = np.random.default_rng(1)
     words_, seeds = rng.normal(size=(40, 16)), rng.normal(size=(5, 16))
@@ -206,7 +206,7 @@ def test_word_encoder_pools_each_word_on_its_own(minilm_path, pooling):
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from pipelines.embeddings import WordEncoderHandler
+    from pipelines.dataset.embeddings import WordEncoderHandler
 
     handler = WordEncoderHandler(minilm_path, pooling=pooling, device="cpu")
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
@@ -226,7 +226,7 @@ def test_word_encoder_pools_each_word_on_its_own(minilm_path, pooling):
 def test_a_batch_is_tokenized_as_each_document_alone(documents, minilm_path):
     """Batching joins the documents' texts; every row must equal the document tokenized alone,
     and each token's word must be the normalized word its characters overlap."""
-    from pipelines.sequences import tokenize_documents
+    from pipelines.dataset.sequences import tokenize_documents
 
     extra = [Document("x:line 1", "x", "  \t  "), Document("x:line 2", "x", "Ünïcödé ﬁle naïve — İstanbul x² and Café")]
     batch = [*documents[:60], *extra]
@@ -257,7 +257,7 @@ def test_word_tokenizer_gives_the_hugging_face_ids_and_masks(minilm_path, tmp_pa
 
     from transformers import AutoTokenizer
 
-    from pipelines.embeddings import load_word_tokenizer
+    from pipelines.dataset.embeddings import load_word_tokenizer
 
     model = tmp_path / "model"
     shutil.copytree(minilm_path, model)

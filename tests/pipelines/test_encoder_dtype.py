@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from maskstream.cli import build_parser
-from pipelines import embeddings
-from pipelines.build import config_from_args
-from pipelines.embeddings import (
+from pipelines.dataset import embeddings
+from pipelines.dataset.build import config_from_args
+from pipelines.dataset.embeddings import (
     WordEncoderHandler,
     nearest_seed_similarity,
     resolve_encoder_dtype,
     word_batches,
 )
-from pipelines.incremental import encoder_key
+from pipelines.lifecycle.incremental import encoder_key
 from schemas.words import words
 
 SEEDS = ["astronomy", "molecular", "protein", "simulation", "statistics"]
@@ -96,7 +96,7 @@ def test_explicit_dtypes_are_kept_and_others_refused(monkeypatch, no_cuda):
 
 @pytest.mark.parametrize("command", ["build", "update"])
 def test_the_config_holds_the_resolved_dtype(monkeypatch, no_cuda, command):
-    from pipelines.update import options_from_args
+    from pipelines.lifecycle.update import options_from_args
 
     def config(*extra):
         io = ["--input", "x", "--output", "y"]

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from maskstream.cli import build_parser
-from pipelines.dataset_writer import verify_shard
-from pipelines.incremental import update
+from pipelines.dataset.dataset_writer import verify_shard
+from pipelines.lifecycle.incremental import update
 from schemas.manifest import MANIFEST_NAME, load_manifest
 
 FILES, DOCUMENTS_PER_FILE = 100, 2
@@ -43,8 +43,8 @@ def change_one_file(folder: Path) -> Path:
 
 
 def run_update(inputs: str, root: str) -> dict:
-    from pipelines.incremental import update
-    from pipelines.update import options_from_args
+    from pipelines.lifecycle.incremental import update
+    from pipelines.lifecycle.update import options_from_args
 
     args, _ = build_parser().parse_known_args(["update", "--input", inputs, "--output", root, "--shard-rows", "100"])
     return update(options_from_args(args, args.input, args.output))
@@ -115,9 +115,9 @@ def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) 
 
 
 def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first_build) -> None:
-    from pipelines.embeddings import resolve_encoder_dtype
-    from pipelines.incremental import encoder_key
-    from pipelines.update import options_from_args
+    from pipelines.dataset.embeddings import resolve_encoder_dtype
+    from pipelines.lifecycle.incremental import encoder_key
+    from pipelines.lifecycle.update import options_from_args
 
     url, manifest = load_manifest(str(first_build["root"]))  # latest: the corpus as it is now
     dtype = resolve_encoder_dtype("auto", "auto")  # the default, --encoder-dtype auto
@@ -183,7 +183,7 @@ def watched_copy(first_build, name: str) -> tuple[Path, Path]:
 
 
 def test_watch_builds_when_the_folder_changes(first_build) -> None:
-    from pipelines.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
+    from pipelines.lifecycle.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
 
     corpus, root = watched_copy(first_build, "watch")
     args, _ = build_parser().parse_known_args(["watch", str(corpus), "--output", str(root)])

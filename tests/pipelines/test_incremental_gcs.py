@@ -36,9 +36,9 @@ def tiny_bert(path: Path, minilm_path: str) -> str:
 
 def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs, caplog,
                                         minilm_path, tmp_path) -> None:
-    from pipelines.incremental import update
-    from pipelines.update import options_from_args
-    from pipelines.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
+    from pipelines.lifecycle.incremental import update
+    from pipelines.lifecycle.update import options_from_args
+    from pipelines.lifecycle.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
     from trainer.follow import LatestVersionFollower
 
     fs, _ = fsspec.core.url_to_fs(gcs_bucket)

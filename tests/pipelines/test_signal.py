@@ -18,8 +18,8 @@ import pytest
 from scipy.optimize import brentq
 
 from maskstream.cli import main
-from pipelines.mask_probability import SHARPENED, mask_probabilities_flat
-from pipelines.stop_words import ENGLISH_STOP_WORDS
+from pipelines.dataset.mask_probability import SHARPENED, mask_probabilities_flat
+from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 from schemas.manifest import load_manifest
 from schemas.words import words
 from tests.pipelines.test_build import SEEDS, build_args, make_inputs
@@ -164,7 +164,7 @@ def test_build_diagnostics_match_a_count_of_the_shards(sharpened_build):
 
 
 def test_the_build_prints_its_diagnostics(sharpened_build, capsys):
-    from pipelines.build import print_signal
+    from pipelines.dataset.build import print_signal
 
     print_signal(sharpened_build["version_url"])
     out = capsys.readouterr().out
@@ -184,10 +184,10 @@ def test_inspect_compares_the_three_maps_and_plots_the_signal(sharpened_build, t
 
 def test_a_near_uniform_map_is_warned_about(sharpened_build):
     """The paper's map on this slice: its diagnostics carry the warning naming the knobs."""
-    from pipelines.inspect_dataset import signal_reports
+    from pipelines.dataset.inspect_dataset import signal_reports
 
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
-    from pipelines.signal import map_tallies
+    from pipelines.dataset.signal import map_tallies
 
     word_table = pq.read_table(f"{version_url}/words.parquet")
     similarity = np.zeros(word_table.num_rows, np.float32)

@@ -14,7 +14,7 @@ import pytest
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from wordfreq import word_frequency
 
-from pipelines.stop_words import ENGLISH_STOP_WORDS as SHIPPED_STOP_WORDS
+from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS as SHIPPED_STOP_WORDS
 from schemas.formulas import FORMULA_VERSIONS
 from schemas.tables import WORD_STATS_SCHEMA
 from schemas.words import words

@@ -12,8 +12,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from wordfreq import word_frequency
 
 from pipelines.corpus import Document
-from pipelines.counting import CountWords
-from pipelines.tf_icf import TfIcf, corpus_floor, tf_icf, wordfreq_floor
+from pipelines.statistics.counting import CountWords
+from pipelines.statistics.tf_icf import TfIcf, corpus_floor, tf_icf, wordfreq_floor
 from schemas.words import words
 
 DOMAIN = [

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.check_tokenizer import word_decode_report
 from pipelines.corpus import Document
-from pipelines.sequences import (
+from pipelines.dataset.check_tokenizer import word_decode_report
+from pipelines.dataset.sequences import (
     check_tokenizer,
     cut_windows,
     flat,

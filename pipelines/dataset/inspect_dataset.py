@@ -6,10 +6,10 @@ gs://. Prints the manifest's summary, checks the sha256 of every shard against t
 with the tokens most likely to be masked marked as [[token]], and writes a PNG with the
 histogram of the mask probabilities and of the expected masking rate per sequence.
 
-Then the masking signal (pipelines/signal.py): lifts, entropy ratio, the most and least masked
+Then the masking signal (pipelines/dataset/signal.py): lifts, entropy ratio, the most and least masked
 words of the stored probabilities, and the same figures for three maps recomputed from the
 shards' words and the word table -- the paper's similarity map, the reference code's rank map and
-the sharpened map (`pipelines.mask_probability.SHARPENED`) -- so they can be compared on the
+the sharpened map (`pipelines.dataset.mask_probability.SHARPENED`) -- so they can be compared on the
 user's own corpus; plotted to a second PNG (the first one's name with `_signal`).
 """
 
@@ -88,9 +88,9 @@ def plot_histograms(probabilities, rates, path: str, title: str) -> None:
 
 
 def signal_reports(tallies: list[dict], word_table: Any, seeds: list[str]) -> dict[str, dict]:
-    """`signal_report` per map of the shards' `pipelines.signal.map_tallies` (one per shard):
+    """`signal_report` per map of the shards' `pipelines.dataset.signal.map_tallies` (one per shard):
     the stored probabilities first, then each map of `comparison_maps`, recomputed."""
-    from pipelines.signal import dataset_diagnostics, merge_map_tallies
+    from pipelines.dataset.signal import dataset_diagnostics, merge_map_tallies
 
     merged = merge_map_tallies(tallies)
     return {name: dataset_diagnostics(tally, word_table, seeds) for name, tally in merged.items()}
@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    from pipelines.dataset_writer import join, verify_shard
-    from pipelines.signal import comparison_lines, format_report, map_tallies, plot_report
+    from pipelines.dataset.dataset_writer import join, verify_shard
+    from pipelines.dataset.signal import comparison_lines, format_report, map_tallies, plot_report
     from schemas.manifest import ManifestError, load_manifest
     from schemas.tables import SEQUENCE_SCHEMA, SchemaMismatch, check_schema
 

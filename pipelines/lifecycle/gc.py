@@ -57,7 +57,7 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
     """Removes what the module docstring says; returns {"versions", "incomplete", "files", "embeddings"}."""
     import fsspec
 
-    from pipelines.incremental import CACHE_DIR, EMBEDDINGS_DIR, FILES_DIR, entry_key
+    from pipelines.lifecycle.incremental import CACHE_DIR, EMBEDDINGS_DIR, FILES_DIR, entry_key
     from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
 
     if keep < 1:

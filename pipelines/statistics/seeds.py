@@ -71,7 +71,7 @@ def load_stop_words(spec: str) -> frozenset[str]:
     from schemas.words import normalize_word
 
     if spec == "english":
-        from pipelines.stop_words import ENGLISH_STOP_WORDS
+        from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 
         return ENGLISH_STOP_WORDS
     if spec == "none":

@@ -144,8 +144,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         raise ValueError(f"--sharpness must be > 0, got {args.sharpness}")
     if not 0.0 <= args.floor <= args.budget:
         raise ValueError(f"--floor must be in [0, --budget = {args.budget}], got {args.floor}")
-    from pipelines.embeddings import resolve_encoder_dtype
-    from pipelines.sequences import check_tokenizer
+    from pipelines.dataset.embeddings import resolve_encoder_dtype
+    from pipelines.dataset.sequences import check_tokenizer
 
     check_tokenizer(args.tokenizer or args.model, args.packing)  # refused here, not as a crash in training
     return BuildConfig(
@@ -224,7 +224,7 @@ def check_seed_words(seeds_json: str, seeds: list[str], formulas: dict[str, str]
 
 def tokenizer_info(name: str) -> dict[str, Any]:
     """What the trainer needs from the tokenizer without loading it."""
-    from pipelines.sequences import load_tokenizer
+    from pipelines.dataset.sequences import load_tokenizer
     from schemas.manifest import vocab_hash
 
     tokenizer = load_tokenizer(name)
@@ -247,8 +247,8 @@ def run(args: argparse.Namespace) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.corpus import ReadCorpus, corpus_fingerprint
-    from pipelines.dataset_pipeline import BuildDataset
-    from pipelines.dataset_writer import new_version_name, prepare_version, write_atomically
+    from pipelines.dataset.dataset_pipeline import BuildDataset
+    from pipelines.dataset.dataset_writer import new_version_name, prepare_version, write_atomically
     from schemas.formulas import FORMULA_VERSIONS
 
     version = args.version or new_version_name()
@@ -295,8 +295,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_signal(version_url: str) -> None:
-    """The manifest's signal diagnostics (pipelines/signal.py), as text."""
-    from pipelines.signal import build_lines
+    """The manifest's signal diagnostics (pipelines/dataset/signal.py), as text."""
+    from pipelines.dataset.signal import build_lines
     from schemas.manifest import load_manifest
 
     _, manifest = load_manifest(version_url)

@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_update_options(parser: argparse.ArgumentParser) -> None:
     """The options `update` and `watch` share (everything but the input and the output)."""
-    from pipelines import seeds
-    from pipelines.build import add_dataset_options
+    from pipelines.dataset.build import add_dataset_options
+    from pipelines.statistics import seeds
 
     parser.add_argument("--text-field", default="text", help="JSONL field / Parquet column with the text (default: text)")
     parser.add_argument("--txt-mode", choices=("line", "file"), default="line",
@@ -47,8 +47,8 @@ def add_update_options(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace, inputs: list[str], root: str):
-    from pipelines.build import BuildConfig, config_from_args
-    from pipelines.incremental import UpdateOptions
+    from pipelines.dataset.build import BuildConfig, config_from_args
+    from pipelines.lifecycle.incremental import UpdateOptions
 
     build_args = argparse.Namespace(**vars(args), pack_group_size=0,
                                     tokenize_batch_size=BuildConfig.tokenize_batch_size, write_embeddings=False)
@@ -61,7 +61,7 @@ def options_from_args(args: argparse.Namespace, inputs: list[str], root: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.incremental import update
+    from pipelines.lifecycle.incremental import update
 
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
     try:

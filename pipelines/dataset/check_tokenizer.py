@@ -69,7 +69,7 @@ def word_decode_report(model: str, texts: Sequence[str], examples: int = 5) -> d
     (mis-decoded, or given tokens of two units, or none), `tokens_across_words`."""
     import numpy as np
 
-    from pipelines.sequences import load_backend_tokenizer
+    from pipelines.dataset.sequences import load_backend_tokenizer
     from schemas.alignment import align_tokens_to_words
     from schemas.words import WORD_PATTERN, word_boundaries
 
@@ -142,7 +142,7 @@ def word_decode_report(model: str, texts: Sequence[str], examples: int = 5) -> d
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.sequences import check_tokenizer
+    from pipelines.dataset.sequences import check_tokenizer
 
     try:
         check_tokenizer(args.model)

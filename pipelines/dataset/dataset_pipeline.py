@@ -29,7 +29,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from pipelines.dataset_writer import (
+from pipelines.dataset.dataset_writer import (
     dataset_rows,
     embeddings_table,
     join,
@@ -38,9 +38,9 @@ from pipelines.dataset_writer import (
     write_shard,
     write_word_table,
 )
-from pipelines.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
-from pipelines.sequences import TokenizeToWindows, natural_key
-from pipelines.signal import build_diagnostics, map_tallies, merge_map_tallies
+from pipelines.dataset.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
+from pipelines.dataset.sequences import TokenizeToWindows, natural_key
+from pipelines.dataset.signal import build_diagnostics, map_tallies, merge_map_tallies
 from schemas.manifest import Manifest
 from schemas.tables import WORD_TABLE_SCHEMA
 
@@ -173,7 +173,7 @@ def stage_windows(windows: pa.Table, version_url: str) -> tuple[str, pa.Table]:
 
 
 def probability_options(config) -> dict[str, Any]:
-    """`mask_probabilities_flat`'s options from a `pipelines.build.BuildConfig`."""
+    """`mask_probabilities_flat`'s options from a `pipelines.dataset.build.BuildConfig`."""
     return {"budget": config.budget, "alpha": config.alpha, "weighting": config.weighting,
             "sharpness": config.sharpness, "floor": config.floor, "width": config.max_length}
 
@@ -181,7 +181,7 @@ def probability_options(config) -> dict[str, Any]:
 class ComputeRows(beam.DoFn):
     """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
     written as one Arrow part file per shard it touches; yields (shard, part path), and the
-    rows' signal tallies (`pipelines.signal.map_tallies`) on the output tagged TALLY.
+    rows' signal tallies (`pipelines.dataset.signal.map_tallies`) on the output tagged TALLY.
 
     The rows go through files rather than through the GroupByKey: the runner then never holds
     the whole dataset in memory, only the part names.
@@ -216,7 +216,7 @@ class ComputeRows(beam.DoFn):
 
 
 class MergeTallies(beam.CombineFn):
-    """Sums signal tallies per map (`pipelines.signal.merge_map_tallies`); None when there is none."""
+    """Sums signal tallies per map (`pipelines.dataset.signal.merge_map_tallies`); None when there is none."""
 
     def create_accumulator(self):
         return None

@@ -80,7 +80,7 @@ def built_name(config: dict[str, Any]) -> str:
 def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Name -> `mask_probabilities_flat` options of the maps every build and `inspect` compare with
     the built one: the paper's similarity map, the reference code's rank map, the sharpened map."""
-    from pipelines.mask_probability import PAPER_SHARPNESS, SHARPENED
+    from pipelines.dataset.mask_probability import PAPER_SHARPNESS, SHARPENED
 
     base = {"budget": config.get("budget", 0.15), "width": config.get("max_length", 0)}
     sharpened = {**base, **SHARPENED}
@@ -95,7 +95,7 @@ def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def map_tallies(rows: Any, similarity: np.ndarray, config: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
     """Tallies of SEQUENCE_SCHEMA rows: of their stored probabilities (`built_name`, first), and of
     each `comparison_maps` map recomputed from their words and `similarity`."""
-    from pipelines.mask_probability import mask_probabilities_flat
+    from pipelines.dataset.mask_probability import mask_probabilities_flat
 
     budget = config.get("budget", 0.15)
 
@@ -136,7 +136,7 @@ def build_diagnostics(tallies: dict[str, dict[str, np.ndarray]] | None, word_tab
 def dataset_diagnostics(counts: dict[str, np.ndarray] | None, word_table: Any, seeds: Iterable[str]) -> dict[str, Any]:
     """A manifest's `diagnostics`: `signal_report` of a tally, with the word table (pyarrow,
     WORD_TABLE_SCHEMA) and scikit-learn's English stop words; {} without a tally (no rows)."""
-    from pipelines.stop_words import ENGLISH_STOP_WORDS
+    from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 
     if counts is None:
         return {}

@@ -51,8 +51,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.dataset_writer import join, write_atomically
-from pipelines.sequences import TOKENIZED_SCHEMA, natural_key
+from pipelines.dataset.dataset_writer import join, write_atomically
+from pipelines.dataset.sequences import TOKENIZED_SCHEMA, natural_key
 from schemas.models import MAX_WORD_TOKENS
 
 LOG = logging.getLogger("maskstream.update")
@@ -95,7 +95,7 @@ def entry_key(settings_key: str, path: str, content_sha256: str) -> str:
 
 
 def file_settings(tokenizer: str, text_field: str, txt_mode: str) -> FileSettings:
-    from pipelines.sequences import load_backend_tokenizer
+    from pipelines.dataset.sequences import load_backend_tokenizer
 
     definition = load_backend_tokenizer(tokenizer).to_str()
     return FileSettings(tokenizer, sha256_text(definition), text_field, txt_mode)
@@ -144,15 +144,15 @@ class ProcessFileFn(beam.DoFn):
         self._ms = beam.metrics.Metrics.counter("update", "process_files_ms")
 
     def setup(self) -> None:
-        from pipelines.sequences import load_backend_tokenizer
+        from pipelines.dataset.sequences import load_backend_tokenizer
 
         self._tokenizer = load_backend_tokenizer(self._tokenizer_name)
 
     def process(self, element: tuple[str, dict[str, list]]):
         from collections import Counter
 
-        from pipelines.counting import word_counts_of_document
-        from pipelines.sequences import tokenize_documents
+        from pipelines.dataset.sequences import tokenize_documents
+        from pipelines.statistics.counting import word_counts_of_document
 
         started = time.perf_counter()
         path, grouped = element
@@ -214,7 +214,7 @@ class ProcessFiles(beam.PTransform):
 
 
 def write_parquet_file(table: pa.Table, url: str) -> None:
-    from pipelines.dataset_writer import write_parquet
+    from pipelines.dataset.dataset_writer import write_parquet
 
     write_parquet(table, url, 100_000)
 
@@ -264,7 +264,7 @@ def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.
 @functools.lru_cache(maxsize=1)
 def _load_encoder(encoder: str, pooling: str, threads: int, device: str, batch_rows: int, dtype: str) -> Future:
     def load():
-        from pipelines.embeddings import WordEncoderHandler
+        from pipelines.dataset.embeddings import WordEncoderHandler
 
         handler = WordEncoderHandler(encoder, pooling=pooling, max_word_tokens=MAX_WORD_TOKENS, threads=threads,
                                      device=device, batch_rows=batch_rows, dtype=dtype)
@@ -294,7 +294,7 @@ class EncoderLoader:
 
 def encode_words(words: Sequence[str], encoder: EncoderLoader) -> dict[str, np.ndarray]:
     """Embeddings of `words` with the build's encoder, batched as the build batches them."""
-    from pipelines.embeddings import word_batches
+    from pipelines.dataset.embeddings import word_batches
 
     if not words:
         return {}
@@ -309,7 +309,7 @@ def encode_words(words: Sequence[str], encoder: EncoderLoader) -> dict[str, np.n
 def write_embeddings_part(cache_url: str, key: str, embeddings: dict[str, np.ndarray]) -> None:
     if not embeddings:
         return
-    from pipelines.dataset_writer import embeddings_table
+    from pipelines.dataset.dataset_writer import embeddings_table
 
     table = embeddings_table(embeddings)
     name = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
@@ -329,7 +329,7 @@ def write_embeddings_part(cache_url: str, key: str, embeddings: dict[str, np.nda
 class UpdateOptions:
     inputs: list[str]
     root: str
-    build: Any  # pipelines.build.BuildConfig
+    build: Any  # pipelines.dataset.build.BuildConfig
     text_field: str = "text"
     txt_mode: str = "line"
     top_k: int = 20
@@ -347,7 +347,7 @@ def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float)
     """(WORD_STATS rows sorted by word, documents N, total words), as `maskstream stats` computes them."""
     from wordfreq import word_frequency
 
-    from pipelines.tf_icf import word_stats_row, wordfreq_floor
+    from pipelines.statistics.tf_icf import word_stats_row, wordfreq_floor
 
     entries = list(entries)
     documents = sum(entry.documents for entry in entries)
@@ -365,8 +365,8 @@ def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float)
 def windows_of(entries: Sequence[FileEntry], index: dict[str, int], tokenizer: str, max_length: int,
                packing: str) -> pa.Table:
     """Every window of the corpus (WINDOWS_SCHEMA) in sequence-id order, as the build orders them."""
-    from pipelines.dataset_pipeline import sequence_ids, sequence_offsets, unit_counts
-    from pipelines.sequences import (
+    from pipelines.dataset.dataset_pipeline import sequence_ids, sequence_offsets, unit_counts
+    from pipelines.dataset.sequences import (
         WINDOWS_SCHEMA,
         cut_windows,
         flat,
@@ -422,10 +422,10 @@ def update(options: UpdateOptions) -> dict[str, Any]:
 def _update(options: UpdateOptions) -> dict[str, Any]:
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.build import tokenizer_info
     from pipelines.corpus import corpus_fingerprint
-    from pipelines.dataset_pipeline import probability_options, shard_count, write_rejects
-    from pipelines.dataset_writer import (
+    from pipelines.dataset.build import tokenizer_info
+    from pipelines.dataset.dataset_pipeline import probability_options, shard_count, write_rejects
+    from pipelines.dataset.dataset_writer import (
         dataset_rows,
         new_version_name,
         prepare_version,
@@ -434,9 +434,9 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
         write_shard,
         write_word_table,
     )
-    from pipelines.embeddings import nearest_seed_similarity
-    from pipelines.seeds import load_stop_words, select_seeds
-    from pipelines.signal import build_diagnostics, map_tallies, merge_map_tallies
+    from pipelines.dataset.embeddings import nearest_seed_similarity
+    from pipelines.dataset.signal import build_diagnostics, map_tallies, merge_map_tallies
+    from pipelines.statistics.seeds import load_stop_words, select_seeds
     from schemas.formulas import FORMULA_VERSIONS
     from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME, Manifest, ShardEntry
 

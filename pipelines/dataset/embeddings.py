@@ -27,7 +27,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
-from pipelines.dataset_writer import word_table
+from pipelines.dataset.dataset_writer import word_table
 from schemas.models import MAX_WORD_TOKENS
 
 POOLINGS = ("mean", "pooler")
@@ -185,7 +185,7 @@ def load_word_tokenizer(name: str, max_word_tokens: int):
     with `padding=True, truncation=True`, without its Python per-token conversions."""
     from tokenizers import Tokenizer
 
-    from pipelines.sequences import load_backend_tokenizer, load_tokenizer
+    from pipelines.dataset.sequences import load_backend_tokenizer, load_tokenizer
 
     hf = load_tokenizer(name)
     tokenizer = Tokenizer.from_str(load_backend_tokenizer(name).to_str())
@@ -204,7 +204,7 @@ def word_batches(words: Sequence[str], tokenizer_name: str, batch_size: int,
     batch of the same shape whichever other words are encoded with it, which keeps its embedding
     the same bit for bit in a full build and in an incremental one (small batches and padding can
     change the last bits of a float32 result)."""
-    from pipelines.sequences import load_backend_tokenizer
+    from pipelines.dataset.sequences import load_backend_tokenizer
 
     ordered = sorted(set(words))
     lengths = [min(len(e.ids), max_word_tokens) for e in load_backend_tokenizer(tokenizer_name).encode_batch(ordered)]

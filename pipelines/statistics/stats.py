@@ -3,7 +3,7 @@
 Reads the corpus (.txt, .jsonl, .parquet; local paths or gs:// globs), counts every word
 (schemas/words.py) -- tf (occurrences), df (documents) and the number of documents N -- looks
 up each word's frequency in general text (the offline wordfreq tables, or a second corpus
-given with --general-input), and scores it by TF-ICF (see pipelines/tf_icf.py). With
+given with --general-input), and scores it by TF-ICF (see pipelines/statistics/tf_icf.py). With
 --background-input, a background corpus (the broader text the domain is part of) is counted the
 same way and each word also gets its background frequency and its background contrast. Writes
 
@@ -71,8 +71,8 @@ def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> Non
     from apache_beam.pvalue import AsSingleton
 
     from pipelines.corpus import ReadCorpus
-    from pipelines.counting import CountWords
-    from pipelines.tf_icf import TfIcf
+    from pipelines.statistics.counting import CountWords
+    from pipelines.statistics.tf_icf import TfIcf
     from schemas.tables import WORD_STATS_BACKGROUND_SCHEMA, WORD_STATS_SCHEMA
 
     corpus = pipeline | "ReadCorpus" >> ReadCorpus(args.input, args.text_field, args.txt_mode)
@@ -90,7 +90,7 @@ def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> Non
     schema = WORD_STATS_SCHEMA
     background = None
     if args.background_input:
-        from pipelines.tf_icf import BackgroundContrast
+        from pipelines.statistics.tf_icf import BackgroundContrast
 
         background_corpus = pipeline | "ReadBackgroundCorpus" >> ReadCorpus(
             args.background_input, args.text_field, args.txt_mode)

@@ -59,10 +59,10 @@ def write_atomically(url: str, data: bytes) -> None:
 
 
 def dataset_rows(windows: pa.Table, sequence_ids: np.ndarray, similarity: np.ndarray, **probability) -> pa.Table:
-    """Windows (`pipelines.sequences.WINDOWS_SCHEMA`) and their ids -> rows of SEQUENCE_SCHEMA,
+    """Windows (`pipelines.dataset.sequences.WINDOWS_SCHEMA`) and their ids -> rows of SEQUENCE_SCHEMA,
     with mask probabilities (`mask_probabilities_flat`, keyword options passed through)."""
-    from pipelines.mask_probability import mask_probabilities_flat
-    from pipelines.sequences import flat, list_column
+    from pipelines.dataset.mask_probability import mask_probabilities_flat
+    from pipelines.dataset.sequences import flat, list_column
 
     word_ids, offsets = flat(windows, "word_ids")
     word_index, _ = flat(windows, "word_index")

@@ -34,7 +34,7 @@ EXIT_BUILT, EXIT_FAILED, EXIT_INPUT_ERROR, EXIT_UNCHANGED = 0, 1, 2, 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipelines.update import add_update_options
+    from pipelines.lifecycle.update import add_update_options
 
     parser.add_argument("source", metavar="SOURCE", help="folder or gs:// prefix holding the corpus files")
     parser.add_argument("--output", required=True, metavar="DATASET_ROOT", help="dataset root (local or gs://)")
@@ -116,8 +116,8 @@ class Watcher:
     def check(self) -> int:
         """One decision: EXIT_BUILT, EXIT_UNCHANGED, or an error status."""
         from pipelines.corpus import corpus_fingerprint
-        from pipelines.incremental import update
-        from pipelines.update import options_from_args
+        from pipelines.lifecycle.incremental import update
+        from pipelines.lifecycle.update import options_from_args
 
         listing = self.settled_listing()
         if listing is None:
@@ -155,9 +155,9 @@ class Watcher:
         return EXIT_BUILT
 
     def run(self) -> None:
-        from pipelines.incremental import EncoderLoader
-        from pipelines.sequences import load_backend_tokenizer
-        from pipelines.update import options_from_args
+        from pipelines.dataset.sequences import load_backend_tokenizer
+        from pipelines.lifecycle.incremental import EncoderLoader
+        from pipelines.lifecycle.update import options_from_args
 
         LOG.info("watching %s every %g s (settle %g s), building into %s", self.source, self.interval,
                  self.settle, self.root)
