@@ -107,7 +107,9 @@ def test_whole_experiment_on_the_tiny_config(tmp_path: Path) -> None:
     assert prepared["warm"]["sha256"][:16] in text and prepared["sha256"]["corpus"][:16] in text
     for png in tmp_path.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len(list(tmp_path.glob("*.png"))) == 3  # mask probabilities, downstream, held-out losses
+    # mask probabilities and their signal (inspect), downstream, held-out losses
+    assert len(list(tmp_path.glob("*.png"))) == 4
+    assert "mask_probabilities-tiny_signal.png" in text
 
 
 def synthetic_line(arm: str, seed: int, accuracy: float, mlm: float) -> dict:

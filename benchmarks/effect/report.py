@@ -339,6 +339,10 @@ def experiment_section(chash: str, lines: list[dict[str, Any]], selection: dict[
     if mask_plot.exists():
         out += [f"Stored mask probabilities of the `main` dataset (`maskstream inspect`): "
                 f"![mask probabilities]({rel(mask_plot)})", ""]
+    signal_plot = mask_plot.with_name(mask_plot.stem + "_signal.png")
+    if signal_plot.exists():
+        out += [f"Where that dataset's masking budget goes (`maskstream inspect`'s signal plot): "
+                f"![masking signal]({rel(signal_plot)})", ""]
 
     # selection
     if selection:

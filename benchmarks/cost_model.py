@@ -1,0 +1,231 @@
+"""A measured cost model: tokens/s per core for each stage, the vocabulary's growth, and what
+they project for a large corpus.
+
+    python benchmarks/cost_model.py [--corpus DEBIAN.jsonl] [--fractions 1,2,3] [--work DIR]
+                                    [--project-gb 100] [--workers 10,50]
+
+Corpus: the full Debian descriptions (benchmarks/debian_corpus.py, about 62k documents, made now
+unless --corpus is given), cut into thirds of *distinct* text: x1 is the first third, x2 the first
+two, x3 all of it (repeating one text would hide the vocabulary's growth).
+
+Every contender runs on one core (RAYON_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS = 1 and one
+DirectRunner worker), so each figure is per core:
+
+- read: `pipelines.corpus.ParseFileFn` over the JSONL (parsing, validation, rejects), in process;
+- count: `word_counts_of_document` over every document plus summing into one Counter (the work of
+  `maskstream stats`' CountWords, without Beam's shuffle), in process;
+- tokenize, mask_probability, signal, write, encode: the Beam counters of `maskstream build`
+  (each DoFn times its own work), run as a subprocess; "Beam and the rest" is the build process's
+  CPU time minus those stages (reading again, windows, shuffles, the word table, start-up); with
+  two builds, the marginal row (their difference) is what one more token costs, free of start-up;
+- the vocabulary: word types vs tokens (the `stats` word definition, `collections.Counter`),
+  fitted by Heaps' law types = K * tokens^beta over the fractions.
+
+Then the projection for --project-gb of text of the same kind: tokens from the measured bytes per
+token, CPU-hours per stage from the per-core rates, encoder hours from the types the Heaps fit
+gives, and wall time and cost on N Dataflow workers from the assumptions printed with it (list
+prices and machine type are assumptions to check against today's price list; the per-core rates are
+this machine's, not Dataflow's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ONE_CORE = {"RAYON_NUM_THREADS": "1", "RAYON_RS_NUM_CPUS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false"}
+# Assumptions of the projection (printed with it). Dataflow batch list prices, us-central1, per hour.
+VCPU_HOUR_USD = 0.056
+GB_HOUR_USD = 0.003557
+SHUFFLE_GB_USD = 0.011
+WORKER_VCPUS = 4  # n1-standard-4
+WORKER_GB = 15
+WORKER_START_S = 240  # Dataflow worker VMs start in a few minutes; counted once per job
+BUILD_STAGES = ("tokenize", "mask_probability", "signal", "write", "encode")
+STAGE_NAMES = {"read": "read (stats)", "count": "count (stats)", "beam": "Beam and the rest (build)",
+               "encode": "encode word types"}
+
+
+def run_maskstream(*args: str, env: dict[str, str]) -> tuple[str, float, float, float]:
+    """(stdout, wall seconds, CPU seconds, peak RSS GB of that process) of `maskstream ARGS` in a fresh process."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, "-m", "maskstream", "--log-level", "WARNING", *args], env=env,
+                                 stdout=out, stderr=err, text=True, cwd=REPO_ROOT)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - started
+        out.seek(0), err.seek(0)
+        if child.returncode != 0:
+            sys.exit(f"maskstream {args[0]} failed:\n{err.read()[-4000:]}")
+        return out.read(), wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024**2
+
+
+def read_seconds(path: Path) -> tuple[list, float]:
+    """(documents, seconds) of ParseFileFn over one JSONL file, in this process."""
+    from apache_beam.io import fileio
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.corpus import Document, ParseFileFn
+
+    metadata = FileSystems.match([str(path)])[0].metadata_list[0]
+    started = time.perf_counter()
+    documents = [d for d in ParseFileFn().process(fileio.ReadableFile(metadata)) if isinstance(d, Document)]
+    return documents, time.perf_counter() - started
+
+
+def count_seconds(documents: list) -> tuple[Counter, float]:
+    """(word -> occurrences, seconds) of the stats' per-document counting plus one global sum."""
+    from pipelines.statistics.counting import word_counts_of_document
+
+    started = time.perf_counter()
+    total: Counter = Counter()
+    for document in documents:
+        for word, (count, _) in word_counts_of_document(document):
+            total[word] += count
+    return total, time.perf_counter() - started
+
+
+def heaps_fit(points: list[tuple[int, int]]) -> tuple[float, float]:
+    """(K, beta) of types = K * tokens^beta, least squares in log-log."""
+    xs = [math.log(t) for t, _ in points]
+    ys = [math.log(v) for _, v in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return math.exp(my - beta * mx), beta
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", default=None, help="Debian JSONL corpus (default: made with debian_corpus.py)")
+    parser.add_argument("--fractions", default="1,2,3", help="thirds of the corpus to measure (default: 1,2,3)")
+    parser.add_argument("--build-fractions", default="1,3", help="thirds to run the build on (default: 1,3)")
+    parser.add_argument("--work", default=None, help="working folder (default: a temporary one)")
+    parser.add_argument("--project-gb", type=float, default=100.0, help="corpus size to project (default: 100)")
+    parser.add_argument("--workers", default="10,50", help="Dataflow worker counts to project (default: 10,50)")
+    args = parser.parse_args()
+
+    os.environ.update(ONE_CORE)
+    sys.path.insert(0, str(REPO_ROOT))
+    from schemas.manifest import load_manifest
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-bench-cost-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    source = Path(args.corpus) if args.corpus else work / "debian-full.jsonl"
+    if not args.corpus:
+        subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "debian_corpus.py"), str(source)], check=True)
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    print(f"corpus: {len(lines)} documents, {sum(map(len, lines)) / 1e6:.1f} M characters of JSONL; one core per stage")
+
+    rows = []
+    for third in sorted(int(f) for f in args.fractions.split(",")):
+        part = work / f"corpus-x{third}.jsonl"
+        part.write_text("".join(lines[: len(lines) * third // 3]), encoding="utf-8")
+        documents, read_s = read_seconds(part)
+        counts, count_s = count_seconds(documents)
+        text_bytes = sum(len(d.text.encode("utf-8")) for d in documents)
+        row = {"corpus": f"x{third}", "documents": len(documents), "text_mb": text_bytes / 1e6,
+               "words": sum(counts.values()), "types": len(counts),
+               "types_once": sum(1 for c in counts.values() if c == 1),
+               "read_s": read_s, "count_s": count_s}
+        if third in {int(f) for f in args.build_fractions.split(",")}:
+            stats, seeds, root = work / f"stats-x{third}", work / f"seeds-x{third}.json", work / f"dataset-x{third}"
+            run_maskstream("stats", "--input", str(part), "--output", str(stats), env=env)
+            run_maskstream("seeds", "--stats", str(stats), "--output", str(seeds), env=env)
+            stdout, wall, cpu, peak_gb = run_maskstream("build", "--input", str(part), "--stats", str(stats),
+                                                   "--seeds", str(seeds), "--output", str(root), env=env)
+            report = json.loads(stdout[: stdout.rindex("}") + 1])
+            _, manifest = load_manifest(str(root))
+            stages = {s: report["stage_cpu_s"].get(s, 0.0) for s in BUILD_STAGES}
+            row.update(tokens=manifest.total_tokens, build_wall_s=wall, build_cpu_s=cpu, peak_gb=peak_gb,
+                       encoded_types=report["counts"].get("encoded_words", 0), **{f"{s}_s": v for s, v in stages.items()},
+                       beam_s=max(cpu - sum(stages.values()), 0.0))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    per_core = [(r["corpus"], r) for r in rows if "tokens" in r]
+    if len(per_core) > 1:
+        # What one more token costs: the difference of two builds, free of the fixed start-up.
+        a, b = per_core[0][1], per_core[-1][1]
+        per_core.append((f"marginal {b['corpus']} - {a['corpus']}",
+                         {k: b[k] - a[k] for k in ("tokens", "build_cpu_s", "beam_s", "read_s", "count_s",
+                                                   *(f"{s}_s" for s in BUILD_STAGES))}
+                         | {"encoded_types": b["encoded_types"], "encode_s": b["encode_s"]}))
+    print("\n## Per-core throughput by stage (tokens per CPU second; encode in word types per second)\n")
+    print("| corpus | tokens | read | count | tokenize | mask probability | signal | write | Beam and the rest "
+          "| whole build | encode (types/s) |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+
+    def rate(tokens: float, seconds: float) -> str:
+        return f"{tokens / seconds:,.0f}" if seconds > 0 else "-"
+
+    for name, r in per_core:
+        t = r["tokens"]
+        print(f"| {name} | {t:,} | {rate(t, r['read_s'])} | {rate(t, r['count_s'])} | {rate(t, r['tokenize_s'])} "
+              f"| {rate(t, r['mask_probability_s'])} | {rate(t, r['signal_s'])} | {rate(t, r['write_s'])} "
+              f"| {rate(t, r['beam_s'])} | {rate(t, r['build_cpu_s'])} | {rate(r['encoded_types'], r['encode_s'])} |")
+    print("\n| corpus | documents | text MB | word types encoded | build wall s | build CPU s | peak RSS GB |")
+    print("|---|--:|--:|--:|--:|--:|--:|")
+    for r in rows:
+        if "tokens" in r:
+            print(f"| {r['corpus']} | {r['documents']:,} | {r['text_mb']:.1f} | {r['encoded_types']:,} "
+                  f"| {r['build_wall_s']:.1f} | {r['build_cpu_s']:.1f} | {r['peak_gb']:.2f} |")
+
+    print("\n## Vocabulary growth (stats' words, collections.Counter)\n")
+    print("| corpus | word occurrences | types | types seen once | share seen once |")
+    print("|---|--:|--:|--:|--:|")
+    for r in rows:
+        print(f"| {r['corpus']} | {r['words']:,} | {r['types']:,} | {r['types_once']:,} | {r['types_once'] / r['types']:.2f} |")
+    k, beta = heaps_fit([(r["words"], r["types"]) for r in rows]) if len(rows) > 1 else (float("nan"), float("nan"))
+    print(f"\nHeaps' law fit: types = {k:.2f} * words^{beta:.3f}")
+
+    if not per_core or math.isnan(beta):
+        return 0
+    last = [r for r in rows if "tokens" in r][-1]
+    marginal = per_core[-1][1]
+    bytes_per_token = last["text_mb"] * 1e6 / last["tokens"]
+    words_per_token = last["words"] / last["tokens"]
+    tokens = args.project_gb * 1e9 / bytes_per_token
+    types = k * (tokens * words_per_token) ** beta
+    core_hours = {s: tokens * marginal[f"{s}_s"] / marginal["tokens"] / 3600
+                  for s in ("read", "count", "tokenize", "mask_probability", "signal", "write", "beam")}
+    core_hours["encode"] = types / (last["encoded_types"] / last["encode_s"]) / 3600
+    # stats reads and counts once, build reads again (inside "Beam and the rest").
+    total = sum(core_hours.values())
+    print(f"\n## Projection for {args.project_gb:g} GB of text like this corpus\n")
+    print(f"{bytes_per_token:.2f} bytes/token -> {tokens / 1e9:.1f} G tokens; Heaps -> {types / 1e6:.1f} M word types "
+          "(all encoded without a vocabulary policy)")
+    print("| stage | core-hours | share |")
+    print("|---|--:|--:|")
+    for s, h in sorted(core_hours.items(), key=lambda kv: -kv[1]):
+        print(f"| {STAGE_NAMES.get(s, s)} | {h:,.1f} | {h / total:.0%} |")
+    print(f"| total | {total:,.1f} | 100% |")
+    # Shuffled: the documents once, then token rows twice (tokenized, then windows: ids, word ids,
+    # word index and probability, 4 bytes each per token, uncompressed).
+    shuffle_gb = args.project_gb + 2 * tokens * 16 / 1e9
+    print(f"\nAssumptions: n1-standard-{WORKER_VCPUS} workers ({WORKER_VCPUS} vCPU, {WORKER_GB} GB), a vCPU as fast as "
+          f"one core here, perfect scaling, {WORKER_START_S} s worker start-up, Dataflow batch list prices "
+          f"${VCPU_HOUR_USD}/vCPU-h, ${GB_HOUR_USD}/GB-h, ${SHUFFLE_GB_USD}/GB shuffled, ~{shuffle_gb:g} GB shuffled.")
+    print("| workers | wall hours | compute USD | shuffle USD | total USD |")
+    print("|--:|--:|--:|--:|--:|")
+    for n in (int(w) for w in args.workers.split(",")):
+        hours = total / (n * WORKER_VCPUS) + WORKER_START_S / 3600
+        compute = n * hours * (WORKER_VCPUS * VCPU_HOUR_USD + WORKER_GB * GB_HOUR_USD)
+        shuffle = shuffle_gb * SHUFFLE_GB_USD
+        print(f"| {n} | {hours:.1f} | {compute:,.0f} | {shuffle:,.0f} | {compute + shuffle:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
