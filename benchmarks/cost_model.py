@@ -15,8 +15,9 @@ DirectRunner worker), so each figure is per core:
 - count: `word_counts_of_document` over every document plus summing into one Counter (the work of
   `maskstream stats`' CountWords, without Beam's shuffle), in process;
 - tokenize, mask_probability, signal, write, encode: the Beam counters of `maskstream build`
-  (each DoFn times its own work), run as a subprocess; "Beam and the rest" is the build process's
-  CPU time minus those stages (reading again, windows, shuffles, the word table, start-up); with
+  (each DoFn times its own work), run as a subprocess; "Beam and the rest" is the build's wall
+  time minus those stages, timed the same way (reading again, windows, shuffles, the word table,
+  start-up); with
   two builds, the marginal row (their difference) is what one more token costs, free of start-up;
 - the vocabulary: word types vs tokens (the `stats` word definition, `collections.Counter`),
   fitted by Heaps' law types = K * tokens^beta over the fractions.
@@ -150,7 +151,7 @@ def main() -> int:
             stages = {s: report["stage_cpu_s"].get(s, 0.0) for s in BUILD_STAGES}
             row.update(tokens=manifest.total_tokens, build_wall_s=wall, build_cpu_s=cpu, peak_gb=peak_gb,
                        encoded_types=report["counts"].get("encoded_words", 0), **{f"{s}_s": v for s, v in stages.items()},
-                       beam_s=max(cpu - sum(stages.values()), 0.0))
+                       beam_s=wall - sum(stages.values()))
         rows.append(row)
         print(json.dumps(row), flush=True)
 
@@ -159,10 +160,10 @@ def main() -> int:
         # What one more token costs: the difference of two builds, free of the fixed start-up.
         a, b = per_core[0][1], per_core[-1][1]
         per_core.append((f"marginal {b['corpus']} - {a['corpus']}",
-                         {k: b[k] - a[k] for k in ("tokens", "build_cpu_s", "beam_s", "read_s", "count_s",
+                         {k: b[k] - a[k] for k in ("tokens", "build_wall_s", "beam_s", "read_s", "count_s",
                                                    *(f"{s}_s" for s in BUILD_STAGES))}
                          | {"encoded_types": b["encoded_types"], "encode_s": b["encode_s"]}))
-    print("\n## Per-core throughput by stage (tokens per CPU second; encode in word types per second)\n")
+    print("\n## Throughput by stage on one core (tokens/s; encode in word types/s)\n")
     print("| corpus | tokens | read | count | tokenize | mask probability | signal | write | Beam and the rest "
           "| whole build | encode (types/s) |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
@@ -174,7 +175,7 @@ def main() -> int:
         t = r["tokens"]
         print(f"| {name} | {t:,} | {rate(t, r['read_s'])} | {rate(t, r['count_s'])} | {rate(t, r['tokenize_s'])} "
               f"| {rate(t, r['mask_probability_s'])} | {rate(t, r['signal_s'])} | {rate(t, r['write_s'])} "
-              f"| {rate(t, r['beam_s'])} | {rate(t, r['build_cpu_s'])} | {rate(r['encoded_types'], r['encode_s'])} |")
+              f"| {rate(t, r['beam_s'])} | {rate(t, r['build_wall_s'])} | {rate(r['encoded_types'], r['encode_s'])} |")
     print("\n| corpus | documents | text MB | word types encoded | build wall s | build CPU s | peak RSS GB |")
     print("|---|--:|--:|--:|--:|--:|--:|")
     for r in rows:
