@@ -138,3 +138,11 @@ def test_a_threshold_below_one_is_refused(minilm_path):
                                                "--output", "o", "--min-word-count", "0"])
     with pytest.raises(ValueError, match="--min-word-count must be >= 1"):
         config_from_args(args)
+
+
+def test_seeds_are_always_encoded_and_a_threshold_leaving_no_word_is_refused():
+    from pipelines.dataset.vocabulary import encoded_words
+
+    assert encoded_words({"alpha": 1, "beta": 2, "gamma": 1}, 2, ["gamma", "delta"]) == ["beta", "gamma"]
+    with pytest.raises(ValueError, match="leaves no word type to encode"):
+        encoded_words({"alpha": 1, "beta": 2}, 3, ["delta"])
