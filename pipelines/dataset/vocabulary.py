@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-MIN_WORD_COUNT = 1  # the default: encode every word type (measured in docs/building.md)
 FALLBACK = "mean similarity of the encoded word types"
 SKIPPED = ""  # `nearest_seed` of a word the encoder did not see
 
