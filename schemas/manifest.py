@@ -96,6 +96,10 @@ class Manifest:
     # Signal diagnostics of the mask probabilities (pipelines/dataset/signal.py: lifts, entropy ratio,
     # most and least masked words, histogram, near-uniform warning); {} in older versions.
     diagnostics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The vocabulary policy (pipelines/dataset/vocabulary.py): min_word_count, fallback and
+    # fallback_similarity, word_types (_encoded, _skipped), word_occurrences (_encoded, _coverage),
+    # tokens_in_words, tokens_encoded, token_coverage; {} in older versions (every word encoded).
+    vocabulary: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def total_rows(self) -> int:

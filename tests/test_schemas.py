@@ -31,6 +31,15 @@ def test_manifest_round_trip_and_totals():
     assert Manifest.from_json(m.to_json()) == m
 
 
+def test_a_manifest_without_the_newer_fields_still_loads():
+    data = json.loads(_manifest(vocabulary={"min_word_count": 2}).to_json())
+    assert data["vocabulary"] == {"min_word_count": 2}
+    for newer in ("vocabulary", "diagnostics"):  # written by later versions of the build
+        del data[newer]
+    loaded = Manifest.from_json(json.dumps(data))
+    assert loaded.vocabulary == {} and loaded.diagnostics == {}
+
+
 @pytest.mark.parametrize("path", ["../other/shard.parquet", "/etc/passwd", "gs://other-bucket/s.parquet", "a/../../b", ""])
 def test_manifest_refuses_paths_outside_the_version(path):
     with pytest.raises(ManifestError):

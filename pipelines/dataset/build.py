@@ -52,6 +52,7 @@ class BuildConfig:
     encoder_threads: int = 0
     encoder_device: str = "auto"
     encoder_dtype: str = "float32"  # resolved (`resolve_encoder_dtype`): float32 or bfloat16, never auto
+    min_word_count: int = 1  # pipelines/dataset/vocabulary.py: rarer word types are not encoded
     write_embeddings: bool = False
 
 
@@ -128,6 +129,10 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
                              "bfloat16 where the device does it natively (a CUDA GPU with bf16, a CPU with "
                              "avx512_bf16 or amx_bf16), else float32; resolved on the machine that runs the "
                              "command (default: auto)")
+    parser.add_argument("--min-word-count", type=int, default=DEFAULTS.min_word_count,
+                        help="encode only word types counted at least this often in the corpus (and the seeds); "
+                             "the others get the mean similarity of the encoded types. 1 encodes every type "
+                             "(docs/building.md, 'Vocabulary policy') (default: %(default)s)")
     parser.add_argument("--encoder-threads", type=int, default=DEFAULTS.encoder_threads,
                         help="torch threads per encoder process; 0 keeps torch's default (all cores). With several "
                              "worker processes on one machine, set cores / workers (default: %(default)s)")
@@ -146,6 +151,9 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         raise ValueError(f"--floor must be in [0, --budget = {args.budget}], got {args.floor}")
     from pipelines.dataset.embeddings import resolve_encoder_dtype
     from pipelines.dataset.sequences import check_tokenizer
+    from pipelines.dataset.vocabulary import check_min_word_count
+
+    check_min_word_count(args.min_word_count)
 
     check_tokenizer(args.tokenizer or args.model, args.packing)  # refused here, not as a crash in training
     return BuildConfig(
@@ -169,12 +177,14 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         encoder_threads=args.encoder_threads,
         encoder_device=args.encoder_device,
         encoder_dtype=resolve_encoder_dtype(args.encoder_device, args.encoder_dtype),
+        min_word_count=args.min_word_count,
         write_embeddings=args.write_embeddings,
     )
 
 
-def read_vocabulary(stats_dir: str) -> list[str]:
-    """The word types of `maskstream stats`, sorted: position = `word_index` in the dataset."""
+def read_word_counts(stats_dir: str) -> dict[str, int]:
+    """The word types of `maskstream stats` and their corpus counts (`tf`), sorted by word:
+    position = `word_index` in the dataset."""
     import fsspec
     import pyarrow.dataset as ds
 
@@ -182,11 +192,11 @@ def read_vocabulary(stats_dir: str) -> list[str]:
     files = sorted(fs.glob(f"{path.rstrip('/')}/word_stats-*.parquet"))
     if not files:
         raise FileNotFoundError(f"{stats_dir} holds no word_stats-*.parquet; run `maskstream stats` first")
-    table = ds.dataset(files, format="parquet", filesystem=fs).to_table(columns=["word"])
-    words = sorted(set(table.column("word").to_pylist()))
-    if not words:
+    table = ds.dataset(files, format="parquet", filesystem=fs).to_table(columns=["word", "tf"])
+    table = table.group_by("word").aggregate([("tf", "sum")]).sort_by("word")
+    if not table.num_rows:
         raise ValueError(f"{stats_dir}: the word statistics are empty")
-    return words
+    return dict(zip(table.column("word").to_pylist(), table.column("tf_sum").to_pylist(), strict=True))
 
 
 def read_seeds(seeds_json: str) -> tuple[list[str], bytes, dict[str, Any]]:
@@ -249,13 +259,15 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.corpus import ReadCorpus, corpus_fingerprint
     from pipelines.dataset.dataset_pipeline import BuildDataset
     from pipelines.dataset.dataset_writer import new_version_name, prepare_version, write_atomically
+    from pipelines.dataset.vocabulary import encoded_words, vocabulary_counts
     from schemas.formulas import FORMULA_VERSIONS
 
     version = args.version or new_version_name()
     try:
         config = config_from_args(args)
-        vocabulary = read_vocabulary(args.stats)
+        counts = read_word_counts(args.stats)
         seeds, seeds_raw, seeds_content = read_seeds(args.seeds)
+        encoded = encoded_words(counts, config.min_word_count, seeds)
         fingerprint = corpus_fingerprint(args.input)
         version_url = prepare_version(args.output, version)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
@@ -278,12 +290,15 @@ def run(args: argparse.Namespace) -> int:
                    "seeds": args.seeds, "beam_args": list(args.beam_args)},
         "source_fingerprint": fingerprint,
         "word_table": WORD_TABLE_NAME,
+        "vocabulary": vocabulary_counts(counts, encoded, config.min_word_count),
     }
-    LOG.info("building %s: %d word types, %d seeds", version_url, len(vocabulary), len(seeds))
+    LOG.info("building %s: %d word types, %d of them encoded (min word count %d), %d seeds", version_url,
+             len(counts), manifest_fields["vocabulary"]["word_types_encoded"], config.min_word_count, len(seeds))
     started = time.perf_counter()
     pipeline = beam.Pipeline(options=PipelineOptions(list(args.beam_args)))
     corpus = pipeline | "ReadCorpus" >> ReadCorpus(args.input, text_field=args.text_field, txt_mode=args.txt_mode)
-    _ = corpus | "BuildDataset" >> BuildDataset(config, vocabulary, seeds, args.output, manifest_fields)
+    _ = corpus | "BuildDataset" >> BuildDataset(config, list(counts), encoded, seeds, args.output,
+                                                manifest_fields)
     result = pipeline.run()
     result.wait_until_finish()
     elapsed = time.perf_counter() - started
@@ -295,11 +310,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_signal(version_url: str) -> None:
-    """The manifest's signal diagnostics (pipelines/dataset/signal.py), as text."""
+    """The manifest's vocabulary coverage and signal diagnostics (pipelines/dataset/signal.py), as text."""
     from pipelines.dataset.signal import build_lines
+    from pipelines.dataset.vocabulary import vocabulary_line
     from schemas.manifest import load_manifest
 
     _, manifest = load_manifest(version_url)
+    print(vocabulary_line(manifest.vocabulary))
     if manifest.diagnostics:
         print("\n".join(build_lines(manifest.diagnostics)))
 

@@ -1,7 +1,7 @@
 """The `maskstream build` pipeline as composite transforms.
 
     corpus --TokenizeToWindows, StageWindows--> VERSION/_parts/windows/ + unit counts ------+
-    vocabulary --ScoreVocabulary (EmbedWords, NearestSeed)--> word table (similarity)        |
+    encoded words --ScoreVocabulary (EmbedWords, NearestSeed), SkippedWords--> word table    |
                                                                                             |
     unit counts --FirstIdPerUnit--> offsets; windows --MaskProbabilities--> VERSION/_parts/ --WriteShards--> shards
     shards + word table + rejects --WriteManifest--> manifest.json, then ROOT/latest
@@ -41,6 +41,7 @@ from pipelines.dataset.dataset_writer import (
 from pipelines.dataset.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
 from pipelines.dataset.sequences import TokenizeToWindows, natural_key
 from pipelines.dataset.signal import build_diagnostics, map_tallies, merge_map_tallies
+from pipelines.dataset.vocabulary import complete_word_table, token_coverage
 from schemas.manifest import Manifest
 from schemas.tables import WORD_TABLE_SCHEMA
 
@@ -272,7 +273,7 @@ def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
 
 
 def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rejected: int, accepted: int,
-             extra_files: list, signal: dict[str, Any]) -> str:
+             extra_files: list, signal: dict[str, Any], coverage: dict[str, Any]) -> str:
     """Runs once, after every shard and table is written: the manifest, then `latest`."""
     import fsspec
 
@@ -285,6 +286,7 @@ def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rej
     fields["config"]["word_types"] = words
     fields["config"]["extra_files"] = sorted(f for f in extra_files if f)
     fields["diagnostics"] = signal
+    fields["vocabulary"] = {**fields["vocabulary"], **coverage}
     manifest = Manifest(shards=sorted(shards, key=lambda s: s.path), **fields)
     return write_manifest_and_latest(root, manifest)
 
@@ -292,11 +294,12 @@ def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rej
 class BuildDataset(beam.PTransform):
     """{"documents", "rejects"} of ReadCorpus -> a complete dataset version under `root`."""
 
-    def __init__(self, config, vocabulary: Sequence[str], seeds: Sequence[str], root: str,
+    def __init__(self, config, vocabulary: Sequence[str], encoded: Sequence[str], seeds: Sequence[str], root: str,
                  manifest_fields: dict[str, Any]):
         super().__init__()
         self._config = config
         self._vocabulary = list(vocabulary)
+        self._encoded = list(encoded)  # the words the encoder sees (pipelines/dataset/vocabulary.py)
         self._seeds = list(seeds)
         self._root = root
         self._fields = manifest_fields
@@ -314,10 +317,13 @@ class BuildDataset(beam.PTransform):
         # infers a type per entry nor rebuilds a dict from pairs in every bundle.
         index = {w: i for i, w in enumerate(self._vocabulary)}
         vocabulary = pipeline | "Vocabulary" >> beam.Create([index]).with_output_types(dict[str, int])
-        scored = vocabulary | "ScoreVocabulary" >> ScoreVocabulary(self._seeds, handler, config.reduce)
+        encoded = pipeline | "EncodedWords" >> beam.Create([{w: index[w] for w in self._encoded}]).with_output_types(
+            dict[str, int])
+        scored = encoded | "ScoreVocabulary" >> ScoreVocabulary(self._seeds, handler, config.reduce)
         # A few dozen tables, not a row object per word: cheap for the runner to hand around.
         word_table = (scored["word_table"] | "WordTables" >> beam.combiners.ToList()
-                      | "OneWordTable" >> beam.Map(concat_word_tables))
+                      | "OneWordTable" >> beam.Map(concat_word_tables)
+                      | "SkippedWords" >> beam.Map(complete_word_table, beam.pvalue.AsSingleton(vocabulary)))
         similarity = word_table | "SimilarityArray" >> beam.Map(similarity_array)
         tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
             config.tokenizer,
@@ -342,12 +348,10 @@ class BuildDataset(beam.PTransform):
             beam.pvalue.AsSingleton(shards),
         ).with_outputs(ComputeRows.TALLY, main="parts")
         seeds = self._seeds
-        signal = (
-            computed[ComputeRows.TALLY]
-            | "MergeTallies" >> beam.CombineGlobally(MergeTallies())
-            | "SignalDiagnostics" >> beam.Map(lambda counts, table: build_diagnostics(counts, table, seeds),
-                                               beam.pvalue.AsSingleton(word_table))
-        )
+        tallies = computed[ComputeRows.TALLY] | "MergeTallies" >> beam.CombineGlobally(MergeTallies())
+        signal = tallies | "SignalDiagnostics" >> beam.Map(
+            lambda counts, table: build_diagnostics(counts, table, seeds), beam.pvalue.AsSingleton(word_table))
+        coverage = tallies | "TokenCoverage" >> beam.Map(token_coverage, beam.pvalue.AsSingleton(word_table))
         entries = (
             computed["parts"]
             | "GroupByShard" >> beam.GroupByKey()
@@ -393,5 +397,6 @@ class BuildDataset(beam.PTransform):
                 accepted=beam.pvalue.AsSingleton(accepted),
                 extra_files=beam.pvalue.AsList(extra),
                 signal=beam.pvalue.AsSingleton(signal),
+                coverage=beam.pvalue.AsSingleton(coverage),
             )
         )

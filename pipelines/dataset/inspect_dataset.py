@@ -42,6 +42,8 @@ def mark_tokens(tokens: list[str], probability, special, fraction: float) -> str
 
 
 def summary_lines(version_url: str, manifest) -> list[str]:
+    from pipelines.dataset.vocabulary import vocabulary_line
+
     docs = manifest.source_fingerprint.get("documents", {})
     config = manifest.config
     return [
@@ -60,6 +62,7 @@ def summary_lines(version_url: str, manifest) -> list[str]:
         f"floor {config.get('floor', 0.0)}, alpha {config.get('alpha')}, budget {config.get('budget')}, "
         f"reduce {config.get('reduce')}, max length {config.get('max_length')}, packing {config.get('packing')}",
         f"formulas         {', '.join(f'{k}={v}' for k, v in sorted(manifest.formulas.items()))}",
+        *filter(None, [vocabulary_line(manifest.vocabulary)]),
     ]
 
 

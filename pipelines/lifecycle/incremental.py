@@ -15,7 +15,8 @@
 `update()` fingerprints the corpus, processes only the files without a cache entry (a Beam
 pipeline: ReadCorpus, then count and tokenize each file), merges the per-file counts, and
 recomputes everything global from them: TF-ICF (the wordfreq tables), the seeds, the word
-table (encoding only the words and seeds missing from the embedding cache), the nearest-seed
+table (encoding only the words and seeds missing from the embedding cache, of the words that
+pass `--min-word-count` in the merged counts: pipelines/dataset/vocabulary.py), the nearest-seed
 similarities, the windows and the mask probabilities. Those steps reuse the functions of
 `maskstream stats`, `seeds` and `build`, so an update with a warm cache writes the same rows
 as one with an empty cache (a full rebuild), and as `maskstream build` in `truncate` mode.
@@ -436,6 +437,12 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     )
     from pipelines.dataset.embeddings import nearest_seed_similarity
     from pipelines.dataset.signal import build_diagnostics, map_tallies, merge_map_tallies
+    from pipelines.dataset.vocabulary import (
+        complete_word_table,
+        encoded_words,
+        token_coverage,
+        vocabulary_counts,
+    )
     from pipelines.statistics.seeds import load_stop_words, select_seeds
     from schemas.formulas import FORMULA_VERSIONS
     from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME, Manifest, ShardEntry
@@ -493,10 +500,12 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
         raise ValueError(f"no word of {len(rows)} passes the seed filters")
     seeds = [row["word"] for row in seed_rows]
     vocabulary = [row["word"] for row in rows]
+    word_counts = {row["word"]: row["tf"] for row in rows}
+    encoded = encoded_words(word_counts, config.min_word_count, seeds)
     lap("stats_and_seeds")
 
     embedding_key = encoder_key(config.encoder, config.pooling, config.encoder_dtype)
-    wanted = set(vocabulary) | set(seeds)
+    wanted = set(encoded) | set(seeds)
     embeddings = read_embeddings(cache_url, embedding_key, wanted)
     new = encode_words(sorted(wanted - embeddings.keys()), encoder)
     write_embeddings_part(cache_url, embedding_key, new)
@@ -507,11 +516,13 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
 
     seed_words = sorted(seeds)  # the build's ScoreWords orders the seeds by word
     similarity, nearest = nearest_seed_similarity(
-        np.stack([embeddings[w] for w in vocabulary]), np.stack([embeddings[w] for w in seed_words]), config.reduce)
-    scored_words = word_table(vocabulary, np.arange(len(vocabulary)), similarity, [seed_words[n] for n in nearest])
+        np.stack([embeddings[w] for w in encoded]), np.stack([embeddings[w] for w in seed_words]), config.reduce)
+    index = {w: i for i, w in enumerate(vocabulary)}
+    scored_words = complete_word_table(word_table(encoded, np.array([index[w] for w in encoded]), similarity,
+                                                  [seed_words[n] for n in nearest]), index)
+    similarity = scored_words.column("similarity").to_numpy()  # in word_index order, skipped words included
     lap("similarity")
 
-    index = {w: i for i, w in enumerate(vocabulary)}
     windows = windows_of(entries, index, config.tokenizer, config.max_length, config.packing)
     total = windows.num_rows
     shards = shard_count({"total": total}, config.num_shards, config.shard_rows)
@@ -529,7 +540,8 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     # Shards in parallel: numpy, Parquet encoding and hashing release the GIL.
     with ThreadPoolExecutor(IO_THREADS) as pool:
         shard_entries, tallies = zip(*pool.map(compute_and_write, range(shards)), strict=True)
-    signal = build_diagnostics(merge_map_tallies(tallies), scored_words, seeds)
+    merged = merge_map_tallies(tallies)
+    signal = build_diagnostics(merged, scored_words, seeds)
     lap("mask_probability_and_shards")
     write_word_table(version_url, WORD_TABLE_NAME, scored_words)
     rejects = [r for entry in entries for r in entry.rejects]
@@ -564,8 +576,10 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
         shards=list(shard_entries),
         word_table=WORD_TABLE_NAME,
         diagnostics=signal,
+        vocabulary={**vocabulary_counts(word_counts, encoded, config.min_word_count),
+                    **token_coverage(merged, scored_words)},
     )
     write_manifest_and_latest(root, manifest)
     lap("write")
     return {"version": version_url, "rows": total, "shards": shards, "word_types": len(vocabulary),
-            "seeds": seeds, "counts": counters, "seconds": seconds}
+            "seeds": seeds, "vocabulary": manifest.vocabulary, "counts": counters, "seconds": seconds}

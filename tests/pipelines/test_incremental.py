@@ -42,11 +42,12 @@ def change_one_file(folder: Path) -> Path:
     return path
 
 
-def run_update(inputs: str, root: str) -> dict:
+def run_update(inputs: str, root: str, *extra: str) -> dict:
     from pipelines.lifecycle.incremental import update
     from pipelines.lifecycle.update import options_from_args
 
-    args, _ = build_parser().parse_known_args(["update", "--input", inputs, "--output", root, "--shard-rows", "100"])
+    args, _ = build_parser().parse_known_args(["update", "--input", inputs, "--output", root, "--shard-rows", "100",
+                                               *extra])
     return update(options_from_args(args, args.input, args.output))
 
 
@@ -252,3 +253,39 @@ def test_sigterm_during_a_build_finishes_it_then_stops(first_build, subprocess_e
     assert "finishing the current build" in rest and "built" in rest and "stopped" in rest
     url, manifest = load_manifest(str(root))
     assert all(verify_shard(url, shard) is None for shard in manifest.shards)
+
+
+def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fresh_build(sample_corpus, tmp_path):
+    """--min-word-count 2: after an added document makes a word seen once occur twice, the update
+    encodes it, and its rows equal a fresh update's and `maskstream stats` + `seeds` + `build`'s."""
+    from maskstream.cli import main
+    from pipelines.dataset.vocabulary import SKIPPED
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    lines = sample_corpus.read_text(encoding="utf-8").splitlines()[:40]
+    for i in range(20):
+        (corpus / f"part-{i:03d}.jsonl").write_text("\n".join(lines[2 * i : 2 * i + 2]) + "\n", encoding="utf-8")
+    inputs, threshold = f"{corpus}/*.jsonl", ("--min-word-count", "2")
+    first = run_update(inputs, str(tmp_path / "root"), *threshold)
+    words = pq.read_table(f"{first['version']}/words.parquet").to_pylist()
+    skipped = sorted(r["word"] for r in words if r["nearest_seed"] == SKIPPED and r["word"].isalpha())
+    assert first["vocabulary"]["word_types_skipped"] >= len(skipped) > 0
+    crossing = skipped[len(skipped) // 2]
+    with (corpus / "part-003.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"package": "new", "text": f"A {crossing} toolkit for sequence analysis."}) + "\n")
+
+    second = run_update(inputs, str(tmp_path / "root"), *threshold)
+    row = {r["word"]: r for r in pq.read_table(f"{second['version']}/words.parquet").to_pylist()}[crossing]
+    assert row["nearest_seed"] != SKIPPED
+    assert second["counts"]["words_encoded"] >= 1
+    assert second["vocabulary"]["word_types_skipped"] < first["vocabulary"]["word_types_skipped"]
+    fresh = run_update(inputs, str(tmp_path / "fresh"), *threshold)
+    assert_same_dataset(second["version"], fresh["version"])
+    assert load_manifest(second["version"])[1].vocabulary == load_manifest(fresh["version"])[1].vocabulary
+
+    assert main(["stats", "--input", inputs, "--output", str(tmp_path / "stats")]) == 0
+    assert main(["seeds", "--stats", str(tmp_path / "stats"), "--output", str(tmp_path / "seeds.json")]) == 0
+    assert main(["build", "--input", inputs, "--stats", str(tmp_path / "stats"), "--seeds", str(tmp_path / "seeds.json"),
+                 "--output", str(tmp_path / "dataset"), "--shard-rows", "100", *threshold]) == 0
+    assert_same_dataset(second["version"], str(tmp_path / "dataset"))

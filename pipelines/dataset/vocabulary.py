@@ -1,0 +1,119 @@
+"""The vocabulary policy: which word types the word encoder sees, what the others get, and the coverage.
+
+The encoder's cost grows with the number of distinct word types, and most types of a corpus are
+rare (Zipf): on the Debian descriptions 40 % of the types occur once. `--min-word-count N` skips
+the encoder for every word type counted fewer than N times in the corpus (the `tf` of
+`maskstream stats`; `update` and `watch` merge their own per-file counts, which are the same).
+Seeds are always encoded (the other words are scored against them), so a seed is never skipped.
+N = 1, the default, encodes every type: the dataset is bit for bit what it was before the policy.
+
+Fallback: a skipped word's similarity is the mean similarity of the encoded word types
+(`FALLBACK`), taken in float64 over the word table in `word_index` order, stored as float32. Its
+tokens then go through the same map as every word's (sharpness, floor, alpha, budget), so each
+sequence's budget stays exact. Why not the floor (similarity 0): under the paper's map (alpha 1,
+floor 0) a weight of 0 makes a word unmaskable, so every rare word, rare domain terms included,
+would never be masked and its share of the budget would move to the frequent words. The mean
+scores an unseen-by-the-encoder word as a typical word type: the guess that knows nothing about it.
+
+Skipped words keep their row in the word table (`word_index` does not change) with
+`nearest_seed` = "" (`SKIPPED`). The manifest's `vocabulary` records the threshold, the fallback,
+the types encoded and skipped, and the coverage: the share of word occurrences (from the counts)
+and of tokens (from the shards: non-special tokens inside a word) whose word was encoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+FALLBACK = "mean similarity of the encoded word types"
+SKIPPED = ""  # `nearest_seed` of a word the encoder did not see
+
+
+def check_min_word_count(min_word_count: int) -> None:
+    if min_word_count < 1:
+        raise ValueError(f"--min-word-count must be >= 1, got {min_word_count}")
+
+
+def encoded_words(counts: Mapping[str, int], min_word_count: int, seeds: Iterable[str]) -> list[str]:
+    """The word types of `counts` that the encoder sees, sorted: count >= `min_word_count`, or a seed.
+    Refuses a threshold that leaves no word of the corpus to encode."""
+    check_min_word_count(min_word_count)
+    seeds = set(seeds)
+    encoded = sorted(w for w, n in counts.items() if n >= min_word_count or w in seeds)
+    if not encoded:
+        raise ValueError(f"--min-word-count {min_word_count} leaves no word type to encode (the most frequent word "
+                         f"occurs {max(counts.values(), default=0)} times)")
+    return encoded
+
+
+def complete_word_table(scored: pa.Table, vocabulary: Mapping[str, int]) -> pa.Table:
+    """The scored (encoded) rows of the word table plus a `FALLBACK` row for every other word of
+    `vocabulary` (word -> word_index), in `word_index` order."""
+    from pipelines.dataset.dataset_writer import word_table
+
+    scored = scored.sort_by("word_index")
+    if scored.num_rows == len(vocabulary):
+        return scored
+    present = set(scored.column("word").to_pylist())
+    skipped = sorted((i, w) for w, i in vocabulary.items() if w not in present)
+    fallback = fallback_similarity(scored.column("similarity").to_numpy())
+    rows = word_table([w for _, w in skipped], np.array([i for i, _ in skipped], np.int32),
+                      np.full(len(skipped), fallback, np.float32), [SKIPPED] * len(skipped))
+    return pa.concat_tables([scored, rows]).sort_by("word_index")
+
+
+def fallback_similarity(encoded_similarity: np.ndarray) -> np.float32:
+    """`FALLBACK`: the mean of the encoded words' similarities (float64 sum, in the order given)."""
+    return np.float32(np.asarray(encoded_similarity, np.float64).mean())
+
+
+def vocabulary_counts(counts: Mapping[str, int], encoded: Iterable[str], min_word_count: int) -> dict[str, Any]:
+    """The manifest's `vocabulary` figures known before the build: threshold, fallback, types and
+    word occurrences encoded (from the corpus counts)."""
+    encoded = set(encoded)
+    occurrences = sum(counts.values())
+    covered = sum(n for w, n in counts.items() if w in encoded)
+    return {
+        "min_word_count": min_word_count,
+        "fallback": FALLBACK,
+        "word_types": len(counts),
+        "word_types_encoded": len(encoded & counts.keys()),
+        "word_types_skipped": len(counts.keys() - encoded),
+        "word_occurrences": occurrences,
+        "word_occurrences_encoded": covered,
+        "word_occurrence_coverage": covered / occurrences if occurrences else 1.0,
+    }
+
+
+def token_coverage(tallies: dict[str, dict[str, np.ndarray]] | None, word_table: pa.Table) -> dict[str, Any]:
+    """Tokens inside a word, and those whose word was encoded, from the build's signal tallies
+    (`pipelines.dataset.signal`: non-special tokens per word type) and the complete word table;
+    the fallback similarity the skipped words got (None when none was skipped)."""
+    encoded = np.zeros(word_table.num_rows, bool)
+    nearest = np.asarray(word_table.column("nearest_seed").to_pylist(), object)
+    encoded[word_table.column("word_index").to_numpy()] = nearest != SKIPPED
+    tokens = next(iter(tallies.values()))["tokens"] if tallies else np.zeros(len(encoded), np.int64)
+    in_words, covered = int(tokens.sum()), int(tokens[encoded].sum())
+    skipped_similarity = word_table.column("similarity").to_numpy()[nearest == SKIPPED]
+    return {
+        "fallback_similarity": float(skipped_similarity[0]) if len(skipped_similarity) else None,
+        "tokens_in_words": in_words,
+        "tokens_encoded": covered,
+        "token_coverage": covered / in_words if in_words else 1.0,
+    }
+
+
+def vocabulary_line(vocabulary: Mapping[str, Any]) -> str:
+    """One line for the build's output and `maskstream inspect` ("" for a version made before the policy)."""
+    if not vocabulary:
+        return ""
+    fallback = vocabulary.get("fallback_similarity")
+    return (f"vocabulary       min word count {vocabulary['min_word_count']}: {vocabulary['word_types_encoded']} of "
+            f"{vocabulary['word_types']} word types encoded, {vocabulary['word_types_skipped']} skipped"
+            + (f" (similarity {fallback:.4f}, the {vocabulary['fallback']})" if fallback is not None else "")
+            + f"; coverage {vocabulary['token_coverage']:.2%} of tokens in words, "
+              f"{vocabulary['word_occurrence_coverage']:.2%} of word occurrences")
