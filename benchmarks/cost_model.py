@@ -13,7 +13,8 @@ DirectRunner worker), so each figure is per core:
 
 - read: `pipelines.corpus.ParseFileFn` over the JSONL (parsing, validation, rejects), in process;
 - count: `word_counts_of_document` over every document plus summing into one Counter (the work of
-  `maskstream stats`' CountWords, without Beam's shuffle), in process;
+  `maskstream stats`' CountWords, without Beam's shuffle), in process; whole stats: the wall time
+  of `maskstream stats` itself (the projection uses this one);
 - tokenize, mask_probability, signal, write, encode: the Beam counters of `maskstream build`
   (each DoFn times its own work), run as a subprocess; "Beam and the rest" is the build's wall
   time minus those stages, timed the same way (reading again, windows, shuffles, the word table,
@@ -53,7 +54,7 @@ WORKER_VCPUS = 4  # n1-standard-4
 WORKER_GB = 15
 WORKER_START_S = 240  # Dataflow worker VMs start in a few minutes; counted once per job
 BUILD_STAGES = ("tokenize", "mask_probability", "signal", "write", "encode")
-STAGE_NAMES = {"read": "read (stats)", "count": "count (stats)", "beam": "Beam and the rest (build)",
+STAGE_NAMES = {"stats_wall": "stats (read, count, combine: the whole pipeline)", "beam": "Beam and the rest (build)",
                "encode": "encode word types"}
 
 
@@ -142,14 +143,14 @@ def main() -> int:
                "read_s": read_s, "count_s": count_s}
         if third in {int(f) for f in args.build_fractions.split(",")}:
             stats, seeds, root = work / f"stats-x{third}", work / f"seeds-x{third}.json", work / f"dataset-x{third}"
-            run_maskstream("stats", "--input", str(part), "--output", str(stats), env=env)
+            _, stats_wall, _, _ = run_maskstream("stats", "--input", str(part), "--output", str(stats), env=env)
             run_maskstream("seeds", "--stats", str(stats), "--output", str(seeds), env=env)
             stdout, wall, cpu, peak_gb = run_maskstream("build", "--input", str(part), "--stats", str(stats),
                                                    "--seeds", str(seeds), "--output", str(root), env=env)
             report = json.loads(stdout[: stdout.rindex("}") + 1])
             _, manifest = load_manifest(str(root))
             stages = {s: report["stage_cpu_s"].get(s, 0.0) for s in BUILD_STAGES}
-            row.update(tokens=manifest.total_tokens, build_wall_s=wall, build_cpu_s=cpu, peak_gb=peak_gb,
+            row.update(tokens=manifest.total_tokens, stats_wall_s=stats_wall, build_wall_s=wall, build_cpu_s=cpu, peak_gb=peak_gb,
                        encoded_types=report["counts"].get("encoded_words", 0), **{f"{s}_s": v for s, v in stages.items()},
                        beam_s=wall - sum(stages.values()))
         rows.append(row)
@@ -160,20 +161,21 @@ def main() -> int:
         # What one more token costs: the difference of two builds, free of the fixed start-up.
         a, b = per_core[0][1], per_core[-1][1]
         per_core.append((f"marginal {b['corpus']} - {a['corpus']}",
-                         {k: b[k] - a[k] for k in ("tokens", "build_wall_s", "beam_s", "read_s", "count_s",
+                         {k: b[k] - a[k] for k in ("tokens", "stats_wall_s", "build_wall_s", "beam_s", "read_s", "count_s",
                                                    *(f"{s}_s" for s in BUILD_STAGES))}
                          | {"encoded_types": b["encoded_types"], "encode_s": b["encode_s"]}))
     print("\n## Throughput by stage on one core (tokens/s; encode in word types/s)\n")
-    print("| corpus | tokens | read | count | tokenize | mask probability | signal | write | Beam and the rest "
-          "| whole build | encode (types/s) |")
-    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    print("| corpus | tokens | read | count | whole stats | tokenize | mask probability | signal | write "
+          "| Beam and the rest | whole build | encode (types/s) |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 
     def rate(tokens: float, seconds: float) -> str:
         return f"{tokens / seconds:,.0f}" if seconds > 0 else "-"
 
     for name, r in per_core:
         t = r["tokens"]
-        print(f"| {name} | {t:,} | {rate(t, r['read_s'])} | {rate(t, r['count_s'])} | {rate(t, r['tokenize_s'])} "
+        print(f"| {name} | {t:,} | {rate(t, r['read_s'])} | {rate(t, r['count_s'])} | {rate(t, r['stats_wall_s'])} "
+              f"| {rate(t, r['tokenize_s'])} "
               f"| {rate(t, r['mask_probability_s'])} | {rate(t, r['signal_s'])} | {rate(t, r['write_s'])} "
               f"| {rate(t, r['beam_s'])} | {rate(t, r['build_wall_s'])} | {rate(r['encoded_types'], r['encode_s'])} |")
     print("\n| corpus | documents | text MB | word types encoded | build wall s | build CPU s | peak RSS GB |")
@@ -184,14 +186,19 @@ def main() -> int:
                   f"| {r['build_wall_s']:.1f} | {r['build_cpu_s']:.1f} | {r['peak_gb']:.2f} |")
 
     print("\n## Vocabulary growth (stats' words, collections.Counter)\n")
-    print("| corpus | word occurrences | types | types seen once | share seen once |")
-    print("|---|--:|--:|--:|--:|")
+    print("| corpus | word occurrences | types | types seen once | share seen once "
+          "| occurrences of types seen twice or more (`--min-word-count 2` coverage) |")
+    print("|---|--:|--:|--:|--:|--:|")
     for r in rows:
-        print(f"| {r['corpus']} | {r['words']:,} | {r['types']:,} | {r['types_once']:,} | {r['types_once'] / r['types']:.2f} |")
-    k, beta = heaps_fit([(r["words"], r["types"]) for r in rows]) if len(rows) > 1 else (float("nan"), float("nan"))
-    print(f"\nHeaps' law fit: types = {k:.2f} * words^{beta:.3f}")
+        print(f"| {r['corpus']} | {r['words']:,} | {r['types']:,} | {r['types_once']:,} | {r['types_once'] / r['types']:.2f} "
+              f"| {1 - r['types_once'] / r['words']:.2%} |")
+    if len(rows) < 2:
+        return 0
+    k, beta = heaps_fit([(r["words"], r["types"]) for r in rows])
+    k2, beta2 = heaps_fit([(r["words"], r["types"] - r["types_once"]) for r in rows])
+    print(f"\nHeaps' law fit: types = {k:.2f} * words^{beta:.3f}; types seen twice or more = {k2:.2f} * words^{beta2:.3f}")
 
-    if not per_core or math.isnan(beta):
+    if not per_core:
         return 0
     last = [r for r in rows if "tokens" in r][-1]
     marginal = per_core[-1][1]
@@ -199,14 +206,16 @@ def main() -> int:
     words_per_token = last["words"] / last["tokens"]
     tokens = args.project_gb * 1e9 / bytes_per_token
     types = k * (tokens * words_per_token) ** beta
+    types_repeated = k2 * (tokens * words_per_token) ** beta2
     core_hours = {s: tokens * marginal[f"{s}_s"] / marginal["tokens"] / 3600
-                  for s in ("read", "count", "tokenize", "mask_probability", "signal", "write", "beam")}
-    core_hours["encode"] = types / (last["encoded_types"] / last["encode_s"]) / 3600
-    # stats reads and counts once, build reads again (inside "Beam and the rest").
+                  for s in ("stats_wall", "tokenize", "mask_probability", "signal", "write", "beam")}
+    types_per_s = last["encoded_types"] / last["encode_s"]
+    core_hours["encode"] = types / types_per_s / 3600
     total = sum(core_hours.values())
     print(f"\n## Projection for {args.project_gb:g} GB of text like this corpus\n")
-    print(f"{bytes_per_token:.2f} bytes/token -> {tokens / 1e9:.1f} G tokens; Heaps -> {types / 1e6:.1f} M word types "
-          "(all encoded without a vocabulary policy)")
+    print(f"{bytes_per_token:.2f} bytes/token -> {tokens / 1e9:.1f} G tokens; Heaps -> {types / 1e6:.1f} M word types, "
+          f"all encoded by default; {types_repeated / 1e6:.1f} M with `--min-word-count 2` "
+          f"({types_repeated / types_per_s / 3600:,.1f} core-hours of encoder instead of {core_hours['encode']:,.1f})")
     print("| stage | core-hours | share |")
     print("|---|--:|--:|")
     for s, h in sorted(core_hours.items(), key=lambda kv: -kv[1]):
