@@ -98,6 +98,19 @@ def count_seconds(documents: list) -> tuple[Counter, float]:
     return total, time.perf_counter() - started
 
 
+def tokenizer_alone(texts: list[str]) -> tuple[int, float]:
+    """(tokens, seconds) of the default model's HF fast tokenizer over `texts`, batched (the peer)."""
+    from transformers import AutoTokenizer
+
+    from schemas.models import default_model
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model())
+    tokens, started = 0, time.perf_counter()
+    for i in range(0, len(texts), 1000):
+        tokens += sum(map(len, tokenizer(texts[i : i + 1000], add_special_tokens=True)["input_ids"]))
+    return tokens, time.perf_counter() - started
+
+
 def heaps_fit(points: list[tuple[int, int]]) -> tuple[float, float]:
     """(K, beta) of types = K * tokens^beta, least squares in log-log."""
     xs = [math.log(t) for t, _ in points]
@@ -150,9 +163,11 @@ def main() -> int:
             report = json.loads(stdout[: stdout.rindex("}") + 1])
             _, manifest = load_manifest(str(root))
             stages = {s: report["stage_cpu_s"].get(s, 0.0) for s in BUILD_STAGES}
+            peer_tokens, peer_s = tokenizer_alone([d.text for d in documents])
+            row.update(peer_tokens=peer_tokens, peer_s=peer_s)
             row.update(tokens=manifest.total_tokens, stats_wall_s=stats_wall, build_wall_s=wall, build_cpu_s=cpu, peak_gb=peak_gb,
                        encoded_types=report["counts"].get("encoded_words", 0), **{f"{s}_s": v for s, v in stages.items()},
-                       beam_s=wall - sum(stages.values()))
+                       beam_s=wall - sum(stages.values()), build_rest_s=wall - stages["encode"])
         rows.append(row)
         print(json.dumps(row), flush=True)
 
@@ -161,23 +176,28 @@ def main() -> int:
         # What one more token costs: the difference of two builds, free of the fixed start-up.
         a, b = per_core[0][1], per_core[-1][1]
         per_core.append((f"marginal {b['corpus']} - {a['corpus']}",
-                         {k: b[k] - a[k] for k in ("tokens", "stats_wall_s", "build_wall_s", "beam_s", "read_s", "count_s",
+                         {k: b[k] - a[k] for k in ("tokens", "peer_tokens", "peer_s", "stats_wall_s", "build_wall_s", "build_rest_s", "beam_s", "read_s", "count_s",
                                                    *(f"{s}_s" for s in BUILD_STAGES))}
                          | {"encoded_types": b["encoded_types"], "encode_s": b["encode_s"]}))
     print("\n## Throughput by stage on one core (tokens/s; encode in word types/s)\n")
-    print("| corpus | tokens | read | count | whole stats | tokenize | mask probability | signal | write "
-          "| Beam and the rest | whole build | encode (types/s) |")
-    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    print("| corpus | tokens | HF tokenizer alone (peer) | read | count | whole stats | tokenize | mask probability "
+          "| signal | write | Beam and the rest | whole build | build without encode | its ratio to the peer "
+          "| encode (types/s) |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 
     def rate(tokens: float, seconds: float) -> str:
         return f"{tokens / seconds:,.0f}" if seconds > 0 else "-"
 
     for name, r in per_core:
         t = r["tokens"]
-        print(f"| {name} | {t:,} | {rate(t, r['read_s'])} | {rate(t, r['count_s'])} | {rate(t, r['stats_wall_s'])} "
+        peer = r["peer_tokens"] / r["peer_s"]
+        without_encode = t / r["build_rest_s"]
+        print(f"| {name} | {t:,} | {peer:,.0f} | {rate(t, r['read_s'])} | {rate(t, r['count_s'])} "
+              f"| {rate(t, r['stats_wall_s'])} "
               f"| {rate(t, r['tokenize_s'])} "
               f"| {rate(t, r['mask_probability_s'])} | {rate(t, r['signal_s'])} | {rate(t, r['write_s'])} "
-              f"| {rate(t, r['beam_s'])} | {rate(t, r['build_wall_s'])} | {rate(r['encoded_types'], r['encode_s'])} |")
+              f"| {rate(t, r['beam_s'])} | {rate(t, r['build_wall_s'])} | {without_encode:,.0f} "
+              f"| {without_encode / peer:.2f} | {rate(r['encoded_types'], r['encode_s'])} |")
     print("\n| corpus | documents | text MB | word types encoded | build wall s | build CPU s | peak RSS GB |")
     print("|---|--:|--:|--:|--:|--:|--:|")
     for r in rows:
