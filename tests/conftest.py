@@ -35,6 +35,22 @@ def minilm_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
+    """A 2-layer, 32-wide BERT with MiniLM's vocabulary and tokenizer: a model path like any other,
+    small enough for several CPU runs in a test."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertForMaskedLM(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def subprocess_env() -> dict[str, str]:
     """Environment for `python -m maskstream ...` subprocesses: the repo importable."""
     env = dict(os.environ)

@@ -224,20 +224,11 @@ def _summarize(args: argparse.Namespace, staging: str) -> dict[str, Any]:
         "formulas": dict(FORMULA_VERSIONS),
         "source_fingerprint": corpus_fingerprint(args.input),
     }
-    if args.general_input:
-        summary["general"] = {
-            "documents_read": counts["general_documents_accepted"] + counts["general_documents_rejected"],
-            "documents_accepted": counts["general_documents_accepted"],
-            "documents_rejected": counts["general_documents_rejected"],
-            "total_words": counts["general_total_words"],
-        }
-    if args.background_input:
-        summary["background"] = {
-            "documents_read": counts["background_documents_accepted"] + counts["background_documents_rejected"],
-            "documents_accepted": counts["background_documents_accepted"],
-            "documents_rejected": counts["background_documents_rejected"],
-            "total_words": counts["background_total_words"],
-        }
+    for corpus, given in (("general", args.general_input), ("background", args.background_input)):
+        if given:
+            accepted, rejected = counts[f"{corpus}_documents_accepted"], counts[f"{corpus}_documents_rejected"]
+            summary[corpus] = {"documents_read": accepted + rejected, "documents_accepted": accepted,
+                               "documents_rejected": rejected, "total_words": counts[f"{corpus}_total_words"]}
     return summary
 
 

@@ -32,20 +32,6 @@ def short_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(root)
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
-    """A 2-layer, 32-wide BERT with MiniLM's tokenizer, fast enough to train twice in a test."""
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
-
-    path = tmp_path_factory.mktemp("tiny-model")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertForMaskedLM(config).save_pretrained(path)
-    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(path)
-    return str(path)
-
-
 def train_command(dataset: str, model: str, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "maskstream", "train", "--dataset", dataset, "--output", str(out), "--model", model,
             "--batch-size", "8", "--max-steps", str(STEPS), "--save-every", str(SAVE_EVERY), "--num-workers", "2",
@@ -65,18 +51,18 @@ def final_weights(out: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_a_trainer_killed_mid_epoch_resumes_exactly(short_dataset: str, tiny_model: str, tmp_path: Path,
+def test_a_trainer_killed_mid_epoch_resumes_exactly(short_dataset: str, tiny_bert: str, tmp_path: Path,
                                                     subprocess_env: dict[str, str]) -> None:
     env = {**subprocess_env, "OMP_NUM_THREADS": "1"}
     uninterrupted = tmp_path / "uninterrupted"
-    result = subprocess.run(train_command(short_dataset, tiny_model, uninterrupted), env=env, cwd=REPO_ROOT,
+    result = subprocess.run(train_command(short_dataset, tiny_bert, uninterrupted), env=env, cwd=REPO_ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     expected = train_losses(uninterrupted)
     assert sorted(expected) == list(range(1, STEPS + 1))
 
     killed = tmp_path / "killed"
-    process = subprocess.Popen(train_command(short_dataset, tiny_model, killed), env=env, cwd=REPO_ROOT,
+    process = subprocess.Popen(train_command(short_dataset, tiny_bert, killed), env=env, cwd=REPO_ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300
     latest = killed / "checkpoints" / "latest"
@@ -88,7 +74,7 @@ def test_a_trainer_killed_mid_epoch_resumes_exactly(short_dataset: str, tiny_mod
     resumed_from = int(latest.read_text().strip().removeprefix("step-"))
     assert 0 < resumed_from < 15, "the kill must come mid-epoch (15 steps per epoch)"
 
-    result = subprocess.run(train_command(short_dataset, tiny_model, killed, "--resume"), env=env, cwd=REPO_ROOT,
+    result = subprocess.run(train_command(short_dataset, tiny_bert, killed, "--resume"), env=env, cwd=REPO_ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resumed from {latest.parent / f'step-{resumed_from:08d}'}" in result.stderr
@@ -98,7 +84,7 @@ def test_a_trainer_killed_mid_epoch_resumes_exactly(short_dataset: str, tiny_mod
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
 
 
-def test_a_dataset_from_another_tokenizer_is_refused(short_dataset: str, tiny_model: str, tmp_path: Path) -> None:
+def test_a_dataset_from_another_tokenizer_is_refused(short_dataset: str, tiny_bert: str, tmp_path: Path) -> None:
     """Same vocabulary size, one token different: the ids would mean other tokens, so training refuses."""
     import json
     import shutil
@@ -109,7 +95,7 @@ def test_a_dataset_from_another_tokenizer_is_refused(short_dataset: str, tiny_mo
     from schemas.manifest import vocab_hash
 
     root = Path(shutil.copytree(short_dataset, tmp_path / "dataset"))
-    vocab = AutoTokenizer.from_pretrained(tiny_model).get_vocab()
+    vocab = AutoTokenizer.from_pretrained(tiny_bert).get_vocab()
     other = {("[unused0]" if token == "protein" else token): i for token, i in vocab.items() if token != "[unused0]"}
     other["protein"] = vocab["[unused0]"]  # two tokens swap ids
     manifest_path = root / "v1" / "manifest.json"
@@ -118,6 +104,6 @@ def test_a_dataset_from_another_tokenizer_is_refused(short_dataset: str, tiny_mo
     manifest["tokenizer"]["vocab_hash"] = vocab_hash(other)
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(SystemExit, match="was tokenized with another vocabulary .* build the dataset with this model"):
-        main(["train", "--dataset", str(root), "--output", str(tmp_path / "run"), "--model", tiny_model,
+        main(["train", "--dataset", str(root), "--output", str(tmp_path / "run"), "--model", tiny_bert,
               "--max-steps", "1", "--num-workers", "0"])
     assert not (tmp_path / "run" / "checkpoints").exists()

@@ -22,20 +22,8 @@ def beam_anonymous_gcs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(auth._Credentials, "_credentials", None)
 
 
-def tiny_bert(path: Path, minilm_path: str) -> str:
-    """A 2-layer, 32-wide BERT with MiniLM's tokenizer: quick to train on CPU."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
-
-    torch.manual_seed(0)
-    BertForMaskedLM(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                               intermediate_size=64, max_position_embeddings=128)).save_pretrained(path)
-    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(path)
-    return str(path)
-
-
 def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs, caplog,
-                                        minilm_path, tmp_path) -> None:
+                                        tiny_bert: str, tmp_path) -> None:
     from pipelines.lifecycle.incremental import update
     from pipelines.lifecycle.update import options_from_args
     from pipelines.lifecycle.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
@@ -79,7 +67,7 @@ def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, be
     from maskstream.cli import main
     from trainer.metrics import read_metrics
 
-    model = tiny_bert(tmp_path / "tiny-bert", minilm_path)
+    model = tiny_bert
     out = tmp_path / "train"
     with caplog.at_level(logging.INFO):
         assert main(["train", "--dataset", url, "--follow-latest", "--output", str(out), "--model", model,
