@@ -212,7 +212,7 @@ class ComputeRows(beam.DoFn):
         self._rows.inc(windows.num_rows)
         self._ms.inc(_elapsed_ms(started))
         started = time.perf_counter()
-        yield beam.pvalue.TaggedOutput(self.TALLY, map_tallies(rows, similarity, self._config))
+        yield beam.pvalue.TaggedOutput(self.TALLY, map_tallies(rows, similarity, self._config, offsets["total"]))
         self._signal_ms.inc(_elapsed_ms(started))
 
 

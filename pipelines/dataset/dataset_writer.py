@@ -105,8 +105,12 @@ def write_parquet(table: pa.Table, url: str, row_group_rows: int) -> tuple[int, 
 
 def write_shard(version_url: str, index: int, count: int, parts: Iterable[pa.Table], row_group_rows: int) -> ShardEntry:
     """Writes shard `index` of `count` from parts of SEQUENCE_SCHEMA rows, in sequence-id order."""
-    parts = list(parts)
-    table = pa.concat_tables(parts).sort_by("sequence_id") if parts else SEQUENCE_SCHEMA.empty_table()
+    parts = sorted(parts, key=lambda part: part.column("sequence_id")[0].as_py() if part.num_rows else -1)
+    table = pa.concat_tables(parts) if parts else SEQUENCE_SCHEMA.empty_table()
+    ids = table.column("sequence_id").to_numpy()
+    # Parts are usually sorted runs: one copy then, not a gather of every token. One chunk either
+    # way, as Parquet's page boundaries (and so the shard's bytes) follow the chunks.
+    table = table.sort_by("sequence_id") if np.any(ids[1:] < ids[:-1]) else table.combine_chunks()
     name = shard_name(index, count)
     size, digest = write_parquet(table, join(version_url, name), row_group_rows)
     tokens = int(pc.sum(pc.list_value_length(table.column("input_ids"))).as_py() or 0)

@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     probabilities: list[Any] = []
     rates: list[float] = []
     shown: list[dict[str, Any]] = []
-    columns = ["input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability"]
+    columns = ["sequence_id", "input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability"]
     with fsspec.open(join(version_url, manifest.word_table), "rb") as f:
         word_table = pq.read_table(f)
     similarity = np.zeros(word_table.num_rows, np.float32)
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
             if len(shown) < args.samples:
                 shown.extend(parquet.read_row_group(0).slice(0, args.samples - len(shown)).to_pylist())
             table = parquet.read(columns=columns)
-        tallies.append(map_tallies(table, similarity, manifest.config))
+        tallies.append(map_tallies(table, similarity, manifest.config, manifest.total_rows))
         special = np.asarray(table.column("special_tokens_mask").combine_chunks().flatten(), np.int8)
         probability = np.asarray(table.column("mask_probability").combine_chunks().flatten(), np.float32)
         probabilities.append(probability[special == 0])

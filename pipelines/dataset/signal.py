@@ -30,6 +30,10 @@ FREQUENT_WORDS = 500  # "frequent": the 500 word types with the most tokens
 SIMILAR_FRACTION = 0.01
 # Near-uniform when any holds: entropy ratio above 0.95, seed lift below 2, stop-word lift above 0.5.
 NEAR_UNIFORM = {"entropy_ratio_above": 0.95, "seed_lift_below": 2.0, "stop_word_lift_above": 0.5}
+# The comparison maps are recomputed on every k-th sequence only, k = max(1, sequences // this):
+# 10,000 to 20,000 sequences whatever the corpus size, so their cost stays flat as it grows
+# (all of them was a fifth of the build's per-token time besides the tokenizer).
+COMPARISON_SEQUENCES = 10_000
 
 
 def empty_tally(word_types: int) -> dict[str, np.ndarray]:
@@ -92,21 +96,35 @@ def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def map_tallies(rows: Any, similarity: np.ndarray, config: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-    """Tallies of SEQUENCE_SCHEMA rows: of their stored probabilities (`built_name`, first), and of
-    each `comparison_maps` map recomputed from their words and `similarity`."""
+def comparison_stride(total_sequences: int) -> int:
+    """k: the comparison maps are tallied on the sequences whose id is a multiple of k."""
+    return max(1, total_sequences // COMPARISON_SEQUENCES)
+
+
+def map_tallies(rows: Any, similarity: np.ndarray, config: dict[str, Any],
+                total_sequences: int) -> dict[str, dict[str, np.ndarray]]:
+    """Tallies of SEQUENCE_SCHEMA rows of a dataset of `total_sequences`: of their stored
+    probabilities (`built_name`, first), and of each `comparison_maps` map recomputed from their
+    words and `similarity`, on the rows `comparison_stride` picks (the same ones whoever reads them)."""
+    import pyarrow as pa
+
     from pipelines.dataset.mask_probability import mask_probabilities_flat
 
     budget = config.get("budget", 0.15)
 
-    def flat(name):
-        return rows.column(name).combine_chunks().flatten().to_numpy()
+    def flat(table, name):
+        return table.column(name).combine_chunks().flatten().to_numpy()
 
-    offsets = rows.column("word_ids").combine_chunks().offsets.to_numpy().astype(np.int64)
-    offsets = offsets - offsets[0]
-    word_ids, word_index, special = flat("word_ids"), flat("word_index"), flat("special_tokens_mask")
-    tallies = {built_name(config): tally(word_index, special, flat("mask_probability"), len(similarity), offsets,
-                                         budget)}
+    def list_offsets(table):
+        offsets = table.column("word_ids").combine_chunks().offsets.to_numpy().astype(np.int64)
+        return offsets - offsets[0]
+
+    tallies = {built_name(config): tally(flat(rows, "word_index"), flat(rows, "special_tokens_mask"),
+                                         flat(rows, "mask_probability"), len(similarity), list_offsets(rows), budget)}
+    stride = comparison_stride(total_sequences)
+    compared = rows.filter(pa.array(rows.column("sequence_id").to_numpy() % stride == 0)) if stride > 1 else rows
+    word_ids, word_index = flat(compared, "word_ids"), flat(compared, "word_index")
+    special, offsets = flat(compared, "special_tokens_mask"), list_offsets(compared)
     for name, options in comparison_maps(config).items():
         p = mask_probabilities_flat(word_ids, word_index, special, offsets, similarity, **options)
         tallies[name] = tally(word_index, special, p, len(similarity), offsets, budget)

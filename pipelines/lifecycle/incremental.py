@@ -534,7 +534,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     def compute_and_write(shard: int) -> tuple[ShardEntry, dict]:
         start, end = bounds[shard], bounds[shard + 1]
         rows = dataset_rows(windows.slice(start, end - start), np.arange(start, end), similarity, **probability)
-        tally = map_tallies(rows, similarity, dataclasses.asdict(config))
+        tally = map_tallies(rows, similarity, dataclasses.asdict(config), total)
         return write_shard(version_url, shard, shards, [rows], config.row_group_rows), tally
 
     # Shards in parallel: numpy, Parquet encoding and hashing release the GIL.

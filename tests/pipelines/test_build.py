@@ -224,6 +224,25 @@ def test_inspect_names_a_corrupted_shard(built, tmp_path, capsys):
     assert shard in err and "does not match" in err
 
 
+def test_a_shard_has_the_same_bytes_whatever_order_its_parts_arrive_in(built, tmp_path):
+    """`write_shard` from the build's rows (copied to 60 k rows, so that a column chunk spans several
+    Parquet pages, whose boundaries follow the table's chunks) cut into parts, given in id order,
+    reversed and interleaved (overlapping id ranges: re-sorted): byte for byte the file
+    `write_parquet` makes of the rows sorted by id in one chunk."""
+    from pipelines.dataset.dataset_writer import write_parquet, write_shard
+
+    one = read_rows(built["version_url"]).sort_by("sequence_id")
+    copies = -(-60_000 // one.num_rows)
+    rows = pa.concat_tables([one] * copies).combine_chunks()
+    rows = rows.set_column(0, rows.schema.field(0), pa.array(np.arange(rows.num_rows), pa.int64()))
+    _, expected = write_parquet(rows, str(tmp_path / "expected.parquet"), 100_000)
+    runs = [rows.slice(i, 1000) for i in range(0, rows.num_rows, 1000)]
+    interleaved = [rows.filter(pa.array(np.arange(rows.num_rows) % 3 == r)) for r in range(3)]
+    for name, parts in (("runs", runs), ("reversed", runs[::-1]), ("interleaved", interleaved)):
+        entry = write_shard(str(tmp_path / name), 0, 1, parts, 100_000)
+        assert (entry.sha256, entry.rows) == (expected, rows.num_rows), name
+
+
 def test_one_and_two_workers_give_the_same_rows(sample_corpus, tmp_path, subprocess_env):
     inputs = make_inputs(sample_corpus, tmp_path / "in", 25)
     versions = []

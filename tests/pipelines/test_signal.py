@@ -192,7 +192,7 @@ def test_a_near_uniform_map_is_warned_about(sharpened_build):
     word_table = pq.read_table(f"{version_url}/words.parquet")
     similarity = np.zeros(word_table.num_rows, np.float32)
     similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
-    tallies = [map_tallies(pq.read_table(f"{version_url}/{s.path}"), similarity, manifest.config)
+    tallies = [map_tallies(pq.read_table(f"{version_url}/{s.path}"), similarity, manifest.config, manifest.total_rows)
                for s in manifest.shards]
     reports = signal_reports(tallies, word_table, manifest.seeds)
     paper = next(r for name, r in reports.items() if name.startswith("paper"))
@@ -205,6 +205,36 @@ def test_a_near_uniform_map_is_warned_about(sharpened_build):
         assert figures["entropy_ratio"] == pytest.approx(reports[name]["entropy_ratio"], rel=1e-12)
     assert paper["entropy_ratio"] > reports[next(n for n in reports if n.startswith("sharpened"))]["entropy_ratio"]
     assert paper["warning"] and "--sharpness" in paper["warning"]
+
+
+def test_comparison_maps_are_tallied_on_every_kth_sequence(sharpened_build, monkeypatch):
+    """With k = 3 the built map is still tallied on every row, and each compared map on exactly the
+    rows whose sequence id is a multiple of 3 (counted here with numpy), as a full tally of those rows."""
+    from pipelines.dataset import signal
+
+    version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
+    word_table = pq.read_table(f"{version_url}/words.parquet")
+    similarity = np.zeros(word_table.num_rows, np.float32)
+    similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
+    rows = pa.concat_tables(pq.read_table(f"{version_url}/{s.path}") for s in manifest.shards)
+    total = manifest.total_rows
+    full = signal.map_tallies(rows, similarity, manifest.config, total)
+    monkeypatch.setattr(signal, "COMPARISON_SEQUENCES", total // 3)
+    assert signal.comparison_stride(total) == 3
+    sampled = signal.map_tallies(rows, similarity, manifest.config, total)
+    built, *compared = full
+    assert list(sampled) == list(full)
+    for key, value in full[built].items():
+        np.testing.assert_array_equal(sampled[built][key], value)
+    subset = rows.filter(pa.array(rows.column("sequence_id").to_numpy() % 3 == 0))
+    assert 0 < subset.num_rows < rows.num_rows
+    subset_tokens = int((subset.column("special_tokens_mask").combine_chunks().flatten().to_numpy() == 0).sum())
+    monkeypatch.setattr(signal, "COMPARISON_SEQUENCES", total + 1)
+    of_subset = signal.map_tallies(subset, similarity, manifest.config, total)
+    for name in compared:
+        assert sampled[name]["tokens"].sum() + sampled[name]["other"][0] == subset_tokens
+        for key, value in of_subset[name].items():
+            np.testing.assert_array_equal(sampled[name][key], value)
 
 
 @pytest.fixture(scope="module")
