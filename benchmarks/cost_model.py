@@ -98,19 +98,6 @@ def count_seconds(documents: list) -> tuple[Counter, float]:
     return total, time.perf_counter() - started
 
 
-def tokenizer_alone(texts: list[str]) -> tuple[int, float]:
-    """(tokens, seconds) of the default model's HF fast tokenizer over `texts`, batched (the peer)."""
-    from transformers import AutoTokenizer
-
-    from schemas.models import default_model
-
-    tokenizer = AutoTokenizer.from_pretrained(default_model())
-    tokens, started = 0, time.perf_counter()
-    for i in range(0, len(texts), 1000):
-        tokens += sum(map(len, tokenizer(texts[i : i + 1000], add_special_tokens=True)["input_ids"]))
-    return tokens, time.perf_counter() - started
-
-
 def heaps_fit(points: list[tuple[int, int]]) -> tuple[float, float]:
     """(K, beta) of types = K * tokens^beta, least squares in log-log."""
     xs = [math.log(t) for t, _ in points]
@@ -132,7 +119,9 @@ def main() -> int:
 
     os.environ.update(ONE_CORE)
     sys.path.insert(0, str(REPO_ROOT))
+    from benchmarks.build import tokenizer_alone  # the peer, as benchmarks/build.py runs it
     from schemas.manifest import load_manifest
+    from schemas.models import default_model
 
     work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-bench-cost-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -163,9 +152,8 @@ def main() -> int:
             report = json.loads(stdout[: stdout.rindex("}") + 1])
             _, manifest = load_manifest(str(root))
             stages = {s: report["stage_cpu_s"].get(s, 0.0) for s in BUILD_STAGES}
-            peer_tokens, peer_s = tokenizer_alone([d.text for d in documents])
-            row.update(peer_tokens=peer_tokens, peer_s=peer_s)
-            row.update(tokens=manifest.total_tokens, stats_wall_s=stats_wall, build_wall_s=wall, build_cpu_s=cpu, peak_gb=peak_gb,
+            peer_tokens, peer_s = tokenizer_alone([d.text for d in documents], default_model())
+            row.update(peer_tokens=peer_tokens, peer_s=peer_s, tokens=manifest.total_tokens, stats_wall_s=stats_wall, build_wall_s=wall, build_cpu_s=cpu, peak_gb=peak_gb,
                        encoded_types=report["counts"].get("encoded_words", 0), **{f"{s}_s": v for s, v in stages.items()},
                        beam_s=wall - sum(stages.values()), build_rest_s=wall - stages["encode"])
         rows.append(row)

@@ -98,6 +98,20 @@ def word_spans_of_text(text: str, vocabulary: Mapping[str, int]) -> tuple[np.nda
     return starts, ends, row_of[spellings.indices.to_numpy()]
 
 
+def encoding_arrays(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tokens per encoding, int32 ids, [tokens, 2] int64 character offsets) of a batch of
+    `tokenizers.Encoding`s, flat: the one conversion of the tokenizer's output every token pays
+    (`benchmarks/build.py` times it as the build's floor)."""
+    ids = [e.ids for e in encodings]
+    counts = np.fromiter(map(len, ids), np.int64, len(ids))
+    total = int(counts.sum())
+    chain = itertools.chain.from_iterable
+    flat_ids = np.fromiter(chain(ids), np.int32, total)
+    # (start, end) pairs flattened at C speed.
+    pairs = np.fromiter(chain(chain(e.offsets for e in encodings)), np.int64, 2 * total).reshape(-1, 2)
+    return counts, flat_ids, pairs
+
+
 def tokenize_documents(tokenizer, documents: Sequence[Any],
                        vocabulary: Mapping[str, int]) -> tuple[pa.Table, list, int]:
     """(TOKENIZED_SCHEMA table of the documents with tokens, the documents without any token,
@@ -107,15 +121,10 @@ def tokenize_documents(tokenizer, documents: Sequence[Any],
     word's row in `vocabulary`, -1 outside words and for words it does not hold.
     """
     texts = [d.text for d in documents]
-    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
-    ids = [e.ids for e in encodings]
-    counts = np.fromiter(map(len, ids), np.int64, len(ids))
+    counts, ids, pairs = encoding_arrays(tokenizer.encode_batch(texts, add_special_tokens=False))
     keep = counts > 0
     # Character offsets into the documents joined by "\n" (never part of a word).
     bases = np.concatenate([[0], np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1)])[:-1]
-    chain = itertools.chain.from_iterable
-    # (start, end) pairs flattened at C speed.
-    pairs = np.fromiter(chain(chain(e.offsets for e in encodings)), np.int64, 2 * int(counts.sum())).reshape(-1, 2)
     pairs += np.repeat(bases, counts)[:, None]
     starts = pairs[:, 0]
     span_starts, span_ends, span_rows = word_spans_of_text("\n".join(texts), vocabulary)
@@ -124,7 +133,7 @@ def tokenize_documents(tokenizer, documents: Sequence[Any],
     word_index = np.where(span >= 0, span_rows[np.maximum(span, 0)] if len(span_rows) else -1, -1)
     table = pa.table({
         "document_id": pa.array([d.document_id for d, k in zip(documents, keep, strict=True) if k], pa.string()),
-        "input_ids": list_column(np.fromiter(chain(ids), np.int32, len(starts)), offsets, pa.int32()),
+        "input_ids": list_column(ids, offsets, pa.int32()),
         "word_ids": list_column(occurrence, offsets, pa.int32()),
         "word_index": list_column(word_index.astype(np.int32), offsets, pa.int32()),
     }, schema=TOKENIZED_SCHEMA)

@@ -67,10 +67,9 @@ def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, be
     from maskstream.cli import main
     from trainer.metrics import read_metrics
 
-    model = tiny_bert
     out = tmp_path / "train"
     with caplog.at_level(logging.INFO):
-        assert main(["train", "--dataset", url, "--follow-latest", "--output", str(out), "--model", model,
+        assert main(["train", "--dataset", url, "--follow-latest", "--output", str(out), "--model", tiny_bert,
                      "--batch-size", "16", "--epochs", "3", "--num-workers", "0", "--held-out-fraction", "0",
                      "--log-every", "1", "--eval-every", "1000", "--save-every", "1000"]) == 0
     assert f"switching from dataset version {manifest.version} to {switch.manifest.version}" in caplog.text
