@@ -100,15 +100,14 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO_ROOT))
+    from benchmarks.debian_corpus import corpus_or_made
     from schemas.manifest import load_manifest
     from schemas.models import default_model
 
     work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    source = Path(args.corpus) if args.corpus else work / "debian-full.jsonl"
-    if not args.corpus:
-        subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "debian_corpus.py"), str(source)], check=True)
+    source = corpus_or_made(args.corpus, work)
     lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
     if args.docs:
         lines = lines[: args.docs]

@@ -23,6 +23,18 @@ DirectRunner worker), so each figure is per core:
 - the vocabulary: word types vs tokens (the `stats` word definition, `collections.Counter`),
   fitted by Heaps' law types = K * tokens^beta over the fractions.
 
+Then, in the same run:
+
+- the encoder in float32 and in the runtime the build chooses here (`--encoder-dtype auto`:
+  bfloat16 where the CPU computes it natively, else float32), beside the fastest alternative
+  measured by benchmarks/encoder_runtime.py (ONNX Runtime, int8 dynamic), over every word type of
+  the whole corpus: words/s, Spearman of the nearest-seed similarities with float32's, top-1 %
+  overlap (the acceptance for a new default: >= 2x, Spearman >= 0.995, overlap >= 0.98);
+- the update ratio: all but the last eleventh of the corpus split into 10 files, a first `maskstream
+  update`, then one file replaced by that last eleventh (new text) and `update` again, each a
+  fresh process on one core; the second's wall time over the first's (target <= 0.25) and its
+  steps (the update's report).
+
 Then the projection for --project-gb of text of the same kind: tokens from the measured bytes per
 token, CPU-hours per stage from the per-core rates, encoder hours from the types the Heaps fit
 gives, and wall time and cost on N Dataflow workers from the assumptions printed with it (list
@@ -107,6 +119,22 @@ def heaps_fit(points: list[tuple[int, int]]) -> tuple[float, float]:
     return math.exp(my - beta * mx), beta
 
 
+def update_after_one_of_ten_changed(lines: list[str], work: Path, env: dict[str, str]) -> dict:
+    """Wall seconds of a first `maskstream update` of 10 files and of the update after one of them got new text."""
+    from benchmarks.incremental import replace_text, split_into_files, update_report
+
+    documents = [line.rstrip("\n") for line in lines]
+    used = documents[: len(documents) * 10 // 11]
+    paths = split_into_files(used, 10, work / "update-corpus")
+    pattern, root = str(work / "update-corpus" / "*.jsonl"), str(work / "update-root")
+    _, first_s, _, _ = run_maskstream("update", "--input", pattern, "--output", root, env=env)
+    replace_text(paths[:1], documents[len(used) :])
+    stdout, again_s, _, _ = run_maskstream("update", "--input", pattern, "--output", root, env=env)
+    report = update_report(stdout)
+    return {"documents": len(used), "first_s": first_s, "again_s": again_s, "steps": report["seconds"],
+            "files_processed": report["counts"].get("files_processed"), "words_encoded": report["counts"].get("words_encoded")}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default=None, help="Debian JSONL corpus (default: made with debian_corpus.py)")
@@ -120,15 +148,14 @@ def main() -> int:
     os.environ.update(ONE_CORE)
     sys.path.insert(0, str(REPO_ROOT))
     from benchmarks.build import tokenizer_alone  # the peer, as benchmarks/build.py runs it
+    from benchmarks.debian_corpus import corpus_or_made
     from schemas.manifest import load_manifest
     from schemas.models import default_model
 
     work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-bench-cost-"))
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    source = Path(args.corpus) if args.corpus else work / "debian-full.jsonl"
-    if not args.corpus:
-        subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "debian_corpus.py"), str(source)], check=True)
+    source = corpus_or_made(args.corpus, work)
     lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
     print(f"corpus: {len(lines)} documents, {sum(map(len, lines)) / 1e6:.1f} M characters of JSONL; one core per stage")
 
@@ -158,6 +185,18 @@ def main() -> int:
                        beam_s=wall - sum(stages.values()), build_rest_s=wall - stages["encode"])
         rows.append(row)
         print(json.dumps(row), flush=True)
+
+    from benchmarks.encoder_runtime import compare_runtimes, vocabulary_and_seeds
+    from pipelines.dataset.embeddings import resolve_encoder_dtype
+
+    whole = work / f"corpus-x{max(int(f) for f in args.fractions.split(','))}.jsonl"
+    vocabulary, seeds = vocabulary_and_seeds(whole)
+    chosen = "torch bfloat16 autocast" if resolve_encoder_dtype("cpu", "auto") == "bfloat16" else "torch float32"
+    print(f"encoder runtimes over the {len(vocabulary):,} word types of {whole.name}, one thread; "
+          f"the build's choice here (--encoder-dtype auto): {chosen}", flush=True)
+    runtimes = compare_runtimes(vocabulary, seeds, default_model(), [chosen, "onnxruntime int8 dynamic"])
+    update = update_after_one_of_ten_changed(lines, work, env)
+    print(json.dumps(update), flush=True)
 
     per_core = [(r["corpus"], r) for r in rows if "tokens" in r]
     if len(per_core) > 1:
@@ -192,6 +231,40 @@ def main() -> int:
         if "tokens" in r:
             print(f"| {r['corpus']} | {r['documents']:,} | {r['text_mb']:.1f} | {r['encoded_types']:,} "
                   f"| {r['build_wall_s']:.1f} | {r['build_cpu_s']:.1f} | {r['peak_gb']:.2f} |")
+
+    print(f"\n## Encoder runtimes, one thread, over the {len(vocabulary):,} word types of {whole.name}\n")
+    print("| runtime | words/s | vs float32 | Spearman vs float32 | top-1 % overlap |")
+    print("|---|--:|--:|--:|--:|")
+    for r in runtimes:
+        label = r["runtime"] + (" (the build's choice here)" if r["runtime"] == chosen else "")
+        print(f"| {label} | {r['words_per_s']:,.0f} | {r['speed']:.2f}x | {r['spearman']:.4f} | {r['top_overlap']:.3f} |")
+    ratio = update["again_s"] / update["first_s"]
+    print(f"\n## Update after 1 of 10 files changed ({update['documents']:,} documents, one core)\n")
+    print(f"first update {update['first_s']:.1f} s; after one file got new text {update['again_s']:.1f} s "
+          f"= {ratio:.3f}x the first (target <= 0.25); {update['files_processed']} file tokenized, "
+          f"{update['words_encoded']:,} new words encoded; its steps (s): {json.dumps(update['steps'])}")
+
+    builds = [r for r in rows if "tokens" in r]
+    if builds:
+        print("\n## Side by side (issue 20)\n")
+        print("| figure | measured | target |")
+        print("|---|--:|---|")
+        for r in builds:
+            print(f"| whole build {r['corpus']} / HF tokenizer, tokens/s | "
+                  f"{(r['tokens'] / r['build_wall_s']) / (r['peer_tokens'] / r['peer_s']):.3f} | |")
+        if len(per_core) > len(builds):
+            name, m = per_core[-1]
+            print(f"| build without encode, {name} / HF tokenizer, tokens/s | "
+                  f"{(m['tokens'] / m['build_rest_s']) / (m['peer_tokens'] / m['peer_s']):.3f} | >= 0.85 |")
+        for r in runtimes:
+            print(f"| encoder {r['runtime']}: words/s; vs float32; Spearman; top-1 % | {r['words_per_s']:,.0f}; "
+                  f"{r['speed']:.2f}x; {r['spearman']:.4f}; {r['top_overlap']:.3f} "
+                  f"| a new default: >= 2x, >= 0.995, >= 0.98 |")
+        print(f"| update after 1 of 10 files / first update | {ratio:.3f} | <= 0.25 |")
+        names = " / ".join(r["corpus"] for r in builds)
+        peaks = " / ".join(f"{r['peak_gb']:.2f}" for r in builds)
+        word_types = " / ".join(f"{r['types']:,}" for r in builds)
+        print(f"| peak RSS of the build, {names} (GB) | {peaks} | grows with the word types ({word_types}), not the tokens |")
 
     print("\n## Vocabulary growth (stats' words, collections.Counter)\n")
     print("| corpus | word occurrences | types | types seen once | share seen once "

@@ -97,6 +97,18 @@ def write_jsonl(out: Path, documents: Iterator[dict[str, str]], max_bytes: int |
     return written
 
 
+def corpus_or_made(corpus: str | Path | None, work: Path) -> Path:
+    """`corpus` when given, else the full Debian descriptions written once to `work`/debian-full.jsonl
+    (the default corpus of the benchmarks)."""
+    if corpus:
+        return Path(corpus)
+    path = work / "debian-full.jsonl"
+    if not path.exists():
+        written = write_jsonl(path, debian_documents())
+        print(f"wrote {written} documents to {path}", file=sys.stderr)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="output JSONL path")

@@ -137,42 +137,30 @@ def onnx_runtime(model: str, quantize: bool, folder: Path, threads: int) -> Call
     return encode
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=REPO_ROOT / "data" / "debian-science.jsonl")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads for every runtime (default: 1)")
-    args = parser.parse_args()
-
+def compare_runtimes(vocabulary: list[str], seeds: list[str], model: str, names: list[str], threads: int = 1
+                     ) -> list[dict]:
+    """One row per runtime in `names` (of the five the module docstring lists; "torch float32", the reference,
+    is always measured first): words/s over `vocabulary`, speed vs float32, Spearman of every word's nearest-seed
+    similarity with float32's, and the overlap of the top 1 % most seed-similar words."""
     import torch
     from scipy.stats import spearmanr
 
     from pipelines.dataset.embeddings import nearest_seed_similarity
-    from schemas.models import default_model
 
-    torch.set_num_threads(args.threads)
-    model = default_model()
-    vocabulary, seeds = vocabulary_and_seeds(args.corpus)
-    word_groups = batches(vocabulary, model)
-    prepared = [(group, *inputs_of(group, model)) for group in word_groups]
+    torch.set_num_threads(threads)
+    prepared = [(group, *inputs_of(group, model)) for group in batches(vocabulary, model)]
     seed_inputs = inputs_of(seeds, model)
-    print(f"{len(vocabulary)} word types of {args.corpus.name}, {len(word_groups)} batches; seeds: {', '.join(seeds)}")
-
-    from pipelines.dataset.embeddings import resolve_encoder_dtype
-
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        runtimes = {
+        makers = {
             "torch float32": lambda: torch_runtime(model, "float32"),
+            "torch bfloat16 autocast": lambda: torch_runtime(model, "bfloat16"),
             "torch int8 dynamic": lambda: torch_runtime(model, "int8"),
-            "onnxruntime float32": lambda: onnx_runtime(model, False, Path(tmp), args.threads),
-            "onnxruntime int8 dynamic": lambda: onnx_runtime(model, True, Path(tmp), args.threads),
+            "onnxruntime float32": lambda: onnx_runtime(model, False, Path(tmp), threads),
+            "onnxruntime int8 dynamic": lambda: onnx_runtime(model, True, Path(tmp), threads),
         }
-        if resolve_encoder_dtype("cpu", "auto") == "bfloat16":
-            runtimes["torch bfloat16 autocast"] = lambda: torch_runtime(model, "bfloat16")
-        else:
-            print("torch bfloat16 autocast: skipped, this CPU has no native bfloat16")
-        results = {}
-        for name, make in runtimes.items():
-            encode = make()
+        for name in ["torch float32", *(n for n in names if n != "torch float32")]:
+            encode = makers[name]()
             encode(*prepared[0][1:])  # warm-up
             start = time.perf_counter()
             embeddings = {w: e for group, inputs, own in prepared for w, e in zip(group, encode(inputs, own), strict=True)}
@@ -185,12 +173,34 @@ def main() -> None:
     base_seconds, base = results["torch float32"]
     top = max(1, len(vocabulary) // 100)
     base_top = set(np.argsort(-base)[:top])
+    return [{"runtime": name, "words_per_s": len(vocabulary) / seconds, "speed": base_seconds / seconds,
+             "spearman": spearmanr(base, similarity).statistic,
+             "top_overlap": len(base_top & set(np.argsort(-similarity)[:top])) / top}
+            for name, (seconds, similarity) in results.items()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=REPO_ROOT / "data" / "debian-science.jsonl")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads for every runtime (default: 1)")
+    args = parser.parse_args()
+
+    from pipelines.dataset.embeddings import resolve_encoder_dtype
+    from schemas.models import default_model
+
+    vocabulary, seeds = vocabulary_and_seeds(args.corpus)
+    print(f"{len(vocabulary)} word types of {args.corpus.name}; seeds: {', '.join(seeds)}")
+    names = ["torch float32", "torch int8 dynamic", "onnxruntime float32", "onnxruntime int8 dynamic"]
+    if resolve_encoder_dtype("cpu", "auto") == "bfloat16":
+        names.append("torch bfloat16 autocast")
+    else:
+        print("torch bfloat16 autocast: skipped, this CPU has no native bfloat16")
+    rows = compare_runtimes(vocabulary, seeds, default_model(), names, args.threads)
     print(f"\n| runtime ({args.threads} thread) | words/s | vs torch float32 | Spearman vs float32 | top-1 % overlap |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for name, (seconds, similarity) in results.items():
-        rho = spearmanr(base, similarity).statistic
-        overlap = len(base_top & set(np.argsort(-similarity)[:top])) / top
-        print(f"| {name} | {len(vocabulary) / seconds:,.0f} | {base_seconds / seconds:.2f}x | {rho:.4f} | {overlap:.3f} |")
+    for r in rows:
+        print(f"| {r['runtime']} | {r['words_per_s']:,.0f} | {r['speed']:.2f}x | {r['spearman']:.4f} "
+              f"| {r['top_overlap']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.debian_corpus import corpus_or_made  # noqa: E402
 
 
 def maskstream(*args: str, env: dict[str, str]) -> tuple[float, str]:
@@ -60,6 +63,16 @@ def replace_text(paths: list[Path], spare: list[str]) -> list[str]:
         path.write_text("\n".join(spare[:count]) + "\n", encoding="utf-8")
         spare = spare[count:]
     return spare
+
+
+def split_into_files(lines: list[str], files: int, folder: Path) -> list[Path]:
+    """Writes `lines` (JSONL documents) as `files` files of consecutive documents under `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    per_file = -(-len(lines) // files)
+    paths = [folder / f"part-{i:03d}.jsonl" for i in range(files)]
+    for i, path in enumerate(paths):
+        path.write_text("\n".join(lines[i * per_file : (i + 1) * per_file]) + "\n", encoding="utf-8")
+    return paths
 
 
 def log_time(line: str) -> float:
@@ -115,20 +128,12 @@ def main() -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-incremental-"))
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    corpus = Path(args.corpus) if args.corpus else work / "debian.jsonl"
-    if not corpus.exists():
-        subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "debian_corpus.py"), str(corpus)], check=True)
+    corpus = corpus_or_made(args.corpus, work)
     lines = corpus.read_text(encoding="utf-8").splitlines()
     used = lines[: args.docs] if args.docs else lines
     spare = lines[len(used) :] + lines[: len(used) // 10]  # new text for the changed files
     folder = work / "corpus"
-    folder.mkdir(exist_ok=True)
-    per_file = -(-len(used) // args.files)
-    paths = []
-    for i in range(args.files):
-        path = folder / f"part-{i:03d}.jsonl"
-        path.write_text("\n".join(used[i * per_file : (i + 1) * per_file]) + "\n", encoding="utf-8")
-        paths.append(path)
+    paths = split_into_files(used, args.files, folder)
     pattern = f"{folder}/*.jsonl"
     print(f"corpus: {len(used)} documents in {args.files} files under {folder}", flush=True)
 
