@@ -62,6 +62,18 @@ def test_auto_on_cpu_follows_the_bf16_flags(monkeypatch, no_cuda, flags, expecte
     assert resolve_encoder_dtype("auto", "auto") == expected  # no GPU: auto is the CPU
 
 
+def test_auto_says_when_it_falls_back_to_float32(monkeypatch, no_cuda, caplog):
+    caplog.set_level("INFO", logger="maskstream.embeddings")
+    monkeypatch.setattr(embeddings, "cpu_flags", lambda: {"avx2", "avx512_vnni"})
+    assert resolve_encoder_dtype("cpu", "auto") == "float32"
+    assert "cpu has no native bfloat16, so the encoder runs in float32" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(embeddings, "cpu_flags", lambda: {"amx_bf16"})
+    assert resolve_encoder_dtype("cpu", "auto") == "bfloat16"
+    assert resolve_encoder_dtype("cpu", "float32") == "float32"  # asked for: nothing to say
+    assert "float32" not in caplog.text
+
+
 def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: fpu sse2 avx512_bf16\n\nprocessor\t: 1\n")
