@@ -4,7 +4,7 @@ Reads the domain corpus, the word statistics (`maskstream stats`) and the seeds
 (`maskstream seeds`); tokenizes with a Hugging Face fast tokenizer into sequences of at most
 --max-length tokens (no padding stored); encodes every word type and seed once and scores each
 word by its similarity to the seeds; computes each token's mask probability; and writes
-DATASET_ROOT/VERSION/ (Parquet shards, words.parquet, seeds.json, rejects.jsonl and, last,
+DATASET_ROOT/VERSION/ (Parquet shards, words.parquet, seeds.json, rejects-*.jsonl and, last,
 manifest.json), then points DATASET_ROOT/latest at the new version.
 
 Example:
@@ -15,48 +15,15 @@ Example:
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime
 import json
 import logging
 import time
 from typing import Any
 
-from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME
-from schemas.models import MAX_WORD_TOKENS
+from pipelines.dataset.build_steps import DEFAULTS, BuildConfig, tokenizer_info  # noqa: F401 (their old home)
+from schemas.manifest import SEEDS_NAME
 
 LOG = logging.getLogger("maskstream.build")
-
-
-@dataclasses.dataclass(frozen=True)
-class BuildConfig:
-    """Everything that decides a dataset version's content; stored in its manifest."""
-
-    tokenizer: str
-    encoder: str
-    max_length: int = 128
-    packing: str = "truncate"
-    pack_group_size: int = 2000
-    pooling: str = "mean"
-    reduce: str = "max"
-    weighting: str = "similarity"
-    sharpness: float = 1.0
-    floor: float = 0.0
-    alpha: float = 1.0
-    budget: float = 0.15
-    num_shards: int = 0
-    shard_rows: int = 50_000
-    row_group_rows: int = 1024
-    tokenize_batch_size: int = 1024
-    embed_batch_size: int = 256
-    encoder_threads: int = 0
-    encoder_device: str = "auto"
-    encoder_dtype: str = "float32"  # resolved (`resolve_encoder_dtype`): float32 or bfloat16, never auto
-    min_word_count: int = 1  # pipelines/dataset/vocabulary.py: rarer word types are not encoded
-    write_embeddings: bool = False
-
-
-DEFAULTS = BuildConfig(tokenizer="", encoder="")  # the one place the options' defaults are written
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -232,35 +199,15 @@ def check_seed_words(seeds_json: str, seeds: list[str], formulas: dict[str, str]
                          f"(subword tokens of another tokenizer?): {', '.join(map(repr, foreign[:5]))}")
 
 
-def tokenizer_info(name: str) -> dict[str, Any]:
-    """What the trainer needs from the tokenizer without loading it."""
-    from pipelines.dataset.sequences import load_tokenizer
-    from schemas.manifest import vocab_hash
-
-    tokenizer = load_tokenizer(name)
-    return {
-        "name": name,
-        "class": type(tokenizer).__name__,
-        "vocab_hash": vocab_hash(tokenizer.get_vocab()),
-        "vocab_size": len(tokenizer),
-        "pad_token_id": tokenizer.pad_token_id,
-        "mask_token_id": tokenizer.mask_token_id,
-        "cls_token_id": tokenizer.cls_token_id,
-        "sep_token_id": tokenizer.sep_token_id,
-        "unk_token_id": tokenizer.unk_token_id,
-        "all_special_ids": sorted(set(tokenizer.all_special_ids)),
-    }
-
-
 def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.corpus import ReadCorpus, corpus_fingerprint
+    from pipelines.dataset.build_steps import manifest_fields
     from pipelines.dataset.dataset_pipeline import BuildDataset
     from pipelines.dataset.dataset_writer import new_version_name, prepare_version, write_atomically
     from pipelines.dataset.vocabulary import encoded_words, vocabulary_counts
-    from schemas.formulas import FORMULA_VERSIONS
 
     version = args.version or new_version_name()
     try:
@@ -278,35 +225,48 @@ def run(args: argparse.Namespace) -> int:
         LOG.warning("the seeds were computed from a different corpus (fingerprint %s, input %s)",
                     seeds_fingerprint, fingerprint.get("sha256"))
     write_atomically(f"{version_url}/{SEEDS_NAME}", seeds_raw)
-    manifest_fields = {
-        "version": version,
-        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "tokenizer": tokenizer_info(config.tokenizer),
-        "encoder": {"name": config.encoder, "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
-                    "dtype": config.encoder_dtype},
-        "seeds": seeds,
-        "formulas": dict(FORMULA_VERSIONS),
-        "config": {**dataclasses.asdict(config), "input": list(args.input), "stats": args.stats,
-                   "seeds": args.seeds, "beam_args": list(args.beam_args)},
-        "source_fingerprint": fingerprint,
-        "word_table": WORD_TABLE_NAME,
-        "vocabulary": vocabulary_counts(counts, encoded, config.min_word_count),
-    }
+    fields = manifest_fields(version, config, seeds, fingerprint, vocabulary_counts(counts, encoded, config.min_word_count),
+                             {"input": list(args.input), "stats": args.stats, "seeds": args.seeds,
+                              "beam_args": list(args.beam_args)})
     LOG.info("building %s: %d word types, %d of them encoded (min word count %d), %d seeds", version_url,
-             len(counts), manifest_fields["vocabulary"]["word_types_encoded"], config.min_word_count, len(seeds))
+             len(counts), fields["vocabulary"]["word_types_encoded"], config.min_word_count, len(seeds))
     started = time.perf_counter()
     pipeline = beam.Pipeline(options=PipelineOptions(list(args.beam_args)))
     corpus = pipeline | "ReadCorpus" >> ReadCorpus(args.input, text_field=args.text_field, txt_mode=args.txt_mode)
-    _ = corpus | "BuildDataset" >> BuildDataset(config, list(counts), encoded, seeds, args.output,
-                                                manifest_fields)
+    _ = corpus | "BuildDataset" >> BuildDataset(config, list(counts), encoded, seeds, args.output, fields)
     result = pipeline.run()
     result.wait_until_finish()
     elapsed = time.perf_counter() - started
     report = stage_report(result, elapsed)
     print(json.dumps(report, indent=2))
+    if not manifest_exists(version_url):
+        LOG.error("no document of %s gave a sequence: nothing to write (the reasons: %s/rejects-*.jsonl)%s",
+                  " ".join(args.input), version_url, "".join(f"\n  {line}" for line in first_rejects(version_url)))
+        return 2
     print_signal(version_url)
     print(f"dataset version: {version_url}\ninspect it with: maskstream inspect {args.output}")
     return 0
+
+
+def manifest_exists(version_url: str) -> bool:
+    import fsspec
+
+    from schemas.manifest import MANIFEST_NAME
+
+    fs, path = fsspec.core.url_to_fs(f"{version_url}/{MANIFEST_NAME}")
+    return fs.exists(path)
+
+
+def first_rejects(version_url: str, count: int = 5) -> list[str]:
+    """The first `count` lines of the version's rejects (read line by line, not whole)."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(version_url)
+    lines: list[str] = []
+    for name in sorted(fs.glob(f"{path}/rejects-*.jsonl")):
+        with fs.open(name, "r", encoding="utf-8") as f:
+            lines.extend(line.rstrip("\n") for _, line in zip(range(count - len(lines)), f, strict=False))
+    return lines
 
 
 def print_signal(version_url: str) -> None:
@@ -323,12 +283,9 @@ def print_signal(version_url: str) -> None:
 
 def stage_report(result, elapsed_s: float) -> dict[str, Any]:
     """Counters and per-stage seconds the pipeline recorded (Beam metrics)."""
-    from apache_beam.metrics.metric import MetricsFilter
+    from pipelines.dataset.build_steps import pipeline_counters
 
-    counters: dict[str, float] = {}
-    for counter in result.metrics().query(MetricsFilter().with_namespace("build"))["counters"]:
-        counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + counter.committed
+    counters = pipeline_counters(result, "build")
     stages = {k.removesuffix("_ms"): round(v / 1000, 3) for k, v in counters.items() if k.endswith("_ms")}
     counts = {k: v for k, v in counters.items() if not k.endswith("_ms")}
     return {"elapsed_s": round(elapsed_s, 3), "stage_cpu_s": stages, "counts": counts}
-

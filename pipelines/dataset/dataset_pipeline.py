@@ -1,10 +1,12 @@
-"""The `maskstream build` pipeline as composite transforms.
+"""The `maskstream build` pipeline as composite transforms; each step's work is a function of
+pipelines/dataset/build_steps.py, which `maskstream update` calls in one process as well.
 
-    corpus --TokenizeToWindows, StageWindows--> VERSION/_parts/windows/ + unit counts ------+
-    encoded words --ScoreVocabulary (EmbedWords, NearestSeed), SkippedWords--> word table    |
-                                                                                            |
-    unit counts --FirstIdPerUnit--> offsets; windows --MaskProbabilities--> VERSION/_parts/ --WriteShards--> shards
-    shards + word table + rejects --WriteManifest--> manifest.json, then ROOT/latest
+    vocabulary --ScoreWords (EmbedWords, NearestSeed, SkippedWords)--> word table, embeddings
+    corpus --TokenizeToWindows, StageWindows--> VERSION/_parts/windows/ + unit counts
+    unit counts --AssignSequenceIds--> first id per unit, shard count
+    windows + word table + ids --MaskAndShard--> VERSION/_parts/ --> shards, signal tallies
+    documents + rejects --Bookkeeping--> VERSION/rejects-*.jsonl, accepted and rejected counts
+    shards + word table + counts + tallies --WriteManifest--> manifest.json, then ROOT/latest
 
 Windows are Arrow tables of a whole batch of documents (flat arrays, no per-token Python
 objects). They wait for their sequence ids, and the finished rows for their shard, in Arrow
@@ -18,7 +20,6 @@ not depend on how many workers ran or in what order. Shard i holds a contiguous 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import time
@@ -29,8 +30,23 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
+from pipelines.dataset.build_steps import (  # noqa: F401 (sequence ids and shards: re-exported, used by tests)
+    REJECTS_PREFIX,
+    BuildConfig,
+    assemble_manifest,
+    probability_options,
+    sequence_ids,
+    sequence_offsets,
+    sequence_rows,
+    shard_count,
+    shard_of,
+    signal_tally,
+    similarity_array,
+    unit_counts,
+    unit_keys,
+    vocabulary_index,
+)
 from pipelines.dataset.dataset_writer import (
-    dataset_rows,
     embeddings_table,
     join,
     write_manifest_and_latest,
@@ -39,10 +55,10 @@ from pipelines.dataset.dataset_writer import (
     write_word_table,
 )
 from pipelines.dataset.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
-from pipelines.dataset.sequences import TokenizeToWindows, natural_key
-from pipelines.dataset.signal import build_diagnostics, map_tallies, merge_map_tallies
-from pipelines.dataset.vocabulary import complete_word_table, token_coverage
-from schemas.manifest import Manifest
+from pipelines.dataset.sequences import TokenizeToWindows
+from pipelines.dataset.signal import merge_map_tallies
+from pipelines.dataset.vocabulary import complete_word_table
+from schemas.manifest import ShardEntry
 from schemas.tables import WORD_TABLE_SCHEMA
 
 
@@ -89,56 +105,6 @@ def concat_word_tables(tables: Iterable[pa.Table]) -> pa.Table:
     return pa.concat_tables([WORD_TABLE_SCHEMA.empty_table(), *tables])
 
 
-def similarity_array(table: pa.Table) -> np.ndarray:
-    """Each word's similarity, at its `word_index`."""
-    similarity = np.zeros(table.num_rows, np.float32)
-    similarity[table.column("word_index").to_numpy()] = table.column("similarity").to_numpy()
-    return similarity
-
-
-UNIT_COUNTS_SCHEMA = pa.schema([pa.field("unit", pa.string()), pa.field("windows", pa.int64())])
-
-
-def unit_counts(windows: pa.Table) -> pa.Table:
-    """(unit, windows): the number of windows of every unit in a table of windows."""
-    counts = windows.group_by("unit").aggregate([("window_index", "count")])
-    return pa.table({"unit": counts.column("unit"), "windows": counts.column("window_index_count")},
-                    schema=UNIT_COUNTS_SCHEMA)
-
-
-def unit_keys(units: Sequence[str]) -> np.ndarray:
-    """A 64-bit key per unit name (blake2b): fixed width, whatever the names' lengths."""
-    return np.fromiter((int.from_bytes(hashlib.blake2b(unit.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                                       "little") for unit in units), np.uint64, len(units))
-
-
-def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
-    """First sequence id of every unit (`unit_counts` tables), numbering the units in natural
-    order (ties broken by name), and the total.
-
-    Returned as arrays, units by their `unit_keys` sorted (for `searchsorted`) and their first
-    ids: 16 bytes a unit, which Beam sizes and pickles as two buffers, not as a dict of strings."""
-    counts = pa.concat_tables([UNIT_COUNTS_SCHEMA.empty_table(), *per_table])
-    units = counts.column("unit").to_pylist()
-    order = sorted(range(len(units)), key=lambda i: (natural_key(units[i]), units[i]))
-    first = np.concatenate([[0], np.cumsum(counts.column("windows").to_numpy()[order], dtype=np.int64)])
-    keys = unit_keys([units[i] for i in order])
-    by_key = np.argsort(keys, kind="stable")
-    keys = keys[by_key]
-    if np.any(keys[1:] == keys[:-1]):  # two names with one key (about 1 in 10^7 for a million units)
-        raise ValueError("two document or packing-group ids hash to the same 64-bit key; rename one")
-    return {"keys": keys, "first": first[:-1][by_key], "total": int(first[-1])}
-
-
-def sequence_ids(windows: pa.Table, offsets: dict[str, Any]) -> np.ndarray:
-    """The `sequence_id` of each window: its unit's first id (`sequence_offsets`) + its index."""
-    keys = unit_keys(windows.column("unit").to_pylist())
-    position = np.minimum(np.searchsorted(offsets["keys"], keys), max(len(offsets["keys"]) - 1, 0))
-    if len(keys) and (len(offsets["keys"]) == 0 or not np.array_equal(offsets["keys"][position], keys)):
-        raise KeyError("a window's unit has no sequence offset")
-    return offsets["first"][position] + windows.column("window_index").to_numpy().astype(np.int64)
-
-
 PARTS_DIR = "_parts"  # windows and rows on their way to a shard, removed once the shards are written
 
 
@@ -173,11 +139,6 @@ def stage_windows(windows: pa.Table, version_url: str) -> tuple[str, pa.Table]:
     return url, unit_counts(windows)
 
 
-def probability_options(config) -> dict[str, Any]:
-    """`mask_probabilities_flat`'s options from a `pipelines.dataset.build.BuildConfig`."""
-    return {"budget": config.budget, "alpha": config.alpha, "weighting": config.weighting,
-            "sharpness": config.sharpness, "floor": config.floor, "width": config.max_length}
-
 
 class ComputeRows(beam.DoFn):
     """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
@@ -190,10 +151,9 @@ class ComputeRows(beam.DoFn):
 
     TALLY = "tally"
 
-    def __init__(self, version_url: str, config):
+    def __init__(self, version_url: str, config: BuildConfig):
         self._version_url = version_url
-        self._options = probability_options(config)
-        self._config = dataclasses.asdict(config)
+        self._config = config
         self._ms = beam.metrics.Metrics.counter("build", "mask_probability_ms")
         self._rows = beam.metrics.Metrics.counter("build", "sequences")
         self._signal_ms = beam.metrics.Metrics.counter("build", "signal_ms")
@@ -202,8 +162,8 @@ class ComputeRows(beam.DoFn):
         started = time.perf_counter()
         windows = read_part(staged[0])
         ids = sequence_ids(windows, offsets)
-        rows = dataset_rows(windows, ids, similarity, **self._options)
-        shard = ids * shards // offsets["total"]
+        rows = sequence_rows(windows, ids, similarity, self._config)
+        shard = shard_of(ids, shards, offsets["total"])
         for index in np.unique(shard):
             selected = shard == index
             url = part_path(self._version_url, int(index), int(ids[selected].min()))
@@ -212,7 +172,7 @@ class ComputeRows(beam.DoFn):
         self._rows.inc(windows.num_rows)
         self._ms.inc(_elapsed_ms(started))
         started = time.perf_counter()
-        yield beam.pvalue.TaggedOutput(self.TALLY, map_tallies(rows, similarity, self._config, offsets["total"]))
+        yield beam.pvalue.TaggedOutput(self.TALLY, signal_tally(rows, similarity, self._config, offsets["total"]))
         self._signal_ms.inc(_elapsed_ms(started))
 
 
@@ -249,53 +209,154 @@ class WriteShardFn(beam.DoFn):
         self._ms.inc(_elapsed_ms(started))
 
 
-def shard_count(offsets: dict[str, Any], num_shards: int, shard_rows: int) -> int:
-    total = offsets["total"]
-    if total == 0:
-        raise ValueError("the corpus produced no sequences: nothing to write")
-    wanted = num_shards if num_shards > 0 else -(-total // max(shard_rows, 1))
-    return max(1, min(wanted, total))
-
-
 def write_embeddings(version_url: str, pairs: Iterable[tuple[str, np.ndarray]]) -> str:
     write_parquet(embeddings_table(dict(pairs)), join(version_url, "embeddings.parquet"), 100_000)
     return "embeddings.parquet"
 
 
-def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
-    import fsspec
+class ScoreWordTable(beam.PTransform):
+    """Vocabulary and encoded words (one dict each) -> {"word_table": the complete word table
+    (one table), "embeddings": (word, vector) of every word and seed encoded}."""
 
-    rejects = sorted(rejects, key=lambda r: (r["source"], r["location"]))
-    with fsspec.open(join(version_url, "rejects.jsonl"), "w", encoding="utf-8") as f:
-        for reject in rejects:
-            f.write(json.dumps(reject, ensure_ascii=False) + "\n")
-    return len(rejects)
+    def __init__(self, seeds: Sequence[str], handler: WordEncoderHandler, reduce: str):
+        super().__init__()
+        self._seeds, self._handler, self._reduce = list(seeds), handler, reduce
+
+    def expand(self, words):
+        scored = words["encoded"] | "ScoreVocabulary" >> ScoreVocabulary(self._seeds, self._handler, self._reduce)
+        # A few dozen tables, not a row object per word: cheap for the runner to hand around.
+        word_table = (scored["word_table"] | "WordTables" >> beam.combiners.ToList()
+                      | "OneWordTable" >> beam.Map(concat_word_tables)
+                      | "SkippedWords" >> beam.Map(complete_word_table, beam.pvalue.AsSingleton(words["vocabulary"])))
+        return {"word_table": word_table, "embeddings": scored["embeddings"]}
 
 
-def finalize(_, root: str, fields: dict[str, Any], shards: list, words: int, rejected: int, accepted: int,
-             extra_files: list, signal: dict[str, Any], coverage: dict[str, Any]) -> str:
-    """Runs once, after every shard and table is written: the manifest, then `latest`."""
+class AssignSequenceIds(beam.PTransform):
+    """Staged windows (path, unit counts) -> {"offsets": first sequence id per unit, "shards": their count}."""
+
+    def __init__(self, num_shards: int, shard_rows: int):
+        super().__init__()
+        self._num_shards, self._shard_rows = num_shards, shard_rows
+
+    def expand(self, staged):
+        offsets = (
+            staged
+            | "UnitCounts" >> beam.Map(lambda path_and_counts: path_and_counts[1])
+            | "AllUnits" >> beam.combiners.ToList()
+            | "FirstIdPerUnit" >> beam.Map(sequence_offsets)
+        )
+        # No sequence at all (every document rejected): no shard, and WriteManifest writes no manifest.
+        shards = offsets | "ShardCount" >> beam.Map(
+            lambda offsets: shard_count(offsets, self._num_shards, self._shard_rows) if offsets["total"] else 0)
+        return {"offsets": offsets, "shards": shards}
+
+
+class MaskAndShard(beam.PTransform):
+    """Staged windows -> {"shards": a ShardEntry per shard written, "tallies": the merged signal tallies}."""
+
+    def __init__(self, version_url: str, config: BuildConfig, similarity, numbering: dict[str, Any]):
+        super().__init__()
+        self._version_url, self._config = version_url, config
+        self._similarity, self._numbering = similarity, numbering
+
+    def expand(self, staged):
+        shards = beam.pvalue.AsSingleton(self._numbering["shards"])
+        computed = staged | "MaskProbabilities" >> beam.ParDo(
+            ComputeRows(self._version_url, self._config),
+            beam.pvalue.AsSingleton(self._similarity),
+            beam.pvalue.AsSingleton(self._numbering["offsets"]),
+            shards,
+        ).with_outputs(ComputeRows.TALLY, main="parts")
+        entries = (
+            computed["parts"]
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShards" >> beam.ParDo(WriteShardFn(self._version_url, self._config.row_group_rows), shards)
+        )
+        tallies = computed[ComputeRows.TALLY] | "MergeTallies" >> beam.CombineGlobally(MergeTallies())
+        return {"shards": entries, "tallies": tallies}
+
+
+def document_counts(_, documents: int, read_rejects: int, no_tokens: int) -> dict[str, int]:
+    """Documents read = accepted + rejected; a document that yields no token was read and is rejected."""
+    return {"read": documents + read_rejects, "accepted": documents - no_tokens, "rejected": read_rejects + no_tokens}
+
+
+class Bookkeeping(beam.PTransform):
+    """{"documents", "rejects" (ReadCorpus's), "no_tokens" (TokenizeToWindows' rejects)} ->
+    {"documents": {read, accepted, rejected}, "rejects_written": the VERSION/rejects-*.jsonl names}.
+
+    Rejects are written in as many files as the runner chooses and counted with a combine, so no
+    worker holds them all, whatever share of the corpus they are."""
+
+    def __init__(self, version_url: str):
+        super().__init__()
+        self._version_url = version_url
+
+    def expand(self, corpus):
+        counts = {name: corpus[name] | f"Count{name.title().replace('_', '')}" >> beam.combiners.Count.Globally()
+                  for name in ("documents", "rejects", "no_tokens")}
+        written = (
+            (corpus["rejects"], corpus["no_tokens"])
+            | "AllRejects" >> beam.Flatten()
+            | "RejectsToJson" >> beam.Map(json.dumps, ensure_ascii=False)
+            | "WriteRejects" >> beam.io.WriteToText(join(self._version_url, REJECTS_PREFIX), file_name_suffix=".jsonl")
+        )
+        documents = (
+            corpus["documents"].pipeline
+            | "Once" >> beam.Create([None])
+            | "DocumentCounts" >> beam.Map(document_counts, beam.pvalue.AsSingleton(counts["documents"]),
+                                           beam.pvalue.AsSingleton(counts["rejects"]),
+                                           beam.pvalue.AsSingleton(counts["no_tokens"]))
+        )
+        return {"documents": documents, "rejects_written": written}
+
+
+def finalize(_, root: str, fields: dict[str, Any], shards: list[ShardEntry], word_table: pa.Table,
+             documents: dict[str, int], tallies: dict[str, Any] | None, extra_files: list, written: list) -> str | None:
+    """Runs once, after every shard and file is written (`written`): the manifest, then `latest`.
+    Writes no manifest when no document gave a sequence (the caller reports it)."""
     import fsspec
 
     fs, parts = fsspec.core.url_to_fs(join(root, fields["version"], PARTS_DIR))
     if fs.exists(parts):  # every shard is written: the windows and rows waiting for them can go
         fs.rm(parts, recursive=True)
-    fields = json.loads(json.dumps(fields))
-    fields["source_fingerprint"]["documents"] = {"read": accepted + rejected, "accepted": accepted,
-                                                 "rejected": rejected}
-    fields["config"]["word_types"] = words
-    fields["config"]["extra_files"] = sorted(f for f in extra_files if f)
-    fields["diagnostics"] = signal
-    fields["vocabulary"] = {**fields["vocabulary"], **coverage}
-    manifest = Manifest(shards=sorted(shards, key=lambda s: s.path), **fields)
+    if not shards:
+        return None
+    manifest = assemble_manifest(fields, shards, **documents, extra_files=extra_files, tallies=tallies,
+                                 word_table=word_table)
     return write_manifest_and_latest(root, manifest)
+
+
+class WriteManifest(beam.PTransform):
+    """Everything the version's manifest states (PCollections, read as side inputs) -> manifest.json,
+    then ROOT/latest; waits for every file in `written` first."""
+
+    def __init__(self, root: str, fields: dict[str, Any], **inputs):
+        super().__init__()
+        self._root, self._fields, self._inputs = root, fields, inputs
+
+    def expand(self, pbegin):
+        inputs = self._inputs
+        return (
+            pbegin
+            | "Once" >> beam.Create([None])
+            | "WriteManifest" >> beam.Map(
+                finalize, root=self._root, fields=self._fields,
+                shards=beam.pvalue.AsList(inputs["shards"]),
+                word_table=beam.pvalue.AsSingleton(inputs["word_table"]),
+                documents=beam.pvalue.AsSingleton(inputs["documents"]),
+                tallies=beam.pvalue.AsSingleton(inputs["tallies"]),
+                extra_files=beam.pvalue.AsList(inputs["extra_files"]),
+                written=beam.pvalue.AsList(inputs["written"]),
+            )
+        )
 
 
 class BuildDataset(beam.PTransform):
     """{"documents", "rejects"} of ReadCorpus -> a complete dataset version under `root`."""
 
-    def __init__(self, config, vocabulary: Sequence[str], encoded: Sequence[str], seeds: Sequence[str], root: str,
-                 manifest_fields: dict[str, Any]):
+    def __init__(self, config: BuildConfig, vocabulary: Sequence[str], encoded: Sequence[str], seeds: Sequence[str],
+                 root: str, manifest_fields: dict[str, Any]):
         super().__init__()
         self._config = config
         self._vocabulary = list(vocabulary)
@@ -305,98 +366,38 @@ class BuildDataset(beam.PTransform):
         self._fields = manifest_fields
 
     def expand(self, corpus):
-        config = self._config
-        pipeline = corpus["documents"].pipeline
+        config, pipeline = self._config, corpus["documents"].pipeline
         version_url = join(self._root, self._fields["version"])
-
         handler = WordEncoderHandler(
             config.encoder, pooling=config.pooling, threads=config.encoder_threads, device=config.encoder_device,
             batch_rows=config.embed_batch_size, dtype=config.encoder_dtype,
         )
         # One element holding the whole mapping (word -> word-table row), typed: Beam neither
         # infers a type per entry nor rebuilds a dict from pairs in every bundle.
-        index = {w: i for i, w in enumerate(self._vocabulary)}
+        index = vocabulary_index(self._vocabulary)
         vocabulary = pipeline | "Vocabulary" >> beam.Create([index]).with_output_types(dict[str, int])
         encoded = pipeline | "EncodedWords" >> beam.Create([{w: index[w] for w in self._encoded}]).with_output_types(
             dict[str, int])
-        scored = encoded | "ScoreVocabulary" >> ScoreVocabulary(self._seeds, handler, config.reduce)
-        # A few dozen tables, not a row object per word: cheap for the runner to hand around.
-        word_table = (scored["word_table"] | "WordTables" >> beam.combiners.ToList()
-                      | "OneWordTable" >> beam.Map(concat_word_tables)
-                      | "SkippedWords" >> beam.Map(complete_word_table, beam.pvalue.AsSingleton(vocabulary)))
-        similarity = word_table | "SimilarityArray" >> beam.Map(similarity_array)
-        tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
-            config.tokenizer,
-            beam.pvalue.AsSingleton(vocabulary),
-            max_length=config.max_length,
-            packing=config.packing,
-            pack_group_size=config.pack_group_size,
-            batch_size=config.tokenize_batch_size,
-        )
-        staged = tokenized["windows"] | "StageWindows" >> beam.Map(stage_windows, version_url)
-        offsets = (
-            staged
-            | "UnitCounts" >> beam.Map(lambda path_and_counts: path_and_counts[1])
-            | "AllUnits" >> beam.combiners.ToList()
-            | "FirstIdPerUnit" >> beam.Map(sequence_offsets)
-        )
-        shards = offsets | "ShardCount" >> beam.Map(shard_count, config.num_shards, config.shard_rows)
-        computed = staged | "MaskProbabilities" >> beam.ParDo(
-            ComputeRows(version_url, config),
-            beam.pvalue.AsSingleton(similarity),
-            beam.pvalue.AsSingleton(offsets),
-            beam.pvalue.AsSingleton(shards),
-        ).with_outputs(ComputeRows.TALLY, main="parts")
-        seeds = self._seeds
-        tallies = computed[ComputeRows.TALLY] | "MergeTallies" >> beam.CombineGlobally(MergeTallies())
-        signal = tallies | "SignalDiagnostics" >> beam.Map(
-            lambda counts, table: build_diagnostics(counts, table, seeds), beam.pvalue.AsSingleton(word_table))
-        coverage = tallies | "TokenCoverage" >> beam.Map(token_coverage, beam.pvalue.AsSingleton(word_table))
-        entries = (
-            computed["parts"]
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(WriteShardFn(version_url, config.row_group_rows), beam.pvalue.AsSingleton(shards))
-        )
 
-        words_written = word_table | "WriteWordTable" >> beam.Map(
+        scored = {"vocabulary": vocabulary, "encoded": encoded} | "ScoreWords" >> ScoreWordTable(
+            self._seeds, handler, config.reduce)
+        similarity = scored["word_table"] | "SimilarityArray" >> beam.Map(similarity_array)
+        tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
+            config.tokenizer, beam.pvalue.AsSingleton(vocabulary), max_length=config.max_length,
+            packing=config.packing, pack_group_size=config.pack_group_size, batch_size=config.tokenize_batch_size)
+        staged = tokenized["windows"] | "StageWindows" >> beam.Map(stage_windows, version_url)
+        numbering = staged | "AssignSequenceIds" >> AssignSequenceIds(config.num_shards, config.shard_rows)
+        masked = staged | "MaskAndShard" >> MaskAndShard(version_url, config, similarity, numbering)
+        books = {**corpus, "no_tokens": tokenized["rejects"]} | "Bookkeeping" >> Bookkeeping(version_url)
+
+        words_written = scored["word_table"] | "WriteWordTable" >> beam.Map(
             lambda table: write_word_table(version_url, self._fields["word_table"], table))
-        all_rejects = (corpus["rejects"], tokenized["rejects"]) | "AllRejects" >> beam.Flatten()
-        rejected = (
-            all_rejects
-            | "RejectList" >> beam.combiners.ToList()
-            | "WriteRejects" >> beam.Map(lambda rows: write_rejects(version_url, rows))
-        )
-        # A document that yields no token is rejected here, after ReadCorpus accepted it.
-        accepted = (
-            (
-                corpus["documents"] | "One" >> beam.Map(lambda _: 1),
-                tokenized["rejects"] | "MinusOne" >> beam.Map(lambda _: -1),
-            )
-            | "AcceptedParts" >> beam.Flatten()
-            | "CountAccepted" >> beam.CombineGlobally(sum)
-        )
         if config.write_embeddings:
-            extra = (
-                scored["embeddings"]
-                | "EmbeddingList" >> beam.combiners.ToList()
-                | "WriteEmbeddings" >> beam.Map(lambda pairs: write_embeddings(version_url, pairs))
-            )
+            extra = (scored["embeddings"] | "EmbeddingList" >> beam.combiners.ToList()
+                     | "WriteEmbeddings" >> beam.Map(lambda pairs: write_embeddings(version_url, pairs)))
         else:
             extra = pipeline | "NoEmbeddings" >> beam.Create([])
-        return (
-            pipeline
-            | "Once" >> beam.Create([None])
-            | "WriteManifest"
-            >> beam.Map(
-                finalize,
-                root=self._root,
-                fields=self._fields,
-                shards=beam.pvalue.AsList(entries),
-                words=beam.pvalue.AsSingleton(words_written),
-                rejected=beam.pvalue.AsSingleton(rejected),
-                accepted=beam.pvalue.AsSingleton(accepted),
-                extra_files=beam.pvalue.AsList(extra),
-                signal=beam.pvalue.AsSingleton(signal),
-                coverage=beam.pvalue.AsSingleton(coverage),
-            )
-        )
+        written = (words_written, books["rejects_written"]) | "FilesWritten" >> beam.Flatten()
+        return pipeline | "WriteManifest" >> WriteManifest(
+            self._root, self._fields, shards=masked["shards"], word_table=scored["word_table"],
+            documents=books["documents"], tallies=masked["tallies"], extra_files=extra, written=written)

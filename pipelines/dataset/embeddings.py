@@ -27,7 +27,6 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
-from pipelines.dataset.dataset_writer import word_table
 from schemas.models import MAX_WORD_TOKENS
 
 POOLINGS = ("mean", "pooler")
@@ -278,12 +277,9 @@ class ScoreWords(beam.DoFn):
 
     def process(self, batch: Sequence[tuple[str, np.ndarray]], seeds: list[tuple[str, np.ndarray]],
                 vocabulary: Mapping[str, int]):
+        from pipelines.dataset.build_steps import score_words
+
         words = [(word, embedding) for word, embedding in batch if word in vocabulary]
         if not words:
             return
-        seeds = sorted(seeds, key=lambda s: s[0])
-        seed_words = [w for w, _ in seeds]
-        seed_matrix = np.stack([e for _, e in seeds])
-        similarity, nearest = nearest_seed_similarity(np.stack([e for _, e in words]), seed_matrix, self._reduce)
-        yield word_table([w for w, _ in words], [vocabulary[w] for w, _ in words], similarity,
-                         [seed_words[n] for n in nearest])
+        yield score_words([w for w, _ in words], np.stack([e for _, e in words]), seeds, self._reduce, vocabulary)

@@ -52,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipelines.dataset.build_steps import similarity_array
 from pipelines.dataset.dataset_writer import join, write_atomically
 from pipelines.dataset.sequences import TOKENIZED_SCHEMA, natural_key
 from schemas.models import MAX_WORD_TOKENS
@@ -330,7 +331,7 @@ def write_embeddings_part(cache_url: str, key: str, embeddings: dict[str, np.nda
 class UpdateOptions:
     inputs: list[str]
     root: str
-    build: Any  # pipelines.dataset.build.BuildConfig
+    build: Any  # pipelines.dataset.build_steps.BuildConfig
     text_field: str = "text"
     txt_mode: str = "line"
     top_k: int = 20
@@ -366,7 +367,7 @@ def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float)
 def windows_of(entries: Sequence[FileEntry], index: dict[str, int], tokenizer: str, max_length: int,
                packing: str) -> pa.Table:
     """Every window of the corpus (WINDOWS_SCHEMA) in sequence-id order, as the build orders them."""
-    from pipelines.dataset.dataset_pipeline import sequence_ids, sequence_offsets, unit_counts
+    from pipelines.dataset.build_steps import sequence_ids, sequence_offsets, unit_counts
     from pipelines.dataset.sequences import (
         WINDOWS_SCHEMA,
         cut_windows,
@@ -420,166 +421,237 @@ def update(options: UpdateOptions) -> dict[str, Any]:
             gc.enable()
 
 
-def _update(options: UpdateOptions) -> dict[str, Any]:
-    from apache_beam.options.pipeline_options import PipelineOptions
+class StageClock:
+    """Seconds per stage: `lap(name)` closes the stage that began at the previous lap."""
 
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._clock = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._clock, 3)
+        self._clock = now
+
+
+def _update(options: UpdateOptions) -> dict[str, Any]:
+    """The build's steps (pipelines/dataset/build_steps.py) in one process, stage by stage."""
+    clock = StageClock()
+    run = start_update(options)
+    clock.lap("fingerprint")
+    count_and_tokenize(run)
+    clock.lap("count_and_tokenize")
+    entries = read_cache(run)
+    clock.lap("read_cache")
+    statistics = stats_and_seeds(entries, options, run.config)
+    clock.lap("stats_and_seeds")
+    embeddings = embed_words(run, statistics)
+    clock.lap("embed_words")
+    scored_words = word_similarity(statistics, embeddings, run.config.reduce)
+    clock.lap("similarity")
+    windows = windows_of(entries, statistics.index, run.config.tokenizer, run.config.max_length, run.config.packing)
+    clock.lap("windows")
+    shards, tallies = write_shards(run, windows, similarity_array(scored_words))
+    clock.lap("mask_probability_and_shards")
+    manifest = write_version(run, entries, statistics, scored_words, shards, tallies)
+    clock.lap("write")
+    return {"version": run.version_url, "rows": windows.num_rows, "shards": len(shards),
+            "word_types": len(statistics.vocabulary), "seeds": statistics.seeds, "vocabulary": manifest.vocabulary,
+            "counts": run.counters, "seconds": clock.seconds}
+
+
+@dataclasses.dataclass
+class UpdateRun:
+    """What the update's stages share: where it writes, which files it reads, and its counters."""
+
+    options: UpdateOptions
+    config: Any  # pipelines.dataset.build_steps.BuildConfig
+    root: str
+    cache_url: str
+    version: str
+    version_url: str
+    fingerprint: dict[str, Any]
+    settings: FileSettings
+    keys: dict[str, str]  # input path -> cache key
+    encoder: EncoderLoader
+    counters: dict[str, int]
+
+
+def start_update(options: UpdateOptions) -> UpdateRun:
+    """The corpus's files and their cache keys; a fresh version folder; the encoder starts loading."""
     from pipelines.corpus import corpus_fingerprint
-    from pipelines.dataset.build import tokenizer_info
-    from pipelines.dataset.dataset_pipeline import probability_options, shard_count, write_rejects
-    from pipelines.dataset.dataset_writer import (
-        dataset_rows,
-        new_version_name,
-        prepare_version,
-        word_table,
-        write_manifest_and_latest,
-        write_shard,
-        write_word_table,
-    )
-    from pipelines.dataset.embeddings import nearest_seed_similarity
-    from pipelines.dataset.signal import build_diagnostics, map_tallies, merge_map_tallies
-    from pipelines.dataset.vocabulary import (
-        complete_word_table,
-        encoded_words,
-        token_coverage,
-        vocabulary_counts,
-    )
-    from pipelines.statistics.seeds import load_stop_words, select_seeds
-    from schemas.formulas import FORMULA_VERSIONS
-    from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME, Manifest, ShardEntry
+    from pipelines.dataset.dataset_writer import new_version_name, prepare_version
 
     config = options.build
-    seconds: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        seconds[name] = round(now - clock, 3)
-        clock = now
-
     root = options.root.rstrip("/")
-    cache_url = join(root, CACHE_DIR)
-    fingerprint = corpus_fingerprint(options.inputs)
+    found = corpus_fingerprint(options.inputs)
     settings = file_settings(config.tokenizer, options.text_field, options.txt_mode)
-    keys = {f["path"]: settings.entry_key(f["path"], f["sha256"]) for f in fingerprint["files"]}
+    keys = {f["path"]: settings.entry_key(f["path"], f["sha256"]) for f in found["files"]}
     version = options.version or new_version_name()
     version_url = prepare_version(root, version)
     # After file_settings: the tokenizer (transformers) is imported here before the loader's thread
     # imports the model (transformers' lazy imports are not safe from two threads at once).
     encoder = EncoderLoader(config)
-    lap("fingerprint")
+    counters = {"files": len(keys), "files_processed": 0, "documents_tokenized": 0}
+    return UpdateRun(options, config, root, join(root, CACHE_DIR), version, version_url, found, settings, keys,
+                     encoder, counters)
 
-    complete = complete_entries(cache_url)
-    missing = {path: key for path, key in keys.items() if key not in complete}
-    counters: dict[str, int] = {"files": len(keys), "files_processed": 0, "documents_tokenized": 0}
-    LOG.info("%s: %d input files, %d cached, %d to count and tokenize", version_url, len(keys),
-             len(keys) - len(missing), len(missing))
-    if missing:
-        pipeline = beam.Pipeline(options=PipelineOptions(list(options.beam_args)))
-        _ = pipeline | "ProcessFiles" >> ProcessFiles(missing, cache_url, config.tokenizer, options.text_field,
-                                                      options.txt_mode, config.tokenize_batch_size)
-        result = pipeline.run()
-        result.wait_until_finish()
-        from apache_beam.metrics.metric import MetricsFilter
 
-        for counter in result.metrics().query(MetricsFilter().with_namespace("update"))["counters"]:
-            counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + counter.committed
-    lap("count_and_tokenize")
+def count_and_tokenize(run: UpdateRun) -> None:
+    """A cache entry for every input file that has none (a Beam pipeline over those files only)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
 
+    from pipelines.dataset.build_steps import pipeline_counters
+
+    complete = complete_entries(run.cache_url)
+    missing = {path: key for path, key in run.keys.items() if key not in complete}
+    LOG.info("%s: %d input files, %d cached, %d to count and tokenize", run.version_url, len(run.keys),
+             len(run.keys) - len(missing), len(missing))
+    if not missing:
+        return
+    options = run.options
+    pipeline = beam.Pipeline(options=PipelineOptions(list(options.beam_args)))
+    _ = pipeline | "ProcessFiles" >> ProcessFiles(missing, run.cache_url, run.config.tokenizer, options.text_field,
+                                                  options.txt_mode, run.config.tokenize_batch_size)
+    result = pipeline.run()
+    result.wait_until_finish()
+    for name, value in pipeline_counters(result, "update").items():
+        run.counters[name] = run.counters.get(name, 0) + value
+
+
+def read_cache(run: UpdateRun) -> list[FileEntry]:
+    """Every input file's cache entry, in path order."""
     # Threads: reading and decoding Parquet releases the GIL (local disk or gs://).
     with ThreadPoolExecutor(IO_THREADS) as pool:
-        entries = list(pool.map(lambda path: read_entry(cache_url, path, keys[path]), sorted(keys)))
-    lap("read_cache")
+        return list(pool.map(lambda path: read_entry(run.cache_url, path, run.keys[path]), sorted(run.keys)))
+
+
+@dataclasses.dataclass
+class Statistics:
+    """The merged word statistics and what they decide: the seeds and the words the encoder sees."""
+
+    rows: list[dict]  # WORD_STATS rows sorted by word
+    documents: int
+    total_words: int
+    seed_rows: list[dict]
+    seeds_config: dict[str, Any]
+    encoded: list[str]
+
+    @property
+    def seeds(self) -> list[str]:
+        return [row["word"] for row in self.seed_rows]
+
+    @property
+    def vocabulary(self) -> list[str]:
+        return [row["word"] for row in self.rows]
+
+    @functools.cached_property
+    def index(self) -> dict[str, int]:
+        from pipelines.dataset.build_steps import vocabulary_index
+
+        return vocabulary_index(self.vocabulary)
+
+    @property
+    def word_counts(self) -> dict[str, int]:
+        return {row["word"]: row["tf"] for row in self.rows}
+
+
+def stats_and_seeds(entries: Sequence[FileEntry], options: UpdateOptions, config: Any) -> Statistics:
+    """`maskstream stats` and `seeds` on the merged per-file counts; the words to encode."""
+    from pipelines.dataset.vocabulary import encoded_words
+    from pipelines.statistics.seed_selection import load_stop_words, select_seeds
+
     rows, documents, total_words = word_stats(entries, options.general_language, options.unseen_count)
     if not rows:
         raise ValueError(f"no word in {' '.join(options.inputs)}")
-    stop_words = load_stop_words(options.stop_words)
     seed_rows, _ = select_seeds(rows, options.top_k, min_df=options.min_df, min_length=options.min_length,
-                                stop_words=stop_words, alphabetic_only=options.alphabetic_only)
+                                stop_words=load_stop_words(options.stop_words), alphabetic_only=options.alphabetic_only)
     if not seed_rows:
         raise ValueError(f"no word of {len(rows)} passes the seed filters")
-    seeds = [row["word"] for row in seed_rows]
-    vocabulary = [row["word"] for row in rows]
-    word_counts = {row["word"]: row["tf"] for row in rows}
-    encoded = encoded_words(word_counts, config.min_word_count, seeds)
-    lap("stats_and_seeds")
+    seeds_config = {"top_k": options.top_k, "min_df": options.min_df, "min_length": options.min_length,
+                    "stop_words": options.stop_words, "alphabetic_only": options.alphabetic_only}
+    statistics = Statistics(rows, documents, total_words, seed_rows, seeds_config, [])
+    statistics.encoded = encoded_words(statistics.word_counts, config.min_word_count, statistics.seeds)
+    return statistics
 
-    embedding_key = encoder_key(config.encoder, config.pooling, config.encoder_dtype)
-    wanted = set(encoded) | set(seeds)
-    embeddings = read_embeddings(cache_url, embedding_key, wanted)
-    new = encode_words(sorted(wanted - embeddings.keys()), encoder)
-    write_embeddings_part(cache_url, embedding_key, new)
+
+def embed_words(run: UpdateRun, statistics: Statistics) -> dict[str, np.ndarray]:
+    """Embeddings of the encoded words and the seeds: from the cache, the missing ones encoded
+    (and appended to the cache)."""
+    config = run.config
+    key = encoder_key(config.encoder, config.pooling, config.encoder_dtype)
+    wanted = set(statistics.encoded) | set(statistics.seeds)
+    embeddings = read_embeddings(run.cache_url, key, wanted)
+    new = encode_words(sorted(wanted - embeddings.keys()), run.encoder)
+    write_embeddings_part(run.cache_url, key, new)
     embeddings.update(new)
-    counters["words_encoded"] = len(new)
-    counters["words_from_cache"] = len(wanted) - len(new)
-    lap("embed_words")
+    run.counters["words_encoded"] = len(new)
+    run.counters["words_from_cache"] = len(wanted) - len(new)
+    return embeddings
 
-    seed_words = sorted(seeds)  # the build's ScoreWords orders the seeds by word
-    similarity, nearest = nearest_seed_similarity(
-        np.stack([embeddings[w] for w in encoded]), np.stack([embeddings[w] for w in seed_words]), config.reduce)
-    index = {w: i for i, w in enumerate(vocabulary)}
-    scored_words = complete_word_table(word_table(encoded, np.array([index[w] for w in encoded]), similarity,
-                                                  [seed_words[n] for n in nearest]), index)
-    similarity = scored_words.column("similarity").to_numpy()  # in word_index order, skipped words included
-    lap("similarity")
 
-    windows = windows_of(entries, index, config.tokenizer, config.max_length, config.packing)
-    total = windows.num_rows
+def word_similarity(statistics: Statistics, embeddings: dict[str, np.ndarray], reduce: str) -> pa.Table:
+    """The complete word table: each encoded word scored against the seeds, the others the fallback."""
+    from pipelines.dataset.build_steps import score_words
+    from pipelines.dataset.vocabulary import complete_word_table
+
+    encoded = statistics.encoded
+    scored = score_words(encoded, np.stack([embeddings[w] for w in encoded]),
+                         [(seed, embeddings[seed]) for seed in statistics.seeds], reduce, statistics.index)
+    return complete_word_table(scored, statistics.index)
+
+
+def write_shards(run: UpdateRun, windows: pa.Table, similarity: np.ndarray) -> tuple[list, dict | None]:
+    """Rows, mask probabilities and the shard files of `windows` (in sequence-id order); returns
+    the shard entries and the merged signal tallies."""
+    from pipelines.dataset.build_steps import sequence_rows, shard_bounds, shard_count, signal_tally
+    from pipelines.dataset.dataset_writer import write_shard
+    from pipelines.dataset.signal import merge_map_tallies
+
+    config, total = run.config, windows.num_rows
     shards = shard_count({"total": total}, config.num_shards, config.shard_rows)
-    lap("windows")
-    probability = probability_options(config)
-    # Shard i is ids [i * total // shards, (i + 1) * total // shards), as the build's `sequence_id * shards // total`.
-    bounds = [-(-i * total // shards) for i in range(shards + 1)]
+    bounds = shard_bounds(total, shards)
 
-    def compute_and_write(shard: int) -> tuple[ShardEntry, dict]:
+    def compute_and_write(shard: int) -> tuple[Any, dict]:
         start, end = bounds[shard], bounds[shard + 1]
-        rows = dataset_rows(windows.slice(start, end - start), np.arange(start, end), similarity, **probability)
-        tally = map_tallies(rows, similarity, dataclasses.asdict(config), total)
-        return write_shard(version_url, shard, shards, [rows], config.row_group_rows), tally
+        rows = sequence_rows(windows.slice(start, end - start), np.arange(start, end), similarity, config)
+        tally = signal_tally(rows, similarity, config, total)
+        return write_shard(run.version_url, shard, shards, [rows], config.row_group_rows), tally
 
     # Shards in parallel: numpy, Parquet encoding and hashing release the GIL.
     with ThreadPoolExecutor(IO_THREADS) as pool:
-        shard_entries, tallies = zip(*pool.map(compute_and_write, range(shards)), strict=True)
-    merged = merge_map_tallies(tallies)
-    signal = build_diagnostics(merged, scored_words, seeds)
-    lap("mask_probability_and_shards")
-    write_word_table(version_url, WORD_TABLE_NAME, scored_words)
+        entries, tallies = zip(*pool.map(compute_and_write, range(shards)), strict=True)
+    return list(entries), merge_map_tallies(tallies)
+
+
+def write_version(run: UpdateRun, entries: Sequence[FileEntry], statistics: Statistics, scored_words: pa.Table,
+          shards: list, tallies: dict | None) -> Any:
+    """The word table, rejects, seeds.json and, last, the manifest and `latest`; returns the manifest."""
+    from pipelines.dataset.build_steps import assemble_manifest, manifest_fields, write_rejects
+    from pipelines.dataset.dataset_writer import write_manifest_and_latest, write_word_table
+    from pipelines.dataset.vocabulary import vocabulary_counts
+    from schemas.formulas import FORMULA_VERSIONS
+    from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME
+
+    options, config = run.options, run.config
+    write_word_table(run.version_url, WORD_TABLE_NAME, scored_words)
     rejects = [r for entry in entries for r in entry.rejects]
-    rejected = write_rejects(version_url, rejects)
+    rejected = write_rejects(run.version_url, rejects)
     no_tokens = sum(1 for r in rejects if r["reason"] == "no tokens")
-    seeds_json = {
-        "seeds": seed_rows,
-        "config": {"top_k": options.top_k, "min_df": options.min_df, "min_length": options.min_length,
-                   "stop_words": options.stop_words, "alphabetic_only": options.alphabetic_only},
-        "formulas": dict(FORMULA_VERSIONS),
-        "source_fingerprint": fingerprint,
-    }
-    write_atomically(join(version_url, SEEDS_NAME), (json.dumps(seeds_json, indent=2) + "\n").encode("utf-8"))
-    read_corpus_rejects = rejected - no_tokens
-    fingerprint = {**fingerprint, "documents": {"read": documents + read_corpus_rejects,
-                                                "accepted": documents - no_tokens, "rejected": rejected}}
-    manifest = Manifest(
-        version=version,
-        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        tokenizer=tokenizer_info(config.tokenizer),
-        encoder={"name": config.encoder, "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
-                 "dtype": config.encoder_dtype},
-        seeds=seeds,
-        formulas=dict(FORMULA_VERSIONS),
-        config={**dataclasses.asdict(config), "input": list(options.inputs), "seeds_config": seeds_json["config"],
-                "general_language": options.general_language, "unseen_count": options.unseen_count,
-                "text_field": options.text_field, "txt_mode": options.txt_mode,
-                "word_types": len(vocabulary), "documents": documents, "total_words": total_words,
-                "file_cache_settings": settings.key(), "embedding_cache": embedding_key,
-                "beam_args": list(options.beam_args), "extra_files": []},
-        source_fingerprint=fingerprint,
-        shards=list(shard_entries),
-        word_table=WORD_TABLE_NAME,
-        diagnostics=signal,
-        vocabulary={**vocabulary_counts(word_counts, encoded, config.min_word_count),
-                    **token_coverage(merged, scored_words)},
-    )
-    write_manifest_and_latest(root, manifest)
-    lap("write")
-    return {"version": version_url, "rows": total, "shards": shards, "word_types": len(vocabulary),
-            "seeds": seeds, "vocabulary": manifest.vocabulary, "counts": counters, "seconds": seconds}
+    seeds_json = {"seeds": statistics.seed_rows, "config": statistics.seeds_config,
+                  "formulas": dict(FORMULA_VERSIONS), "source_fingerprint": run.fingerprint}
+    write_atomically(join(run.version_url, SEEDS_NAME), (json.dumps(seeds_json, indent=2) + "\n").encode("utf-8"))
+    fields = manifest_fields(
+        run.version, config, statistics.seeds, run.fingerprint,
+        vocabulary_counts(statistics.word_counts, statistics.encoded, config.min_word_count),
+        {"input": list(options.inputs), "seeds_config": statistics.seeds_config,
+         "general_language": options.general_language, "unseen_count": options.unseen_count,
+         "text_field": options.text_field, "txt_mode": options.txt_mode, "documents": statistics.documents,
+         "total_words": statistics.total_words, "file_cache_settings": run.settings.key(),
+         "embedding_cache": encoder_key(config.encoder, config.pooling, config.encoder_dtype),
+         "beam_args": list(options.beam_args)})
+    accepted = statistics.documents - no_tokens
+    manifest = assemble_manifest(fields, shards, read=accepted + rejected, accepted=accepted, rejected=rejected,
+                                 extra_files=[], tallies=tallies, word_table=scored_words)
+    write_manifest_and_latest(run.root, manifest)
+    return manifest

@@ -4,7 +4,7 @@ Counts and tokenizes only the input files that changed since any earlier run int
 DATASET_ROOT (added or edited files; removed files simply drop out), encodes only the words and
 seeds never encoded before, and recomputes everything global from the cached per-file results:
 word statistics and TF-ICF, the seeds, nearest-seed similarities, mask probabilities. Writes
-DATASET_ROOT/VERSION/ like `maskstream build` (shards, words.parquet, seeds.json, rejects.jsonl,
+DATASET_ROOT/VERSION/ like `maskstream build` (shards, words.parquet, seeds.json, rejects-*.jsonl,
 manifest.json last) and moves DATASET_ROOT/latest to it. The cache lives in DATASET_ROOT/_cache/;
 `maskstream gc` prunes it with old versions. The first run into an empty root is a full build.
 
@@ -47,7 +47,8 @@ def add_update_options(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace, inputs: list[str], root: str):
-    from pipelines.dataset.build import BuildConfig, config_from_args
+    from pipelines.dataset.build import config_from_args
+    from pipelines.dataset.build_steps import BuildConfig
     from pipelines.lifecycle.incremental import UpdateOptions
 
     build_args = argparse.Namespace(**vars(args), pack_group_size=0,

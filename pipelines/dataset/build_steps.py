@@ -1,0 +1,277 @@
+"""The build's steps as plain functions, in the order the data flows, for both of its drivers.
+
+`maskstream build` runs them as Beam transforms (pipelines/dataset/dataset_pipeline.py:
+BuildDataset), `maskstream update` and `watch` in one process (pipelines/lifecycle/incremental.py).
+Both call these functions and nothing else for the content of a version, so their outputs are
+byte-identical by construction:
+
+    vocabulary_index        word types (sorted) -> word -> word_index: every word lookup
+    score_words             encoded words' and seeds' embeddings -> word-table rows (nearest seed)
+    complete_word_table     + a fallback row per word the encoder skipped (pipelines/dataset/vocabulary.py)
+    similarity_array        word table -> similarity per word_index
+    sequence_offsets/_ids   windows' (unit, window index) -> dense sequence ids 0..rows-1
+    shard_count, shard_of   rows -> how many shards and which shard a row goes to
+    sequence_rows           windows + ids + similarity -> SEQUENCE_SCHEMA rows with mask probabilities
+    signal_tally            rows -> their signal tallies (merged over all rows for the diagnostics)
+    manifest_fields         what a version's manifest states before the rows exist
+    assemble_manifest       + shards, document counts, tallies and word table -> the Manifest
+    write_rejects           (the in-process driver) rejects -> the file names Beam's text sink gives
+
+Each function works on whole Arrow tables / numpy arrays and knows no runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from schemas.manifest import WORD_TABLE_NAME, Manifest, ShardEntry
+from schemas.models import MAX_WORD_TOKENS
+
+REJECTS_PREFIX = "rejects"  # VERSION/rejects-SSSSS-of-NNNNN.jsonl, as `maskstream stats` writes its rejects
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+    """Everything that decides a dataset version's content; stored in its manifest."""
+
+    tokenizer: str
+    encoder: str
+    max_length: int = 128
+    packing: str = "truncate"
+    pack_group_size: int = 2000
+    pooling: str = "mean"
+    reduce: str = "max"
+    weighting: str = "similarity"
+    sharpness: float = 1.0
+    floor: float = 0.0
+    alpha: float = 1.0
+    budget: float = 0.15
+    num_shards: int = 0
+    shard_rows: int = 50_000
+    row_group_rows: int = 1024
+    tokenize_batch_size: int = 1024
+    embed_batch_size: int = 256
+    encoder_threads: int = 0
+    encoder_device: str = "auto"
+    encoder_dtype: str = "float32"  # resolved (`resolve_encoder_dtype`): float32 or bfloat16, never auto
+    min_word_count: int = 1  # pipelines/dataset/vocabulary.py: rarer word types are not encoded
+    write_embeddings: bool = False
+
+
+DEFAULTS = BuildConfig(tokenizer="", encoder="")  # the one place the options' defaults are written
+
+
+def tokenizer_info(name: str) -> dict[str, Any]:
+    """What the trainer needs from the tokenizer without loading it."""
+    from pipelines.dataset.sequences import load_tokenizer
+    from schemas.manifest import vocab_hash
+
+    tokenizer = load_tokenizer(name)
+    return {
+        "name": name,
+        "class": type(tokenizer).__name__,
+        "vocab_hash": vocab_hash(tokenizer.get_vocab()),
+        "vocab_size": len(tokenizer),
+        "pad_token_id": tokenizer.pad_token_id,
+        "mask_token_id": tokenizer.mask_token_id,
+        "cls_token_id": tokenizer.cls_token_id,
+        "sep_token_id": tokenizer.sep_token_id,
+        "unk_token_id": tokenizer.unk_token_id,
+        "all_special_ids": sorted(set(tokenizer.all_special_ids)),
+    }
+
+
+# ---------------------------------------------------------------- words
+
+
+def vocabulary_index(words: Sequence[str]) -> dict[str, int]:
+    """word -> word_index (its position in the sorted word types): the one lookup every step of
+    both drivers uses (tokenizing, scoring, mapping a cached file's words to this version's)."""
+    return {word: i for i, word in enumerate(words)}
+
+
+def score_words(words: Sequence[str], embeddings: np.ndarray, seeds: Iterable[tuple[str, np.ndarray]],
+                reduce: str, index: Mapping[str, int]) -> pa.Table:
+    """Words (rows of `embeddings`) scored against the seeds' (word, embedding): WORD_TABLE_SCHEMA
+    rows with each word's similarity and nearest seed. The seeds are taken in word order, so the
+    nearest of two equally near seeds does not depend on the order they arrived in."""
+    from pipelines.dataset.dataset_writer import word_table
+    from pipelines.dataset.embeddings import nearest_seed_similarity
+
+    seeds = sorted(seeds, key=lambda seed: seed[0])
+    seed_words = [word for word, _ in seeds]
+    similarity, nearest = nearest_seed_similarity(embeddings, np.stack([e for _, e in seeds]), reduce)
+    return word_table(list(words), np.array([index[w] for w in words], np.int32), similarity,
+                      [seed_words[n] for n in nearest])
+
+
+def similarity_array(table: pa.Table) -> np.ndarray:
+    """Each word's similarity, at its `word_index`."""
+    similarity = np.zeros(table.num_rows, np.float32)
+    similarity[table.column("word_index").to_numpy()] = table.column("similarity").to_numpy()
+    return similarity
+
+
+# ---------------------------------------------------------------- sequence ids and shards
+
+
+UNIT_COUNTS_SCHEMA = pa.schema([pa.field("unit", pa.string()), pa.field("windows", pa.int64())])
+
+
+def unit_counts(windows: pa.Table) -> pa.Table:
+    """(unit, windows): the number of windows of every unit in a table of windows."""
+    counts = windows.group_by("unit").aggregate([("window_index", "count")])
+    return pa.table({"unit": counts.column("unit"), "windows": counts.column("window_index_count")},
+                    schema=UNIT_COUNTS_SCHEMA)
+
+
+def unit_keys(units: Sequence[str]) -> np.ndarray:
+    """A 64-bit key per unit name (blake2b): fixed width, whatever the names' lengths."""
+    return np.fromiter((int.from_bytes(hashlib.blake2b(unit.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                                       "little") for unit in units), np.uint64, len(units))
+
+
+def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
+    """First sequence id of every unit (`unit_counts` tables), numbering the units in natural
+    order (ties broken by name), and the total.
+
+    Returned as arrays, units by their `unit_keys` sorted (for `searchsorted`) and their first
+    ids: 16 bytes a unit, which Beam sizes and pickles as two buffers, not as a dict of strings."""
+    from pipelines.dataset.sequences import natural_key
+
+    counts = pa.concat_tables([UNIT_COUNTS_SCHEMA.empty_table(), *per_table])
+    units = counts.column("unit").to_pylist()
+    order = sorted(range(len(units)), key=lambda i: (natural_key(units[i]), units[i]))
+    first = np.concatenate([[0], np.cumsum(counts.column("windows").to_numpy()[order], dtype=np.int64)])
+    keys = unit_keys([units[i] for i in order])
+    by_key = np.argsort(keys, kind="stable")
+    keys = keys[by_key]
+    if np.any(keys[1:] == keys[:-1]):  # two names with one key (about 1 in 10^7 for a million units)
+        raise ValueError("two document or packing-group ids hash to the same 64-bit key; rename one")
+    return {"keys": keys, "first": first[:-1][by_key], "total": int(first[-1])}
+
+
+def sequence_ids(windows: pa.Table, offsets: dict[str, Any]) -> np.ndarray:
+    """The `sequence_id` of each window: its unit's first id (`sequence_offsets`) + its index."""
+    keys = unit_keys(windows.column("unit").to_pylist())
+    position = np.minimum(np.searchsorted(offsets["keys"], keys), max(len(offsets["keys"]) - 1, 0))
+    if len(keys) and (len(offsets["keys"]) == 0 or not np.array_equal(offsets["keys"][position], keys)):
+        raise KeyError("a window's unit has no sequence offset")
+    return offsets["first"][position] + windows.column("window_index").to_numpy().astype(np.int64)
+
+
+def shard_count(offsets: dict[str, Any], num_shards: int, shard_rows: int) -> int:
+    """How many shards `offsets["total"]` rows make (--num-shards, else --shard-rows a shard)."""
+    total = offsets["total"]
+    if total == 0:
+        raise ValueError("the corpus produced no sequences: nothing to write")
+    wanted = num_shards if num_shards > 0 else -(-total // max(shard_rows, 1))
+    return max(1, min(wanted, total))
+
+
+def shard_of(ids: np.ndarray, shards: int, total: int) -> np.ndarray:
+    """The shard of each sequence id: shard i holds the contiguous ids `shard_bounds` gives it."""
+    return ids * shards // total
+
+
+def shard_bounds(total: int, shards: int) -> list[int]:
+    """Shard i holds ids [bounds[i], bounds[i + 1]): the first id of each shard under `shard_of`."""
+    return [-(-i * total // shards) for i in range(shards + 1)]
+
+
+# ---------------------------------------------------------------- rows
+
+
+def probability_options(config: BuildConfig) -> dict[str, Any]:
+    """`mask_probabilities_flat`'s options from a BuildConfig."""
+    return {"budget": config.budget, "alpha": config.alpha, "weighting": config.weighting,
+            "sharpness": config.sharpness, "floor": config.floor, "width": config.max_length}
+
+
+def sequence_rows(windows: pa.Table, ids: np.ndarray, similarity: np.ndarray, config: BuildConfig) -> pa.Table:
+    """Windows and their sequence ids -> SEQUENCE_SCHEMA rows with their mask probabilities."""
+    from pipelines.dataset.dataset_writer import dataset_rows
+
+    return dataset_rows(windows, ids, similarity, **probability_options(config))
+
+
+def signal_tally(rows: pa.Table, similarity: np.ndarray, config: BuildConfig,
+                 total: int) -> dict[str, dict[str, np.ndarray]]:
+    """The signal tallies of rows of a dataset of `total` rows (pipelines/dataset/signal.py)."""
+    from pipelines.dataset.signal import map_tallies
+
+    return map_tallies(rows, similarity, dataclasses.asdict(config), total)
+
+
+# ---------------------------------------------------------------- the manifest
+
+
+def manifest_fields(version: str, config: BuildConfig, seeds: Sequence[str], fingerprint: dict[str, Any],
+                    vocabulary: dict[str, Any], run_config: dict[str, Any]) -> dict[str, Any]:
+    """What the manifest states before any row is computed: `run_config` (the driver's own inputs
+    and options) joins the BuildConfig under `config`; `vocabulary` is `vocabulary_counts`."""
+    from schemas.formulas import FORMULA_VERSIONS
+
+    return {
+        "version": version,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "tokenizer": tokenizer_info(config.tokenizer),
+        "encoder": {"name": config.encoder, "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
+                    "dtype": config.encoder_dtype},
+        "seeds": list(seeds),
+        "formulas": dict(FORMULA_VERSIONS),
+        "config": {**dataclasses.asdict(config), **run_config},
+        "source_fingerprint": fingerprint,
+        "word_table": WORD_TABLE_NAME,
+        "vocabulary": vocabulary,
+    }
+
+
+def assemble_manifest(fields: dict[str, Any], shards: Iterable[ShardEntry], *, read: int, accepted: int,
+                      rejected: int, extra_files: Iterable[str], tallies: dict[str, Any] | None,
+                      word_table: pa.Table) -> Manifest:
+    """`manifest_fields` + what the rows gave: the shards, documents read = accepted + rejected,
+    the word types, the signal diagnostics and the token coverage (from the merged tallies)."""
+    from pipelines.dataset.signal import build_diagnostics
+    from pipelines.dataset.vocabulary import token_coverage
+
+    fields = json.loads(json.dumps(fields))
+    fields["source_fingerprint"]["documents"] = {"read": read, "accepted": accepted, "rejected": rejected}
+    fields["config"]["word_types"] = word_table.num_rows
+    fields["config"]["extra_files"] = sorted(f for f in extra_files if f)
+    fields["diagnostics"] = build_diagnostics(tallies, word_table, fields["seeds"])
+    fields["vocabulary"] = {**fields["vocabulary"], **token_coverage(tallies, word_table)}
+    return Manifest(shards=sorted(shards, key=lambda s: s.path), **fields)
+
+
+def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
+    """Writes rejects as one file of Beam's sharded names (VERSION/rejects-00000-of-00001.jsonl),
+    sorted by (source, location); returns how many. For the in-process driver: the build writes
+    them from the pipeline (BuildDataset's Bookkeeping), in as many files as the runner chooses."""
+    import fsspec
+
+    from pipelines.dataset.dataset_writer import join
+
+    rejects = sorted(rejects, key=lambda r: (r["source"], r["location"]))
+    with fsspec.open(join(version_url, f"{REJECTS_PREFIX}-00000-of-00001.jsonl"), "w", encoding="utf-8") as f:
+        for reject in rejects:
+            f.write(json.dumps(reject, ensure_ascii=False) + "\n")
+    return len(rejects)
+
+
+def pipeline_counters(result: Any, namespace: str) -> dict[str, float]:
+    """The committed Beam counters of `namespace` in a finished pipeline's result, summed by name."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counters: dict[str, float] = {}
+    for counter in result.metrics().query(MetricsFilter().with_namespace(namespace))["counters"]:
+        counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + counter.committed
+    return counters
