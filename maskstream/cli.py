@@ -23,6 +23,7 @@ from maskstream.remote_paths import (
     check_reachable,
     remote_urls,
 )
+from pipelines.dataflow_job import is_dry_run
 
 # name -> (module, one-line help, passes unknown flags to Beam)
 COMMANDS: dict[str, tuple[str, str, bool]] = {
@@ -105,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     for chatty in ("gcsfs", "google.auth"):
         logging.getLogger(chatty).setLevel(logging.ERROR if level > logging.DEBUG else level)
     try:
-        check_reachable(remote_urls(args), args.remote_timeout)
+        if args._passes_beam and is_dry_run(args.beam_args):
+            logging.getLogger("maskstream").info("dry run: the remote paths are not checked")
+        else:
+            check_reachable(remote_urls(args), args.remote_timeout)
     except RemotePathError as error:
         logging.getLogger("maskstream").debug("remote path check failed", exc_info=True)
         print(f"maskstream {args.command}: error: {error}", file=sys.stderr)

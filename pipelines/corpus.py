@@ -37,6 +37,7 @@ from apache_beam.io.filesystems import FileSystems
 TXT_MODES = ("line", "file")
 DOCUMENTS = "documents"
 REJECTS = "rejects"
+FILES = "files"
 PARQUET_BATCH_ROWS = 1024
 # Documents above this size are rejected, unread: tokenizing one costs the build about 100x its size
 # in memory (a 50 MB line took over 6 GB), and every process holds a whole document. A book is a
@@ -98,24 +99,45 @@ def expand_inputs(patterns: Sequence[str]) -> list[str]:
     return sorted(files)
 
 
-def corpus_fingerprint(patterns: Sequence[str]) -> dict[str, Any]:
-    """`{"files": [{"path", "bytes", "sha256"}, ...], "sha256": ...}` of the files `patterns` match.
+def file_digest(path: str) -> dict[str, Any]:
+    """`{"path", "bytes", "sha256"}` of one file, hashed as stored (compressed files as they are)."""
+    digest = hashlib.sha256()
+    size = 0
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return {"path": path, "bytes": size, "sha256": digest.hexdigest()}
 
-    Each file is hashed as stored (compressed files as they are). The overall `sha256` is taken
+
+def fingerprint_of(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """`{"files": [...], "sha256": ...}` of `file_digest` entries. The overall `sha256` is taken
     over the files' sorted content hashes, so it identifies the corpus's content wherever it lives
-    (a local copy and a `gs://` copy share it).
-    """
-    entries = []
-    for path in expand_inputs(patterns):
-        digest = hashlib.sha256()
-        size = 0
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-                size += len(chunk)
-        entries.append({"path": path, "bytes": size, "sha256": digest.hexdigest()})
+    (a local copy and a `gs://` copy share it)."""
+    entries = sorted(entries, key=lambda e: e["path"])
     overall = hashlib.sha256("\n".join(sorted(e["sha256"] for e in entries)).encode("ascii"))
     return {"files": entries, "sha256": overall.hexdigest()}
+
+
+def corpus_fingerprint(patterns: Sequence[str]) -> dict[str, Any]:
+    """The fingerprint (`fingerprint_of`) of the files `patterns` match, computed in this process.
+
+    It reads every byte of the corpus: the in-process commands (`update`, `watch`) use it; the
+    Beam commands compute the same fingerprint on their workers (`FingerprintFiles`), so that the
+    launching process reads no corpus bytes."""
+    return fingerprint_of([file_digest(path) for path in expand_inputs(patterns)])
+
+
+class FingerprintFiles(beam.PTransform):
+    """PCollection of file paths -> one `fingerprint_of` dict, each file hashed on a worker."""
+
+    def expand(self, files: beam.PCollection) -> beam.PCollection:
+        return (
+            files
+            | "HashFiles" >> beam.Map(file_digest)
+            | "AllFiles" >> beam.combiners.ToList()  # one small entry per file, not per document
+            | "Fingerprint" >> beam.Map(fingerprint_of)
+        )
 
 
 def _decode(raw: bytes, first: bool) -> str:
@@ -316,7 +338,8 @@ class ParseFileFn(beam.DoFn):
 
 
 class ReadCorpus(beam.PTransform):
-    """Files matching `patterns` -> `{"documents": PCollection[Document], "rejects": PCollection[dict]}`.
+    """Files matching `patterns` -> `{"documents": PCollection[Document], "rejects": PCollection[dict],
+    "files": PCollection[str] (the paths read, for `FingerprintFiles`)}`.
 
     `.txt`: a document per line (`txt_mode="line"`) or per file (`txt_mode="file"`);
     `.jsonl`: the string field `text_field` of each line's JSON object;
@@ -336,13 +359,14 @@ class ReadCorpus(beam.PTransform):
         self.txt_mode = txt_mode
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+        # The file list is part of the job: a path (tens of bytes) per file, never their content.
+        files = pbegin | "ListFiles" >> beam.Create(expand_inputs(self.patterns))
         parsed = (
-            pbegin
-            | "ListFiles" >> beam.Create(expand_inputs(self.patterns))
+            files
             # Spread the files over workers before the (per-file sequential) parsing.
             | "SpreadFiles" >> beam.Reshuffle()
             | "OpenFiles" >> fileio.ReadMatches()
             | "ParseFiles"
             >> beam.ParDo(ParseFileFn(self.text_field, self.txt_mode, self.max_document_bytes)).with_outputs(REJECTS, main=DOCUMENTS)
         )
-        return {DOCUMENTS: parsed[DOCUMENTS], REJECTS: parsed[REJECTS]}
+        return {DOCUMENTS: parsed[DOCUMENTS], REJECTS: parsed[REJECTS], FILES: files}

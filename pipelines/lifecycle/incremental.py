@@ -564,8 +564,8 @@ def stats_and_seeds(entries: Sequence[FileEntry], options: UpdateOptions, config
     rows, documents, total_words = word_stats(entries, options.general_language, options.unseen_count)
     if not rows:
         raise ValueError(f"no word in {' '.join(options.inputs)}")
-    seed_rows, _ = select_seeds(rows, options.top_k, min_df=options.min_df, min_length=options.min_length,
-                                stop_words=load_stop_words(options.stop_words), alphabetic_only=options.alphabetic_only)
+    seed_rows = select_seeds(rows, options.top_k, min_df=options.min_df, min_length=options.min_length,
+                             stop_words=load_stop_words(options.stop_words), alphabetic_only=options.alphabetic_only)
     if not seed_rows:
         raise ValueError(f"no word of {len(rows)} passes the seed filters")
     seeds_config = {"top_k": options.top_k, "min_df": options.min_df, "min_length": options.min_length,

@@ -3,6 +3,9 @@ seeds` (pipelines/statistics/seeds.py) and `maskstream update` (pipelines/lifecy
 
 from __future__ import annotations
 
+import heapq
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 DEFAULT_TOP_K = 20
@@ -11,6 +14,7 @@ DEFAULT_TOP_K = 20
 DEFAULT_MIN_DF = 3
 # 3: keeps domain acronyms ('dna', 'fft', 'cad') and drops 2-letter abbreviations and units.
 DEFAULT_MIN_LENGTH = 3
+REPORT_CANDIDATES = 50  # rows of the seeds report's table of the best-scored words
 
 
 def load_stop_words(spec: str) -> frozenset[str]:
@@ -45,10 +49,57 @@ def filter_reasons(row: dict[str, Any], *, min_df: int, min_length: int, stop_wo
     return reasons
 
 
+def _best_first(row: dict[str, Any], score: str) -> tuple[float, str]:
+    return -row[score], row["word"]
+
+
+class SeedRanking:
+    """Word-stats rows, fed in batches -> the seeds and the report's figures, holding only the
+    best rows seen so far: memory is flat in the vocabulary.
+
+    Keeps the top `top_k` rows the filters keep by `score` (the seeds), the top REPORT_CANDIDATES
+    rows of all by `score` with the filters that remove them (the report's table), the top `top_k`
+    kept rows by TF-ICF alone (what the background contrast drops), and how many words each filter
+    removes. Ties are broken by the word, so the result does not depend on the batches' order.
+    """
+
+    def __init__(self, top_k: int, score: str = "tf_icf", **filters: Any):
+        self.top_k, self.score, self.filters = top_k, score, filters
+        self.seeds: list[dict[str, Any]] = []
+        self.candidates: list[tuple[dict[str, Any], list[str]]] = []
+        self.by_tf_icf: list[dict[str, Any]] = []
+        self.removed: Counter[str] = Counter()
+        self.words = 0
+
+    def add(self, rows: Iterable[dict[str, Any]]) -> None:
+        judged = [(row, filter_reasons(row, **self.filters)) for row in rows]
+        kept = [row for row, reasons in judged if not reasons]
+        self.words += len(judged)
+        self.removed.update(reason for _, reasons in judged for reason in reasons)
+        self.seeds = heapq.nsmallest(self.top_k, [*self.seeds, *kept], key=lambda r: _best_first(r, self.score))
+        self.by_tf_icf = heapq.nsmallest(self.top_k, [*self.by_tf_icf, *kept], key=lambda r: _best_first(r, "tf_icf"))
+        self.candidates = heapq.nsmallest(REPORT_CANDIDATES, [*self.candidates, *judged],
+                                          key=lambda pair: _best_first(pair[0], self.score))
+
+    def tf_icf_ranks(self, batches: Iterable[list[dict[str, Any]]]) -> dict[str, int]:
+        """Each seed's rank by TF-ICF alone among the words the filters keep: a second pass over
+        the rows (the seeds are known only after the first)."""
+        ahead = {row["word"]: 1 for row in self.seeds}
+        keys = {row["word"]: _best_first(row, "tf_icf") for row in self.seeds}
+        for rows in batches:
+            for row in rows:
+                key = _best_first(row, "tf_icf")
+                for word, seed_key in keys.items():
+                    if key < seed_key and not filter_reasons(row, **self.filters):
+                        ahead[word] += 1
+        return ahead
+
+
 def select_seeds(rows: list[dict[str, Any]], top_k: int, score: str = "tf_icf",
-                 **filters: Any) -> tuple[list[dict], list[tuple[dict, list[str]]]]:
-    """(seeds best first, every row by descending `score` with the filters that remove it)."""
-    ranked = sorted(rows, key=lambda r: (-r[score], r["word"]))
-    judged = [(row, filter_reasons(row, **filters)) for row in ranked]
-    seeds = [row for row, reasons in judged if not reasons][:top_k]
-    return seeds, judged
+                 **filters: Any) -> list[dict[str, Any]]:
+    """The seeds of `rows` (all in memory), best first: `SeedRanking` fed one batch."""
+    ranking = SeedRanking(top_k, score, **filters)
+    ranking.add(rows)
+    return ranking.seeds
+
+

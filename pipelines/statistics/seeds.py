@@ -16,8 +16,9 @@ A word is a candidate unless a filter removes it:
 Writes SEEDS_JSON ({"seeds": [{"word", "tf", "df", "general_frequency", "tf_icf"}, ...] best
 first, "config", "formulas", "source_fingerprint"}) and, beside it, a Markdown report
 (SEEDS_report.md: the top 50 words by TF-ICF with their counts and which filter removed which)
-and a bar chart of the seeds' scores (SEEDS.png). The stats table is small (one row per word
-type), so this reads it whole with pyarrow; no Beam pipeline.
+and a bar chart of the seeds' scores (SEEDS.png). The stats table has one row per word type
+(millions for a large corpus), so it is streamed in record batches (`SeedRanking`): memory holds
+the best rows seen so far, not the vocabulary; no Beam pipeline.
 """
 
 from __future__ import annotations
@@ -26,18 +27,21 @@ import argparse
 import json
 import posixpath
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from pipelines.statistics.seed_selection import (  # noqa: F401 (their old home)
     DEFAULT_MIN_DF,
     DEFAULT_MIN_LENGTH,
     DEFAULT_TOP_K,
+    REPORT_CANDIDATES,
+    SeedRanking,
     filter_reasons,
     load_stop_words,
     select_seeds,
 )
 
-REPORT_CANDIDATES = 50
+STATS_BATCH_ROWS = 65_536  # word-stats rows held at once while ranking
 CONTRASTS = ("general", "background")
 SCORE_COLUMN = {"general": "tf_icf", "background": "contrast"}
 EXIT_INPUT_ERROR = 2
@@ -69,8 +73,9 @@ def add_seed_options(parser: argparse.ArgumentParser) -> None:
                         help="let words with digits be seeds (default: alphabetic words only)")
 
 
-def read_word_stats(stats_dir: str) -> Any:
-    """The `word_stats-*.parquet` rows of a stats folder as one pyarrow Table (schema checked)."""
+def iter_word_stats(stats_dir: str, batch_rows: int = STATS_BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
+    """The `word_stats-*.parquet` rows of a stats folder, in lists of at most `batch_rows` (schema
+    checked first); only one batch is in memory at a time."""
     import fsspec
     import pyarrow.dataset as ds
 
@@ -80,25 +85,22 @@ def read_word_stats(stats_dir: str) -> Any:
     files = sorted(fs.glob(posixpath.join(path, "word_stats-*.parquet")))
     if not files:
         raise FileNotFoundError(f"no word_stats-*.parquet in {stats_dir} (run `maskstream stats` first)")
-    table = ds.dataset(files, filesystem=fs, format="parquet").to_table()
-    check_schema(table.schema, WORD_STATS_SCHEMA, f"word stats in {stats_dir}")
-    return table
+    dataset = ds.dataset(files, filesystem=fs, format="parquet")
+    check_schema(dataset.schema, WORD_STATS_SCHEMA, f"word stats in {stats_dir}")
+    for batch in dataset.to_batches(batch_size=batch_rows):
+        yield batch.to_pylist()
 
 
 def _format_frequency(value: float) -> str:
     return "0 (unseen)" if value == 0 else f"{value:.3g}"
 
 
-def general_ranks(judged: list[tuple[dict, list[str]]]) -> dict[str, int]:
-    """Each candidate word's rank by TF-ICF alone among the words the filters keep."""
-    kept = sorted((row for row, reasons in judged if not reasons), key=lambda r: (-r["tf_icf"], r["word"]))
-    return {row["word"]: rank for rank, row in enumerate(kept, start=1)}
-
-
-def render_report(seeds: list[dict], judged: list[tuple[dict, list[str]]], summary: dict[str, Any],
-                  config: dict[str, Any], chart_name: str) -> str:
+def render_report(ranking: SeedRanking, summary: dict[str, Any], config: dict[str, Any], chart_name: str,
+                  tf_icf_ranks: dict[str, int] | None = None) -> str:
+    """The Markdown report; `tf_icf_ranks` (`SeedRanking.tf_icf_ranks`) for the background contrast."""
     if config.get("contrast") == "background":
-        return render_background_report(seeds, judged, summary, config, chart_name)
+        return render_background_report(ranking, tf_icf_ranks or {}, summary, config, chart_name)
+    seeds = ranking.seeds
     seed_rank = {row["word"]: i for i, row in enumerate(seeds, start=1)}
     lines = [
         "# Seed words",
@@ -122,25 +124,23 @@ def render_report(seeds: list[dict], judged: list[tuple[dict, list[str]]], summa
         "| rank | word | tf | df | general frequency | TF-ICF | outcome |",
         "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
     ]
-    for rank, (row, reasons) in enumerate(judged[:REPORT_CANDIDATES], start=1):
+    for rank, (row, reasons) in enumerate(ranking.candidates, start=1):
         outcome = f"seed {seed_rank[row['word']]}" if row["word"] in seed_rank else (
             "removed: " + ", ".join(reasons) if reasons else "not needed (top-K full)")
         lines.append(f"| {rank} | {row['word']} | {row['tf']} | {row['df']} | "
                      f"{_format_frequency(row['general_frequency'])} | {row['tf_icf']:.5f} | {outcome} |")
-    removed: dict[str, int] = {}
-    for _, reasons in judged:
-        for reason in reasons:
-            removed[reason] = removed.get(reason, 0) + 1
     lines += ["", "## Words each filter removes (all words; a word may fail several)", "",
               "| filter | words |", "| --- | ---: |"]
-    lines += [f"| {reason} | {count} |" for reason, count in sorted(removed.items())]
+    lines += [f"| {reason} | {count} |" for reason, count in sorted(ranking.removed.items())]
     return "\n".join(lines) + "\n"
 
 
-def render_background_report(seeds: list[dict], judged: list[tuple[dict, list[str]]], summary: dict[str, Any],
+def render_background_report(ranking: SeedRanking, tf_icf_ranks: dict[str, int], summary: dict[str, Any],
                              config: dict[str, Any], chart_name: str) -> str:
     total, background = summary.get("total_words") or 1, summary.get("background", {})
-    general_rank = general_ranks(judged)
+    seeds = ranking.seeds
+    # Each seed's rank by TF-ICF alone, and the top K by TF-ICF alone at their ranks.
+    general_rank = {**tf_icf_ranks, **{row["word"]: rank for rank, row in enumerate(ranking.by_tf_icf, start=1)}}
     top_k = config["top_k"]
     lines = [
         "# Seed words (background contrast)",
@@ -169,8 +169,7 @@ def render_background_report(seeds: list[dict], judged: list[tuple[dict, list[st
                      f"{_format_frequency(row['background_frequency'])} | {_format_frequency(row['general_frequency'])} | "
                      f"{row['tf_icf']:.5f} | {row['contrast']:.5f} | {by} |")
     seed_words = {row["word"] for row in seeds}
-    dropped = [row for row, reasons in judged if not reasons and general_rank[row["word"]] <= top_k
-               and row["word"] not in seed_words]
+    dropped = [row for row in ranking.by_tf_icf if row["word"] not in seed_words]
     lines += ["", f"## Top-{top_k} words by TF-ICF alone that the background contrast drops", "",
               "| word | TF-ICF rank | domain frequency | background frequency | contrast |",
               "| --- | ---: | ---: | ---: | ---: |"]
@@ -205,14 +204,14 @@ def run(args: argparse.Namespace) -> int:
     from schemas.formulas import FORMULA_VERSIONS
 
     try:
-        table = read_word_stats(args.stats)
+        columns = next(iter_word_stats(args.stats, batch_rows=1), [{}])
         with fsspec.open(posixpath.join(args.stats.rstrip("/"), "summary.json"), "r", encoding="utf-8") as f:
             summary = json.load(f)
         stop_words = load_stop_words(args.stop_words)
     except FileNotFoundError as e:
         print(f"maskstream seeds: error: {e}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    has_background = "contrast" in table.column_names
+    has_background = bool(columns) and "contrast" in columns[0]
     contrast = args.contrast or ("background" if has_background else "general")
     if contrast == "background" and not has_background:
         print(f"maskstream seeds: error: {args.stats} has no background contrast: run `maskstream stats` with "
@@ -228,12 +227,13 @@ def run(args: argparse.Namespace) -> int:
         "contrast": contrast,
         "stats_config": summary.get("config", {}),
     }
-    seeds, judged = select_seeds(
-        table.to_pylist(), args.top_k, SCORE_COLUMN[contrast], min_df=args.min_df, min_length=args.min_length,
-        stop_words=stop_words, alphabetic_only=not args.allow_non_alphabetic,
-    )
+    ranking = SeedRanking(args.top_k, SCORE_COLUMN[contrast], min_df=args.min_df, min_length=args.min_length,
+                          stop_words=stop_words, alphabetic_only=not args.allow_non_alphabetic)
+    for rows in iter_word_stats(args.stats):
+        ranking.add(rows)
+    seeds = ranking.seeds
     if not seeds:
-        print(f"maskstream seeds: error: no word of {len(judged)} passes the filters", file=sys.stderr)
+        print(f"maskstream seeds: error: no word of {ranking.words} passes the filters", file=sys.stderr)
         return EXIT_INPUT_ERROR
     if len(seeds) < args.top_k:
         print(f"maskstream seeds: warning: only {len(seeds)} words pass the filters", file=sys.stderr)
@@ -252,7 +252,9 @@ def run(args: argparse.Namespace) -> int:
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
     plot_scores(seeds, chart_path, SCORE_COLUMN[contrast])
     with fsspec.open(report_path, "w", encoding="utf-8") as f:
-        f.write(render_report(seeds, judged, {**summary, "formulas": formulas}, config, posixpath.basename(chart_path)))
+        tf_icf_ranks = ranking.tf_icf_ranks(iter_word_stats(args.stats)) if contrast == "background" else None
+        f.write(render_report(ranking, {**summary, "formulas": formulas}, config, posixpath.basename(chart_path),
+                              tf_icf_ranks))
     with fsspec.open(output, "w", encoding="utf-8") as f:
         f.write(json.dumps(result, indent=2) + "\n")
     print(f"wrote {output}, {report_path}, {chart_path}")

@@ -70,7 +70,7 @@ def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> Non
     import apache_beam as beam
     from apache_beam.pvalue import AsSingleton
 
-    from pipelines.corpus import ReadCorpus
+    from pipelines.corpus import FingerprintFiles, ReadCorpus
     from pipelines.statistics.counting import CountWords
     from pipelines.statistics.tf_icf import TfIcf
     from schemas.tables import WORD_STATS_BACKGROUND_SCHEMA, WORD_STATS_SCHEMA
@@ -118,6 +118,8 @@ def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> Non
         "documents_rejected": corpus["rejects"] | "CountRejects" >> beam.combiners.Count.Globally(),
         "distinct_words": domain["counts"] | "CountDistinctWords" >> beam.combiners.Count.Globally(),
         "total_words": domain["words"],
+        # Hashed on the workers: the launching process reads no corpus bytes.
+        "source_fingerprint": corpus["files"] | "FingerprintCorpus" >> FingerprintFiles(),
     }
     if general is not None:
         counts["general_documents_accepted"] = general["documents"]
@@ -188,7 +190,6 @@ def publish(staging: str, output: str) -> None:
 
 
 def _summarize(args: argparse.Namespace, staging: str) -> dict[str, Any]:
-    from pipelines.corpus import corpus_fingerprint
     from schemas.formulas import FORMULA_VERSIONS
 
     counts = json.loads(_read_text(f"{staging}/{COUNTS_NAME}"))
@@ -222,7 +223,7 @@ def _summarize(args: argparse.Namespace, staging: str) -> dict[str, Any]:
             "unseen_count": args.unseen_count,
         },
         "formulas": dict(FORMULA_VERSIONS),
-        "source_fingerprint": corpus_fingerprint(args.input),
+        "source_fingerprint": counts["source_fingerprint"],
     }
     for corpus, given in (("general", args.general_input), ("background", args.background_input)):
         if given:
@@ -237,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.corpus import expand_inputs
+    from pipelines.dataflow_job import is_dry_run, job_size
 
     # Beam logs every string annotation (`from __future__ import annotations`) at INFO.
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
@@ -252,6 +254,11 @@ def run(args: argparse.Namespace) -> int:
     output = args.output.rstrip("/")
     staging = f"{output}.tmp-{uuid.uuid4().hex[:12]}"
     LOGGER.info("reading %d file(s); staging results in %s", len(files), staging)
+    if is_dry_run(args.beam_args):  # the job is built, not run: nothing to summarize or publish
+        pipeline = beam.Pipeline(options=PipelineOptions(args.beam_args))
+        build_pipeline(pipeline, args, staging)
+        print(job_size(pipeline.run()).line("stats"))
+        return 0
     try:
         with beam.Pipeline(options=PipelineOptions(args.beam_args)) as pipeline:
             build_pipeline(pipeline, args, staging)
