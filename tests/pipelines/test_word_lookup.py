@@ -91,3 +91,21 @@ def test_bytes_per_word_type_of_the_lookup(word_types):
     tracemalloc.stop()
     assert (lookup.nbytes + scores.nbytes) / word_types == 18
     assert held / word_types <= 40, f"{held / word_types:.1f} bytes a word type"
+
+
+def test_update_refuses_a_vocabulary_beyond_its_memory(tmp_path, sample_corpus, tiny_bert, monkeypatch, caplog):
+    """`update` runs in one process: it checks the vocabulary against the memory available and
+    points to `build` on Dataflow instead of running out of memory."""
+    from maskstream.cli import main
+    from pipelines.lifecycle import incremental
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "part-0.jsonl").write_text("".join(sample_corpus.read_text(encoding="utf-8").splitlines(True)[:40]),
+                                         encoding="utf-8")
+    monkeypatch.setattr(incremental, "available_memory", lambda: 2**30)  # less than the process alone
+    code = main(["update", "--input", str(corpus / "*.jsonl"), "--output", str(tmp_path / "dataset"),
+                 "--model", tiny_bert, "--encoder-dtype", "float32"])
+    assert code == 2
+    assert "on Dataflow (--runner=DataflowRunner)" in caplog.text and "word types need" in caplog.text
+    assert not (tmp_path / "dataset" / "latest").exists()
