@@ -360,36 +360,42 @@ class TrainingData:
                                 strategy=config.strategy, masking=self.masking, seed=config.seed,
                                 mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda")
 
+    def _epoch_finished(self) -> bool:
+        return self.dataset.state_dict()["samples_consumed"] >= self.dataset.rows_per_rank()
+
     def _follow(self) -> None:
         """At an epoch boundary, moves on to the version `latest` names if it is newer and compatible."""
         from trainer.dataset import StreamingSequenceDataset
         from trainer.follow import poll_all_ranks
 
-        state = self.dataset.state_dict()
-        if self.follower is None or state["samples_consumed"] < self.dataset.rows_per_rank():
-            return
         switch = poll_all_ranks(self.follower, self.ranks.world_size)
         if switch is not None:
+            next_epoch = self.dataset.epoch + 1
             self.dataset = StreamingSequenceDataset(switch.version_url, seed=self.config.seed, rank=self.ranks.rank,
                                                     world_size=self.ranks.world_size)
-            self.dataset.set_epoch(state["epoch"] + 1)
+            self.dataset.set_epoch(next_epoch)
             self.loader = self._make_loader()
+
+    def _restore_rng(self) -> None:
+        from trainer.checkpoint import set_rng_state
+
+        if self.resume_rng is not None:
+            set_rng_state(self.resume_rng)
+            self.resume_rng = None
 
     def batches(self) -> Iterator[tuple[int, dict[str, Any]]]:
         import torch
 
-        from trainer.checkpoint import set_rng_state
-
         while True:
-            # First, since a resumed run may start at the end of an epoch, where the run it continues
-            # would have looked for a newer version.
-            self._follow()
+            # Starting an iteration, the DataLoader draws its workers' base seed from the global generator.
+            # A run resumed at an epoch's end restores the generators before that, as the run it continues
+            # was there; one resumed mid-epoch after it, so that dropout continues exactly where it stopped.
+            if self._epoch_finished():
+                if self.follower is not None:
+                    self._follow()
+                self._restore_rng()
             for batch in self.loader:
-                if self.resume_rng is not None:
-                    # Starting an iteration, the DataLoader draws its workers' base seed from the global
-                    # generator; restoring after that makes dropout continue exactly where it stopped.
-                    set_rng_state(self.resume_rng)
-                    self.resume_rng = None
+                self._restore_rng()
                 keep = ~torch.from_numpy(held_out(batch["sample_index"].numpy(), self.config.held_out_fraction))
                 if keep.any():
                     yield self.dataset.epoch, select_rows(batch, keep)
