@@ -1,7 +1,7 @@
 """A measured cost model: tokens/s per core for each stage, the vocabulary's growth, and what
 they project for a large corpus.
 
-    python benchmarks/cost_model.py [--corpus DEBIAN.jsonl] [--fractions 1,2,3] [--work DIR]
+    python -m benchmarks.cost_model [--corpus DEBIAN.jsonl] [--fractions 1,2,3] [--work DIR]
                                     [--project-gb 100] [--workers 10,50]
 
 Corpus: the full Debian descriptions (benchmarks/debian_corpus.py, about 62k documents, made now
@@ -146,7 +146,6 @@ def main() -> int:
     args = parser.parse_args()
 
     os.environ.update(ONE_CORE)
-    sys.path.insert(0, str(REPO_ROOT))
     from benchmarks.build import tokenizer_alone  # the peer, as benchmarks/build.py runs it
     from benchmarks.debian_corpus import corpus_or_made
     from schemas.manifest import load_manifest

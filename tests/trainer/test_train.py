@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 import torch
-from sequence_dataset_factory import read_texts, sequence_rows, write_dataset
 
 from maskstream.cli import main
+from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
 from trainer import train as train_module
 from trainer.metrics import read_metrics
 from trainer.train import held_out

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from sequence_dataset_factory import read_texts, sequence_rows, write_dataset
 
 from maskstream.cli import main
+from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
 from trainer.metrics import read_metrics
 
 RECORDED = Path(__file__).with_name("recorded_train_outputs.json")
