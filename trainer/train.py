@@ -463,6 +463,18 @@ def plan_steps(config: TrainConfig, data: TrainingData) -> tuple[int, int]:
     return total_steps, math.ceil(config.warmup_ratio * total_steps)
 
 
+def run_settings(config: TrainConfig, data: TrainingData, total_steps: int, warmup_steps: int) -> dict[str, Any]:
+    """What the checkpoints and summary.json record of the run (RESUME_CRITICAL among them)."""
+    return {
+        "dataset_version": data.started_on, "model": data.model_name, "objective": config.objective,
+        "strategy": config.strategy, "mask_budget": config.mask_budget, "whole_word": config.whole_word,
+        "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation, "total_steps": total_steps,
+        "warmup_steps": warmup_steps, "learning_rate": config.learning_rate, "seed": config.seed,
+        "world_size": data.ranks.world_size, "held_out_fraction": config.held_out_fraction,
+        "eval_strategy": config.eval_strategy,
+    }
+
+
 @dataclasses.dataclass
 class TrainingModel:
     mlm_model: Any  # the Hugging Face masked-LM: what model/ and checkpoints hold
@@ -623,14 +635,7 @@ def run(args: argparse.Namespace) -> int:
     saved = read_resume_state(config)
     data = open_data(config, ranks, saved)
     total_steps, warmup_steps = plan_steps(config, data)
-    run_config = {
-        "dataset_version": data.started_on, "model": data.model_name, "objective": config.objective,
-        "strategy": config.strategy, "mask_budget": config.mask_budget, "whole_word": config.whole_word,
-        "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation, "total_steps": total_steps,
-        "warmup_steps": warmup_steps, "learning_rate": config.learning_rate, "seed": config.seed,
-        "world_size": ranks.world_size, "held_out_fraction": config.held_out_fraction,
-        "eval_strategy": config.eval_strategy,
-    }
+    run_config = run_settings(config, data, total_steps, warmup_steps)
     parts = build_model(config, data, total_steps, warmup_steps, run_config)
     step = resume(saved, parts, data, run_config) if saved is not None else 0
     wrap_model(parts, config, ranks)
