@@ -1,6 +1,6 @@
 """End-to-end throughput of `maskstream build`, side by side with the HF fast tokenizer alone.
 
-    python benchmarks/build.py [--corpus DEBIAN.jsonl] [--docs N] [--repeat 4] [--work DIR]
+    python -m benchmarks.build [--corpus DEBIAN.jsonl] [--docs N] [--repeat 4] [--work DIR]
                                [--rounds R] [--min-word-count N]
 
 Makes the Debian descriptions corpus (benchmarks/debian_corpus.py, about 62k documents) unless
@@ -99,7 +99,6 @@ def main() -> int:
                              "leaves the encoder only the seeds, so the marginal is measured without its noise")
     args = parser.parse_args()
 
-    sys.path.insert(0, str(REPO_ROOT))
     from benchmarks.debian_corpus import corpus_or_made
     from schemas.manifest import load_manifest
     from schemas.models import default_model

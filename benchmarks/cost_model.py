@@ -1,7 +1,7 @@
 """A measured cost model: tokens/s per core for each stage, the vocabulary's growth, and what
 they project for a large corpus.
 
-    python benchmarks/cost_model.py [--corpus DEBIAN.jsonl] [--fractions 1,2,3] [--work DIR]
+    python -m benchmarks.cost_model [--corpus DEBIAN.jsonl] [--fractions 1,2,3] [--work DIR]
                                     [--project-gb 100] [--workers 10,50]
 
 Corpus: the full Debian descriptions (benchmarks/debian_corpus.py, about 62k documents, made now
@@ -135,7 +135,7 @@ def update_after_one_of_ten_changed(lines: list[str], work: Path, env: dict[str,
             "files_processed": report["counts"].get("files_processed"), "words_encoded": report["counts"].get("words_encoded")}
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default=None, help="Debian JSONL corpus (default: made with debian_corpus.py)")
     parser.add_argument("--fractions", default="1,2,3", help="thirds of the corpus to measure (default: 1,2,3)")
@@ -143,78 +143,80 @@ def main() -> int:
     parser.add_argument("--work", default=None, help="working folder (default: a temporary one)")
     parser.add_argument("--project-gb", type=float, default=100.0, help="corpus size to project (default: 100)")
     parser.add_argument("--workers", default="10,50", help="Dataflow worker counts to project (default: 10,50)")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    os.environ.update(ONE_CORE)
-    sys.path.insert(0, str(REPO_ROOT))
+
+def measure_third(third: int, lines: list[str], work: Path, env: dict[str, str], build: bool) -> dict:
+    """The first `third` thirds of the corpus: read and count rates, the vocabulary, and with `build`
+    the stats, seeds and build runs (their stage counters) beside the HF tokenizer alone."""
     from benchmarks.build import tokenizer_alone  # the peer, as benchmarks/build.py runs it
-    from benchmarks.debian_corpus import corpus_or_made
     from schemas.manifest import load_manifest
     from schemas.models import default_model
 
-    work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-bench-cost-"))
-    work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    source = corpus_or_made(args.corpus, work)
-    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
-    print(f"corpus: {len(lines)} documents, {sum(map(len, lines)) / 1e6:.1f} M characters of JSONL; one core per stage")
+    part = work / f"corpus-x{third}.jsonl"
+    part.write_text("".join(lines[: len(lines) * third // 3]), encoding="utf-8")
+    documents, read_s = read_seconds(part)
+    counts, count_s = count_seconds(documents)
+    text_bytes = sum(len(d.text.encode("utf-8")) for d in documents)
+    row = {"corpus": f"x{third}", "documents": len(documents), "text_mb": text_bytes / 1e6,
+           "words": sum(counts.values()), "types": len(counts),
+           "types_once": sum(1 for c in counts.values() if c == 1),
+           "read_s": read_s, "count_s": count_s}
+    if build:
+        stats, seeds, root = work / f"stats-x{third}", work / f"seeds-x{third}.json", work / f"dataset-x{third}"
+        _, stats_wall, _, _ = run_maskstream("stats", "--input", str(part), "--output", str(stats), env=env)
+        run_maskstream("seeds", "--stats", str(stats), "--output", str(seeds), env=env)
+        stdout, wall, cpu, peak_gb = run_maskstream("build", "--input", str(part), "--stats", str(stats),
+                                                    "--seeds", str(seeds), "--output", str(root), env=env)
+        report = json.loads(stdout[: stdout.rindex("}") + 1])
+        _, manifest = load_manifest(str(root))
+        stages = {s: report["stage_cpu_s"].get(s, 0.0) for s in BUILD_STAGES}
+        peer_tokens, peer_s = tokenizer_alone([d.text for d in documents], default_model())
+        row.update(peer_tokens=peer_tokens, peer_s=peer_s, tokens=manifest.total_tokens, stats_wall_s=stats_wall,
+                   build_wall_s=wall, build_cpu_s=cpu, peak_gb=peak_gb,
+                   encoded_types=report["counts"].get("encoded_words", 0), **{f"{s}_s": v for s, v in stages.items()},
+                   beam_s=wall - sum(stages.values()), build_rest_s=wall - stages["encode"])
+    return row
 
-    rows = []
-    for third in sorted(int(f) for f in args.fractions.split(",")):
-        part = work / f"corpus-x{third}.jsonl"
-        part.write_text("".join(lines[: len(lines) * third // 3]), encoding="utf-8")
-        documents, read_s = read_seconds(part)
-        counts, count_s = count_seconds(documents)
-        text_bytes = sum(len(d.text.encode("utf-8")) for d in documents)
-        row = {"corpus": f"x{third}", "documents": len(documents), "text_mb": text_bytes / 1e6,
-               "words": sum(counts.values()), "types": len(counts),
-               "types_once": sum(1 for c in counts.values() if c == 1),
-               "read_s": read_s, "count_s": count_s}
-        if third in {int(f) for f in args.build_fractions.split(",")}:
-            stats, seeds, root = work / f"stats-x{third}", work / f"seeds-x{third}.json", work / f"dataset-x{third}"
-            _, stats_wall, _, _ = run_maskstream("stats", "--input", str(part), "--output", str(stats), env=env)
-            run_maskstream("seeds", "--stats", str(stats), "--output", str(seeds), env=env)
-            stdout, wall, cpu, peak_gb = run_maskstream("build", "--input", str(part), "--stats", str(stats),
-                                                   "--seeds", str(seeds), "--output", str(root), env=env)
-            report = json.loads(stdout[: stdout.rindex("}") + 1])
-            _, manifest = load_manifest(str(root))
-            stages = {s: report["stage_cpu_s"].get(s, 0.0) for s in BUILD_STAGES}
-            peer_tokens, peer_s = tokenizer_alone([d.text for d in documents], default_model())
-            row.update(peer_tokens=peer_tokens, peer_s=peer_s, tokens=manifest.total_tokens, stats_wall_s=stats_wall, build_wall_s=wall, build_cpu_s=cpu, peak_gb=peak_gb,
-                       encoded_types=report["counts"].get("encoded_words", 0), **{f"{s}_s": v for s, v in stages.items()},
-                       beam_s=wall - sum(stages.values()), build_rest_s=wall - stages["encode"])
-        rows.append(row)
-        print(json.dumps(row), flush=True)
 
+def measure_encoders(whole: Path) -> tuple[int, str, list[dict]]:
+    """(word types, the build's runtime choice here, runtimes compared) over every word type of `whole`."""
     from benchmarks.encoder_runtime import compare_runtimes, vocabulary_and_seeds
     from pipelines.dataset.embeddings import resolve_encoder_dtype
+    from schemas.models import default_model
 
-    whole = work / f"corpus-x{max(int(f) for f in args.fractions.split(','))}.jsonl"
     vocabulary, seeds = vocabulary_and_seeds(whole)
     chosen = "torch bfloat16 autocast" if resolve_encoder_dtype("cpu", "auto") == "bfloat16" else "torch float32"
     print(f"encoder runtimes over the {len(vocabulary):,} word types of {whole.name}, one thread; "
           f"the build's choice here (--encoder-dtype auto): {chosen}", flush=True)
-    runtimes = compare_runtimes(vocabulary, seeds, default_model(), [chosen, "onnxruntime int8 dynamic"])
-    update = update_after_one_of_ten_changed(lines, work, env)
-    print(json.dumps(update), flush=True)
+    return len(vocabulary), chosen, compare_runtimes(vocabulary, seeds, default_model(),
+                                                     [chosen, "onnxruntime int8 dynamic"])
 
+
+def per_core_rows(rows: list[dict]) -> list[tuple[str, dict]]:
+    """(name, row) of each build, and the marginal row: what one more token costs, the difference
+    of the first and last builds, free of the fixed start-up."""
     per_core = [(r["corpus"], r) for r in rows if "tokens" in r]
     if len(per_core) > 1:
-        # What one more token costs: the difference of two builds, free of the fixed start-up.
         a, b = per_core[0][1], per_core[-1][1]
         per_core.append((f"marginal {b['corpus']} - {a['corpus']}",
-                         {k: b[k] - a[k] for k in ("tokens", "peer_tokens", "peer_s", "stats_wall_s", "build_wall_s", "build_rest_s", "beam_s", "read_s", "count_s",
+                         {k: b[k] - a[k] for k in ("tokens", "peer_tokens", "peer_s", "stats_wall_s", "build_wall_s",
+                                                   "build_rest_s", "beam_s", "read_s", "count_s",
                                                    *(f"{s}_s" for s in BUILD_STAGES))}
                          | {"encoded_types": b["encoded_types"], "encode_s": b["encode_s"]}))
+    return per_core
+
+
+def rate(tokens: float, seconds: float) -> str:
+    return f"{tokens / seconds:,.0f}" if seconds > 0 else "-"
+
+
+def print_throughput(rows: list[dict], per_core: list[tuple[str, dict]]) -> None:
     print("\n## Throughput by stage on one core (tokens/s; encode in word types/s)\n")
     print("| corpus | tokens | HF tokenizer alone (peer) | read | count | whole stats | tokenize | mask probability "
           "| signal | write | Beam and the rest | whole build | build without encode | its ratio to the peer "
           "| encode (types/s) |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-
-    def rate(tokens: float, seconds: float) -> str:
-        return f"{tokens / seconds:,.0f}" if seconds > 0 else "-"
-
     for name, r in per_core:
         t = r["tokens"]
         peer = r["peer_tokens"] / r["peer_s"]
@@ -232,40 +234,53 @@ def main() -> int:
             print(f"| {r['corpus']} | {r['documents']:,} | {r['text_mb']:.1f} | {r['encoded_types']:,} "
                   f"| {r['build_wall_s']:.1f} | {r['build_cpu_s']:.1f} | {r['peak_gb']:.2f} |")
 
-    print(f"\n## Encoder runtimes, one thread, over the {len(vocabulary):,} word types of {whole.name}\n")
+
+def print_encoders(types: int, whole: Path, chosen: str, runtimes: list[dict]) -> None:
+    print(f"\n## Encoder runtimes, one thread, over the {types:,} word types of {whole.name}\n")
     print("| runtime | words/s | vs float32 | Spearman vs float32 | top-1 % overlap |")
     print("|---|--:|--:|--:|--:|")
     for r in runtimes:
         label = r["runtime"] + (" (the build's choice here)" if r["runtime"] == chosen else "")
         print(f"| {label} | {r['words_per_s']:,.0f} | {r['speed']:.2f}x | {r['spearman']:.4f} | {r['top_overlap']:.3f} |")
+
+
+def print_update(update: dict) -> None:
     ratio = update["again_s"] / update["first_s"]
     print(f"\n## Update after 1 of 10 files changed ({update['documents']:,} documents, one core)\n")
     print(f"first update {update['first_s']:.1f} s; after one file got new text {update['again_s']:.1f} s "
           f"= {ratio:.3f}x the first (target <= 0.25); {update['files_processed']} file tokenized, "
           f"{update['words_encoded']:,} new words encoded; its steps (s): {json.dumps(update['steps'])}")
 
-    builds = [r for r in rows if "tokens" in r]
-    if builds:
-        print("\n## Side by side (issue 20)\n")
-        print("| figure | measured | target |")
-        print("|---|--:|---|")
-        for r in builds:
-            print(f"| whole build {r['corpus']} / HF tokenizer, tokens/s | "
-                  f"{(r['tokens'] / r['build_wall_s']) / (r['peer_tokens'] / r['peer_s']):.3f} | |")
-        if len(per_core) > len(builds):
-            name, m = per_core[-1]
-            print(f"| build without encode, {name} / HF tokenizer, tokens/s | "
-                  f"{(m['tokens'] / m['build_rest_s']) / (m['peer_tokens'] / m['peer_s']):.3f} | >= 0.85 |")
-        for r in runtimes:
-            print(f"| encoder {r['runtime']}: words/s; vs float32; Spearman; top-1 % | {r['words_per_s']:,.0f}; "
-                  f"{r['speed']:.2f}x; {r['spearman']:.4f}; {r['top_overlap']:.3f} "
-                  f"| a new default: >= 2x, >= 0.995, >= 0.98 |")
-        print(f"| update after 1 of 10 files / first update | {ratio:.3f} | <= 0.25 |")
-        names = " / ".join(r["corpus"] for r in builds)
-        peaks = " / ".join(f"{r['peak_gb']:.2f}" for r in builds)
-        word_types = " / ".join(f"{r['types']:,}" for r in builds)
-        print(f"| peak RSS of the build, {names} (GB) | {peaks} | grows with the word types ({word_types}), not the tokens |")
 
+def print_side_by_side(rows: list[dict], per_core: list[tuple[str, dict]], runtimes: list[dict], update: dict) -> None:
+    """Issue 20's figures beside their targets."""
+    builds = [r for r in rows if "tokens" in r]
+    if not builds:
+        return
+    print("\n## Side by side (issue 20)\n")
+    print("| figure | measured | target |")
+    print("|---|--:|---|")
+    for r in builds:
+        print(f"| whole build {r['corpus']} / HF tokenizer, tokens/s | "
+              f"{(r['tokens'] / r['build_wall_s']) / (r['peer_tokens'] / r['peer_s']):.3f} | |")
+    if len(per_core) > len(builds):
+        name, m = per_core[-1]
+        print(f"| build without encode, {name} / HF tokenizer, tokens/s | "
+              f"{(m['tokens'] / m['build_rest_s']) / (m['peer_tokens'] / m['peer_s']):.3f} | >= 0.85 |")
+    for r in runtimes:
+        print(f"| encoder {r['runtime']}: words/s; vs float32; Spearman; top-1 % | {r['words_per_s']:,.0f}; "
+              f"{r['speed']:.2f}x; {r['spearman']:.4f}; {r['top_overlap']:.3f} "
+              f"| a new default: >= 2x, >= 0.995, >= 0.98 |")
+    print(f"| update after 1 of 10 files / first update | {update['again_s'] / update['first_s']:.3f} | <= 0.25 |")
+    names = " / ".join(r["corpus"] for r in builds)
+    peaks = " / ".join(f"{r['peak_gb']:.2f}" for r in builds)
+    word_types = " / ".join(f"{r['types']:,}" for r in builds)
+    print(f"| peak RSS of the build, {names} (GB) | {peaks} | grows with the word types ({word_types}), not the tokens |")
+
+
+def print_vocabulary(rows: list[dict]) -> tuple[float, float, float, float] | None:
+    """The vocabulary's growth; returns the Heaps fits (K, beta) of all types and of types seen twice
+    or more, None with a single fraction."""
     print("\n## Vocabulary growth (stats' words, collections.Counter)\n")
     print("| corpus | word occurrences | types | types seen once | share seen once "
           "| occurrences of types seen twice or more (`--min-word-count 2` coverage) |")
@@ -274,13 +289,18 @@ def main() -> int:
         print(f"| {r['corpus']} | {r['words']:,} | {r['types']:,} | {r['types_once']:,} | {r['types_once'] / r['types']:.2f} "
               f"| {1 - r['types_once'] / r['words']:.2%} |")
     if len(rows) < 2:
-        return 0
+        return None
     k, beta = heaps_fit([(r["words"], r["types"]) for r in rows])
     k2, beta2 = heaps_fit([(r["words"], r["types"] - r["types_once"]) for r in rows])
     print(f"\nHeaps' law fit: types = {k:.2f} * words^{beta:.3f}; types seen twice or more = {k2:.2f} * words^{beta2:.3f}")
+    return k, beta, k2, beta2
 
-    if not per_core:
-        return 0
+
+def print_projection(args: argparse.Namespace, rows: list[dict], per_core: list[tuple[str, dict]],
+                     fits: tuple[float, float, float, float]) -> None:
+    """Core-hours per stage for --project-gb of text like this corpus, and wall time and cost on
+    --workers Dataflow workers."""
+    k, beta, k2, beta2 = fits
     last = [r for r in rows if "tokens" in r][-1]
     marginal = per_core[-1][1]
     bytes_per_token = last["text_mb"] * 1e6 / last["tokens"]
@@ -315,6 +335,39 @@ def main() -> int:
         compute = n * hours * (WORKER_VCPUS * VCPU_HOUR_USD + WORKER_GB * GB_HOUR_USD)
         shuffle = shuffle_gb * SHUFFLE_GB_USD
         print(f"| {n} | {hours:.1f} | {compute:,.0f} | {shuffle:,.0f} | {compute + shuffle:,.0f} |")
+
+
+def main() -> int:
+    args = parse_args()
+    os.environ.update(ONE_CORE)
+    from benchmarks.debian_corpus import corpus_or_made
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-bench-cost-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    source = corpus_or_made(args.corpus, work)
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    print(f"corpus: {len(lines)} documents, {sum(map(len, lines)) / 1e6:.1f} M characters of JSONL; one core per stage")
+
+    thirds = sorted(int(f) for f in args.fractions.split(","))
+    builds = {int(f) for f in args.build_fractions.split(",")}
+    rows = []
+    for third in thirds:
+        rows.append(measure_third(third, lines, work, env, build=third in builds))
+        print(json.dumps(rows[-1]), flush=True)
+    whole = work / f"corpus-x{max(thirds)}.jsonl"
+    types, chosen, runtimes = measure_encoders(whole)
+    update = update_after_one_of_ten_changed(lines, work, env)
+    print(json.dumps(update), flush=True)
+
+    per_core = per_core_rows(rows)
+    print_throughput(rows, per_core)
+    print_encoders(types, whole, chosen, runtimes)
+    print_update(update)
+    print_side_by_side(rows, per_core, runtimes, update)
+    fits = print_vocabulary(rows)
+    if fits is not None and per_core:
+        print_projection(args, rows, per_core, fits)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Beam's DaskRunner against the DirectRunner, on the shipped corpus and on a two-sink pipeline.
 
-    python benchmarks/dask_runner.py          # pip install -e '.[bench]'
+    python -m benchmarks.dask_runner          # pip install -e '.[bench]'
 
 Starts a `dask.distributed.LocalCluster` with 2 worker processes (1 thread each) and runs, on
 it (`--runner=...DaskRunner --dask_client_address=...`) and on the DirectRunner (one process):
@@ -19,13 +19,11 @@ import argparse
 import glob
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 SAMPLE = REPO_ROOT / "data" / "debian-science.jsonl"
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 

@@ -5,7 +5,7 @@
 `Section:`). This module joins the two into JSONL documents
 `{"package", "section", "text"}`, one per distinct description.
 
-    python benchmarks/debian_corpus.py OUT.jsonl [--sections science math ...] [--max-bytes N] [--every K]
+    python -m benchmarks.debian_corpus OUT.jsonl [--sections science math ...] [--max-bytes N] [--every K]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The word encoder's CPU runtimes side by side: speed, and agreement of the similarities they give.
 
-    python benchmarks/encoder_runtime.py [--corpus data/debian-science.jsonl] [--threads 1]   # pip install -e '.[bench]'
+    python -m benchmarks.encoder_runtime [--corpus data/debian-science.jsonl] [--threads 1]   # pip install -e '.[bench]'
 
 Every distinct word of the corpus (the build's vocabulary) is encoded as the build encodes it
 (`pipelines.dataset.embeddings`: `[CLS] word [SEP]`, mean over the word's own tokens, batches of words of
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -35,7 +34,6 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 BATCH = 256
 
 

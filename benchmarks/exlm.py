@@ -17,8 +17,8 @@ cleanly: on CPU the growth of the process's peak RSS (`resource` ru_maxrss) over
 after loading the model and the batch (activations, gradients and AdamW state); on CUDA
 `torch.cuda.max_memory_allocated` during the steps.
 
-    PYTHONPATH=. python benchmarks/exlm.py                 # CPU, batch 8, seq len 128, k = 2, 4
-    PYTHONPATH=. python benchmarks/exlm.py --device cuda --batch-size 64
+    python -m benchmarks.exlm                 # CPU, batch 8, seq len 128, k = 2, 4
+    python -m benchmarks.exlm --device cuda --batch-size 64
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Wall time of a rebuild after 1% of the corpus files changed, side by side with full builds.
 
-    python benchmarks/incremental.py [--corpus DEBIAN.jsonl] [--docs N] [--files 100] [--work DIR]
+    python -m benchmarks.incremental [--corpus DEBIAN.jsonl] [--docs N] [--files 100] [--work DIR]
 
 Makes the Debian descriptions corpus (benchmarks/debian_corpus.py, about 62k documents) unless
 --corpus is given, keeps its first --docs documents (default: all) and splits them into --files
@@ -35,10 +35,9 @@ import threading
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from benchmarks.debian_corpus import corpus_or_made
 
-from benchmarks.debian_corpus import corpus_or_made  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def maskstream(*args: str, env: dict[str, str]) -> tuple[float, str]:

@@ -1,7 +1,7 @@
 """Masking throughput vs the Hugging Face collators, and the loader end to end.
 
-    PYTHONPATH=. python benchmarks/masking.py [--corpus data/debian-science.jsonl] [--batches 20]
-    PYTHONPATH=. python benchmarks/masking.py --device cuda   # adds the on-device table
+    python -m benchmarks.masking [--corpus data/debian-science.jsonl] [--batches 20]
+    python -m benchmarks.masking --device cuda   # adds the on-device table
 
 One CPU thread (`torch.set_num_threads(1)`), sequences of exactly 128 tokens made from real
 Debian descriptions (consecutive descriptions joined, MiniLM tokenizer, truncated), batch 256.
@@ -36,13 +36,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from schemas.tables import SEQUENCE_SCHEMA
+from tests.fixtures import sequence_dataset as factory  # (the test fixture's dataset writer)
+from trainer.dataset import LIST_COLUMNS
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "trainer"))
-
-import sequence_dataset_factory as factory  # noqa: E402  (the test fixture's dataset writer)
-
-from schemas.tables import SEQUENCE_SCHEMA  # noqa: E402
-from trainer.dataset import LIST_COLUMNS  # noqa: E402
 
 BATCH = 256
 LENGTH = 128

@@ -1,6 +1,6 @@
 """Throughput and peak memory of `maskstream stats` against a plain `collections.Counter` pass.
 
-    python benchmarks/stats.py [--skip-full] [--workers 2]
+    python -m benchmarks.stats [--skip-full] [--workers 2]
 
 Corpora: the shipped sample (data/debian-science.jsonl) and the full Debian descriptions,
 made now with benchmarks/debian_corpus.py from the apt lists (skipped where they are missing).
@@ -34,7 +34,6 @@ SAMPLE = REPO_ROOT / "data" / "debian-science.jsonl"
 
 def counter_pass(path: Path) -> dict[str, int]:
     """The baseline: tf and df of every word, single process, same normalization."""
-    sys.path.insert(0, str(REPO_ROOT))
     from schemas.words import words
 
     tf: Counter[str] = Counter()

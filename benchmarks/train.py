@@ -1,7 +1,7 @@
 """Training throughput: maskstream's loader vs Hugging Face `datasets` + its MLM collator.
 
-    PYTHONPATH=. python benchmarks/train.py [--steps 20] [--batch-size 16] [--workers 0 1]
-    PYTHONPATH=. python benchmarks/train.py --device cuda --batch-size 256 --workers 2 4 --steps 50
+    python -m benchmarks.train [--steps 20] [--batch-size 16] [--workers 0 1]
+    python -m benchmarks.train --device cuda --batch-size 256 --workers 2 4 --steps 50
 
 The same training step for both sides (MiniLM with its MLM head, `trainer.objectives.MaskedLM`,
 AdamW, batch 16 of sequences of exactly 128 tokens made from real Debian descriptions, as in
@@ -28,21 +28,17 @@ its workers, as a `transformers.Trainer` would).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from benchmarks.masking import real_sequences  # (sequences of exactly 128 tokens)
+from schemas import default_model
+from tests.fixtures import sequence_dataset as factory  # (the test fixture's dataset writer)
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "trainer"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import sequence_dataset_factory as factory  # noqa: E402  (the test fixture's dataset writer)
-from masking import real_sequences  # noqa: E402  (sequences of exactly 128 tokens)
-
-from schemas import default_model  # noqa: E402
 
 
 def measure(objective, optimizer, batches, warmup: int, steps: int, device: torch.device,

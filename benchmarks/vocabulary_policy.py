@@ -1,6 +1,6 @@
 """The vocabulary policy (`--min-word-count`): coverage and the word encoder's time, side by side.
 
-    python benchmarks/vocabulary_policy.py [--corpus data/debian-science.jsonl] [--counts 1 2 3 5 10] [--threads 1] [--rounds 2]
+    python -m benchmarks.vocabulary_policy [--corpus data/debian-science.jsonl] [--counts 1 2 3 5 10] [--threads 1] [--rounds 2]
 
 Counts the corpus' words (`collections.Counter` under the shared word normalization, what
 `maskstream stats` counts) and tokenizes every document as the build does
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,7 +24,6 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 
 def tokens_per_word(texts: list[str], vocabulary: dict[str, int], model: str) -> np.ndarray:

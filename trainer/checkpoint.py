@@ -169,6 +169,30 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     return path / name
 
 
+def read_training_state(path: str | os.PathLike) -> dict[str, Any]:
+    """The stored state of the checkpoint at `path` (or the one its `latest` names): `step`, `loader`,
+    `config`, `rng`, optimizer and scheduler states, and `path`. Weights are not read."""
+    path = resolve_checkpoint(path)
+    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    state["path"] = str(path)
+    return state
+
+
+def restore_checkpoint(
+    state: dict[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+) -> None:
+    """Loads the weights of `read_training_state`'s checkpoint into `model`, its states into the optimizer
+    and scheduler."""
+    _load_weights(model, Path(state["path"]))
+    if optimizer is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None:
+        scheduler.load_state_dict(state["scheduler"])
+
+
 def load_checkpoint(
     path: str | os.PathLike,
     model: torch.nn.Module,
@@ -178,14 +202,8 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """Loads weights into `model` (and state into optimizer/scheduler/RNGs); returns the stored state
     (`step`, `loader`, `config`, ...). Never unpickles: safetensors and weights_only only."""
-    path = resolve_checkpoint(path)
-    _load_weights(model, path)
-    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
-    if optimizer is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None:
-        scheduler.load_state_dict(state["scheduler"])
+    state = read_training_state(path)
+    restore_checkpoint(state, model, optimizer, scheduler)
     if restore_rng:
         set_rng_state(state["rng"])
-    state["path"] = str(path)
     return state

@@ -26,7 +26,7 @@ import json
 import logging
 import math
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -317,56 +317,116 @@ def predict(model, samples: list[dict[str, Any]], batch_size: int, pad_token_id:
     return np.concatenate(predictions) if predictions else np.zeros(0, dtype=np.int64)
 
 
-def fit(model, tokenizer, train_samples, validation_samples, label_names: list[str], args,
+@dataclass
+class FinetuneConfig:
+    """The settings of one `maskstream finetune` run: the CLI flags (see `add_arguments`), checked on
+    construction."""
+
+    train: str
+    output: str
+    validation: str | None = None
+    test: str | None = None
+    transfer: str | None = None
+    model: str | None = None
+    text_column: str = "text"
+    label_column: str = "label"
+    split_key: str | None = None
+    validation_fraction: float = 0.2
+    tmr_probability: float = 0.1
+    class_weights: bool = False
+    epochs: int = 3
+    patience: int = 2
+    batch_size: int = 16
+    eval_batch_size: int = 64
+    max_length: int = 128
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    max_steps: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from trainer.train import check_ranges
+
+        check_ranges(("--tmr-probability", self.tmr_probability, 0 <= self.tmr_probability < 1),
+                     ("--validation-fraction", self.validation_fraction, 0 < self.validation_fraction < 1),
+                     ("--epochs", self.epochs, self.epochs >= 1),
+                     ("--patience", self.patience, self.patience >= 1),
+                     ("--batch-size", self.batch_size, self.batch_size >= 1),
+                     ("--eval-batch-size", self.eval_batch_size, self.eval_batch_size >= 1),
+                     ("--max-steps", self.max_steps, self.max_steps >= 0))
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> FinetuneConfig:
+        """The config of parsed CLI arguments; a setting out of range exits with its message."""
+        try:
+            return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+
+
+def train_epoch(model, samples, epoch: int, step: int, total_steps: int, config: FinetuneConfig, pad_token_id: int,
+                tmr, loss_weights, optimizer, scheduler, logger, progress) -> int:
+    """One pass over `samples` (shuffled per epoch), TMR-masked, stopping at `total_steps`; returns the step."""
+    import torch
+
+    from trainer.masking import apply_masking
+
+    device = next(model.parameters()).device
+    model.train()
+    for batch in batches(samples, config.batch_size, pad_token_id, shuffle_seed=config.seed * 1_000_003 + epoch):
+        if step >= total_steps:
+            break
+        if tmr is not None:
+            batch = apply_masking(batch, "tmr", tmr, seed=config.seed, epoch=epoch)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            logits = model(input_ids=batch["input_ids"].to(device),
+                           attention_mask=batch["attention_mask"].to(device)).logits
+        loss = torch.nn.functional.cross_entropy(logits.float(), batch["class_labels"].to(device),
+                                                 weight=loss_weights)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        progress.update(1)
+        logger.log(step, "train", {"loss": loss.item(), "learning_rate": scheduler.get_last_lr()[0], "epoch": epoch})
+    return step
+
+
+def fit(model, tokenizer, train_samples, validation_samples, label_names: list[str], config: FinetuneConfig,
         weights: np.ndarray | None, logger) -> dict[str, Any]:
     """Trains with TMR and early stopping on validation macro-F1; leaves the best weights in `model`
     and returns the best validation metrics (with `epoch`)."""
     import torch
     from tqdm import tqdm
 
-    from trainer.masking import MaskingConfig, apply_masking
+    from trainer.masking import MaskingConfig
     from trainer.train import build_optimizer
 
     device = next(model.parameters()).device
-    steps_per_epoch = math.ceil(len(train_samples) / args.batch_size)
-    total_steps = steps_per_epoch * args.epochs
-    if args.max_steps > 0:
-        total_steps = min(total_steps, args.max_steps)
-    optimizer, scheduler = build_optimizer(model, args.weight_decay, args.learning_rate,
-                                           math.ceil(args.warmup_ratio * total_steps), total_steps)
+    total_steps = math.ceil(len(train_samples) / config.batch_size) * config.epochs
+    if config.max_steps > 0:
+        total_steps = min(total_steps, config.max_steps)
+    optimizer, scheduler = build_optimizer(model, config.weight_decay, config.learning_rate,
+                                           math.ceil(config.warmup_ratio * total_steps), total_steps)
     loss_weights = None if weights is None else torch.tensor(weights, dtype=torch.float32, device=device)
-    tmr = MaskingConfig.from_tokenizer(tokenizer, tmr_probability=args.tmr_probability) if args.tmr_probability > 0 \
-        else None
+    tmr = MaskingConfig.from_tokenizer(tokenizer, tmr_probability=config.tmr_probability) \
+        if config.tmr_probability > 0 else None
     pad = tokenizer.pad_token_id
+    validation_labels = np.array([s["label"] for s in validation_samples])
 
     best: dict[str, Any] = {"macro_f1": -1.0}
     best_state = None
     epochs_without_gain, step = 0, 0
     progress = tqdm(total=total_steps, desc="finetune", unit="step")
-    for epoch in range(args.epochs):
-        model.train()
-        for batch in batches(train_samples, args.batch_size, pad, shuffle_seed=args.seed * 1_000_003 + epoch):
-            if step >= total_steps:
-                break
-            if tmr is not None:
-                batch = apply_masking(batch, "tmr", tmr, seed=args.seed, epoch=epoch)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                logits = model(input_ids=batch["input_ids"].to(device),
-                               attention_mask=batch["attention_mask"].to(device)).logits
-            loss = torch.nn.functional.cross_entropy(logits.float(), batch["class_labels"].to(device),
-                                                     weight=loss_weights)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            progress.update(1)
-            logger.log(step, "train", {"loss": loss.item(), "learning_rate": scheduler.get_last_lr()[0],
-                                       "epoch": epoch})
-        predictions = predict(model, validation_samples, args.eval_batch_size, pad, device)
-        metrics = classification_metrics(np.array([s["label"] for s in validation_samples]), predictions,
-                                         label_names)
+    for epoch in range(config.epochs):
+        step = train_epoch(model, train_samples, epoch, step, total_steps, config, pad, tmr, loss_weights,
+                           optimizer, scheduler, logger, progress)
+        predictions = predict(model, validation_samples, config.eval_batch_size, pad, device)
+        metrics = classification_metrics(validation_labels, predictions, label_names)
         logger.log(step, "validation", {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"],
                                         "epoch": epoch})
         log.info("epoch %d (step %d): validation accuracy %.4f, macro-F1 %.4f", epoch, step,
@@ -376,8 +436,8 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
             best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         else:
             epochs_without_gain += 1
-            if epochs_without_gain >= args.patience:
-                log.info("early stopping: no better validation macro-F1 for %d epochs", args.patience)
+            if epochs_without_gain >= config.patience:
+                log.info("early stopping: no better validation macro-F1 for %d epochs", config.patience)
                 break
         if step >= total_steps:
             break
@@ -387,88 +447,102 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
     return best
 
 
-def run(args: argparse.Namespace) -> int:
+def read_splits(config: FinetuneConfig, rejects: list[dict[str, str]]) -> tuple[dict[str, LabeledSet], list[str]]:
+    """(labeled sets by split, label names): train, validation (a hashed share of --train unless
+    --validation names a file), and test and transfer when given; rows of the last three whose label
+    does not occur in train are rejected."""
+    def read(url: str) -> LabeledSet:
+        return read_labeled(url, config.text_column, config.label_column, config.split_key, rejects)
+
+    train = read(config.train)
+    if config.validation:
+        validation = read(config.validation)
+    else:
+        in_validation = [hash_fraction(k) < config.validation_fraction for k in train.keys]
+        train, validation = train.subset([not v for v in in_validation]), train.subset(in_validation)
+    if not train.texts or not validation.texts:
+        raise SystemExit(f"need training and validation rows; got {len(train.texts)} and "
+                         f"{len(validation.texts)} (see {Path(config.output) / 'rejects.jsonl'})")
+    label_names = sorted(set(train.labels))
+    if len(label_names) < 2:
+        raise SystemExit(f"need at least two labels in {config.train}, found {label_names}")
+    label_ids = {label: i for i, label in enumerate(label_names)}
+    splits = {"train": train, "validation": drop_unknown_labels(validation, label_ids, rejects)}
+    for split in ("test", "transfer"):
+        url = getattr(config, split)
+        if url:
+            splits[split] = drop_unknown_labels(read(url), label_ids, rejects)
+    return splits, label_names
+
+
+def load_classifier(config: FinetuneConfig, label_names: list[str]):
+    """(tokenizer, model): --model with a new classification head for `label_names`, on the device."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from trainer.metrics import MetricsLogger
-    from trainer.train import check_ranges
-
-    check_ranges(("--tmr-probability", args.tmr_probability, 0 <= args.tmr_probability < 1),
-                 ("--validation-fraction", args.validation_fraction, 0 < args.validation_fraction < 1),
-                 ("--epochs", args.epochs, args.epochs >= 1),
-                 ("--patience", args.patience, args.patience >= 1),
-                 ("--batch-size", args.batch_size, args.batch_size >= 1),
-                 ("--eval-batch-size", args.eval_batch_size, args.eval_batch_size >= 1),
-                 ("--max-steps", args.max_steps, args.max_steps >= 0))
-    torch.manual_seed(args.seed)
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    rejects: list[dict[str, str]] = []
-    read = lambda url: read_labeled(url, args.text_column, args.label_column, args.split_key, rejects)  # noqa: E731
-    train_set = read(args.train)
-    if args.validation:
-        validation_set = read(args.validation)
-    else:
-        in_validation = [hash_fraction(k) < args.validation_fraction for k in train_set.keys]
-        validation_set = train_set.subset(in_validation)
-        train_set = train_set.subset([not v for v in in_validation])
-    if not train_set.texts or not validation_set.texts:
-        raise SystemExit(f"need training and validation rows; got {len(train_set.texts)} and "
-                         f"{len(validation_set.texts)} (see {out / 'rejects.jsonl'})")
-    label_names = sorted(set(train_set.labels))
-    if len(label_names) < 2:
-        raise SystemExit(f"need at least two labels in {args.train}, found {label_names}")
-    label_ids = {label: i for i, label in enumerate(label_names)}
-    counts = np.bincount([label_ids[label] for label in train_set.labels], minlength=len(label_names))
-    weights = class_weights(counts) if args.class_weights else None
-    log.info("training examples per label: %s", dict(zip(label_names, counts.tolist(), strict=True)))
-    if weights is not None:
-        log.info("class weights: %s", {name: round(w, 4) for name, w in zip(label_names, weights.tolist(), strict=True)})
-
-    model_name = args.model or default_model()
+    model_name = config.model or default_model()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     model, info = AutoModelForSequenceClassification.from_pretrained(
-        model_name, num_labels=len(label_names), id2label=dict(enumerate(label_names)), label2id=label_ids,
-        output_loading_info=True,
+        model_name, num_labels=len(label_names), id2label=dict(enumerate(label_names)),
+        label2id={label: i for i, label in enumerate(label_names)}, output_loading_info=True,
     )
     if info["missing_keys"]:
         log.info("newly initialized (not in %s): %s", model_name, sorted(info["missing_keys"]))
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device)
+    model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    return tokenizer, model
 
-    encoded = {"train": encode(tokenizer, train_set, label_ids, args.max_length),
-               "validation": encode(tokenizer, drop_unknown_labels(validation_set, label_ids, rejects),
-                                    label_ids, args.max_length)}
-    for split in ("test", "transfer"):
-        url = getattr(args, split)
-        if url:
-            encoded[split] = encode(tokenizer, drop_unknown_labels(read(url), label_ids, rejects), label_ids,
-                                    args.max_length)
-    log.info("rows: %s; rejected %d", {k: len(v) for k, v in encoded.items()}, len(rejects))
 
-    logger = MetricsLogger(out)
-    best = fit(model, tokenizer, encoded["train"], encoded["validation"], label_names, args, weights, logger)
-    model.save_pretrained(out / "model")
-    tokenizer.save_pretrained(out / "model")
-
-    evaluation: dict[str, Any] = {"best_epoch": best["epoch"], "best_step": best["step"],
-                                  "class_weights": None if weights is None else dict(zip(label_names,
-                                                                                         weights.tolist(),
-                                                                                         strict=True)),
-                                  "tmr_probability": args.tmr_probability, "rejected_rows": len(rejects)}
+def evaluate_splits(model, tokenizer, encoded: dict[str, list[dict[str, Any]]], label_names: list[str],
+                    config: FinetuneConfig, best: dict[str, Any], logger) -> dict[str, Any]:
+    """Each split but train with the best model: metrics, per-example predictions (in the split's row
+    order, for paired tests between runs) and a confusion-matrix PNG."""
+    out = Path(config.output)
+    device = next(model.parameters()).device
+    evaluation: dict[str, Any] = {}
     for split, samples in encoded.items():
         if split == "train":
             continue
-        predictions = predict(model, samples, args.eval_batch_size, tokenizer.pad_token_id, device)
+        predictions = predict(model, samples, config.eval_batch_size, tokenizer.pad_token_id, device)
         metrics = classification_metrics(np.array([s["label"] for s in samples], dtype=np.int64), predictions,
                                          label_names)
-        # per-example predictions, in the split's row order, for paired tests between runs
         evaluation[split] = {**metrics, "predictions": predictions.tolist()}
         plot_confusion(metrics, split, out / f"confusion-{split}.png")
         logger.log(best["step"], f"final_{split}", {"accuracy": metrics["accuracy"],
                                                     "macro_f1": metrics["macro_f1"]})
         log.info("%s", format_report(split + (" (zero-shot)" if split == "transfer" else ""), metrics))
+    return evaluation
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from trainer.metrics import MetricsLogger
+
+    config = FinetuneConfig.from_args(args)
+    torch.manual_seed(config.seed)
+    out = Path(config.output)
+    out.mkdir(parents=True, exist_ok=True)
+    rejects: list[dict[str, str]] = []
+    splits, label_names = read_splits(config, rejects)
+    label_ids = {label: i for i, label in enumerate(label_names)}
+    counts = np.bincount([label_ids[label] for label in splits["train"].labels], minlength=len(label_names))
+    weights = class_weights(counts) if config.class_weights else None
+    log.info("training examples per label: %s", dict(zip(label_names, counts.tolist(), strict=True)))
+    if weights is not None:
+        log.info("class weights: %s", {name: round(w, 4) for name, w in zip(label_names, weights.tolist(), strict=True)})
+
+    tokenizer, model = load_classifier(config, label_names)
+    encoded = {split: encode(tokenizer, data, label_ids, config.max_length) for split, data in splits.items()}
+    log.info("rows: %s; rejected %d", {k: len(v) for k, v in encoded.items()}, len(rejects))
+
+    logger = MetricsLogger(out)
+    best = fit(model, tokenizer, encoded["train"], encoded["validation"], label_names, config, weights, logger)
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+    evaluation = {"best_epoch": best["epoch"], "best_step": best["step"],
+                  "class_weights": None if weights is None else dict(zip(label_names, weights.tolist(), strict=True)),
+                  "tmr_probability": config.tmr_probability, "rejected_rows": len(rejects),
+                  **evaluate_splits(model, tokenizer, encoded, label_names, config, best, logger)}
     logger.close()
     (out / "evaluation.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
     with (out / "rejects.jsonl").open("w", encoding="utf-8") as f:

@@ -85,3 +85,12 @@ def dataset_root(dataset: str, version_url: str) -> str:
     """The root to follow: `dataset` itself, or the root holding it when it names a version folder."""
     dataset = dataset.rstrip("/")
     return dataset.rsplit("/", 1)[0] if dataset == version_url.rstrip("/") else dataset
+
+
+def version_exists(version_url: str) -> bool:
+    """Whether `version_url` is a complete version (its manifest, written last, can be read)."""
+    try:
+        load_manifest(version_url)
+    except (ManifestError, OSError):
+        return False
+    return True

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,13 +101,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # --- held-out split -------------------------------------------------------------------------
-
-
-def check_ranges(*checks: tuple[str, Any, bool]) -> None:
-    """Exits with a message naming the first (option, value, in_range) check that fails."""
-    for name, value, ok in checks:
-        if not ok:
-            raise SystemExit(f"{name} {value} is out of range (see --help)")
 
 
 def held_out(sample_index: np.ndarray, fraction: float) -> np.ndarray:
@@ -187,41 +182,105 @@ def evaluate(objective, eval_batches, strategy: str, masking, device) -> dict[st
 # --- the run ---------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class TrainConfig:
+    """The settings of one `maskstream train` run: the CLI flags (see `add_arguments` for each one's
+    meaning), checked on construction."""
+
+    dataset: str
+    output: str
+    model: str | None = None
+    objective: str = "mlm"
+    exlm_states: int = 4
+    exlm_token_budget: int = 0
+    strategy: str = "difference"
+    whole_word: bool = False
+    mask_budget: float = 0.15
+    batch_size: int = 32
+    grad_accumulation: int = 1
+    epochs: float = 1.0
+    max_steps: int = 0
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    num_workers: int = 2
+    held_out_fraction: float = 0.02
+    eval_samples: int = 512
+    eval_strategy: str = "random"
+    eval_every: int = 500
+    log_every: int = 10
+    save_every: int = 1000
+    resume: str | None = None  # a checkpoint folder, or "latest": the newest in OUTPUT/checkpoints
+    compile: bool = False
+    follow_latest: bool = False
+
+    def __post_init__(self) -> None:
+        from trainer.objectives import OBJECTIVES
+
+        check_ranges(("--batch-size", self.batch_size, self.batch_size >= 1),
+                     ("--grad-accumulation", self.grad_accumulation, self.grad_accumulation >= 1),
+                     ("--held-out-fraction", self.held_out_fraction, 0 <= self.held_out_fraction < 1),
+                     ("--warmup-ratio", self.warmup_ratio, 0 <= self.warmup_ratio <= 1),
+                     ("--max-steps", self.max_steps, self.max_steps >= 0),
+                     ("--log-every", self.log_every, self.log_every >= 1),
+                     ("--eval-every", self.eval_every, self.eval_every >= 1),
+                     ("--save-every", self.save_every, self.save_every >= 1),
+                     ("--exlm-states", self.exlm_states, self.exlm_states >= 1),
+                     ("--exlm-token-budget", self.exlm_token_budget, self.exlm_token_budget >= 0))
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown --objective {self.objective!r}; choose one of {sorted(OBJECTIVES)}")
+        for flag, strategy in (("--strategy", self.strategy), ("--eval-strategy", self.eval_strategy)):
+            if strategy not in STRATEGIES:
+                raise ValueError(f"unknown {flag} {strategy!r}; choose one of {STRATEGIES}")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TrainConfig:
+        """The config of parsed CLI arguments; a setting out of range exits with its message."""
+        try:
+            return cls(**{field.name: getattr(args, field.name) for field in dataclasses.fields(cls)})
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+
+
+def check_ranges(*checks: tuple[str, Any, bool]) -> None:
+    """Raises ValueError naming the first (option, value, in_range) check that fails."""
+    for name, value, ok in checks:
+        if not ok:
+            raise ValueError(f"{name} {value} is out of range (see --help)")
+
+
 def masks_in_loader_workers(device) -> bool:
     """On CPU the loader workers draw the masks; on a GPU the device does, after the transfer."""
     return device.type == "cpu"
 
 
-RESUME_CRITICAL = ("dataset_version", "model", "objective", "strategy", "mask_budget", "whole_word", "batch_size",
+# Settings that must be the same to continue a run exactly. The dataset is checked on its own
+# (`resume_versions`): a run that followed newer versions resumes on the one it was reading.
+RESUME_CRITICAL = ("model", "objective", "strategy", "mask_budget", "whole_word", "batch_size",
                    "grad_accumulation", "total_steps", "seed", "world_size", "held_out_fraction")
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclasses.dataclass(frozen=True)
+class Ranks:
+    """This process's place among the torchrun ranks, and its device."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: Any  # torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup_ranks(seed: int) -> Ranks:
+    """Device and process group (torchrun sets RANK, LOCAL_RANK and WORLD_SIZE); seeds torch."""
     import torch
     import torch.distributed as dist
-    from tqdm import tqdm
-    from transformers import AutoTokenizer
 
-    from trainer.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
-    from trainer.dataset import StreamingSequenceDataset
-    from trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
-    from trainer.loader import build_dataloader
-    from trainer.masking import MaskingConfig, apply_masking
-    from trainer.metrics import MetricsLogger
-    from trainer.objectives import OBJECTIVES, load_mlm_model
-
-    check_ranges(("--batch-size", args.batch_size, args.batch_size >= 1),
-                 ("--grad-accumulation", args.grad_accumulation, args.grad_accumulation >= 1),
-                 ("--held-out-fraction", args.held_out_fraction, 0 <= args.held_out_fraction < 1),
-                 ("--warmup-ratio", args.warmup_ratio, 0 <= args.warmup_ratio <= 1),
-                 ("--max-steps", args.max_steps, args.max_steps >= 0),
-                 ("--log-every", args.log_every, args.log_every >= 1),
-                 ("--eval-every", args.eval_every, args.eval_every >= 1),
-                 ("--save-every", args.save_every, args.save_every >= 1),
-                 ("--exlm-states", args.exlm_states, args.exlm_states >= 1),
-                 ("--exlm-token-budget", args.exlm_token_budget, args.exlm_token_budget >= 0))
-
-    # Distributed set-up: torchrun sets RANK, LOCAL_RANK and WORLD_SIZE.
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -232,14 +291,143 @@ def run(args: argparse.Namespace) -> int:
         device = torch.device("cpu")
     if world_size > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    is_main = rank == 0
-    out = Path(args.output)
-    checkpoints = out / "checkpoints"
-    torch.manual_seed(args.seed)
+    torch.manual_seed(seed)
+    return Ranks(rank, world_size, local_rank, device)
 
-    # Data: this rank's share of the rows, masked in the workers on CPU, on the device on GPU.
-    dataset = StreamingSequenceDataset(args.dataset, seed=args.seed, rank=rank, world_size=world_size)
-    model_name = args.model or default_model()
+
+def resume_versions(dataset: str, follow_latest: bool, saved: dict[str, Any], rank: int) -> tuple[str, str]:
+    """(the version the run started on, the version it was reading) for resuming the checkpoint state
+    `saved` with `--dataset DATASET`. The held-out rows come from the first, training continues on the
+    second: a run that followed newer versions (`--follow-latest`) stops on a later one than it started.
+    DATASET may be their root, the version being read, or (with --follow-latest, as the run was
+    started) the first version; anything else, or a version the root no longer holds, exits saying why."""
+    from trainer.follow import version_exists
+
+    started = saved["config"]["dataset_version"]
+    root = started.rsplit("/", 1)[0]
+    reading = f"{root}/{saved['loader'][rank]['version']}"
+    given = dataset.rstrip("/")
+    where = f"checkpoint {saved['path']} was reading {reading}"
+    if reading != started:
+        where += f" (the run started on {started} and followed the latest version)"
+    if given not in (root, reading, started):
+        raise SystemExit(f"cannot resume: {where}; --dataset {dataset} is neither that version nor its root {root}")
+    if given == started != reading and not follow_latest:
+        raise SystemExit(f"cannot resume: {where}; --dataset {dataset} names the first version: resume with "
+                         f"--dataset {root} or {reading}, or with --follow-latest as the run was started")
+    for url, role in ((reading, "the version training continues on"), (started, "the held-out rows' version")):
+        if not version_exists(url):
+            raise SystemExit(f"cannot resume: {where}; {url} ({role}) is no longer a complete version in {root}")
+    return started, reading
+
+
+@dataclasses.dataclass
+class TrainingData:
+    """What the run reads: this rank's share of the version in use, as `(epoch, batch)` forever from
+    `batches()`, the masking, and (rank 0) the held-out batches.
+
+    Each pass over the loader continues from the dataset's position (mid-epoch after a resume) and a
+    finished epoch moves on to the next. Held-out rows are dropped, so batches may be a little smaller
+    than --batch-size. With --follow-latest an epoch boundary may move on to a newer version (the
+    schedule stays as planned)."""
+
+    config: TrainConfig
+    ranks: Ranks
+    started_on: str  # version URL: the held-out rows and the run's identity
+    dataset: Any  # StreamingSequenceDataset of the version in use
+    model_name: str
+    tokenizer: Any
+    masking: Any  # MaskingConfig
+    eval_masking: Any
+    eval_batches: list[dict[str, Any]]
+    follower: Any  # LatestVersionFollower or None
+    mask_in_workers: bool
+    resume_rng: dict[str, Any] | None = None  # RNG state to restore once the loader has started
+    loader: Any = None
+
+    def __post_init__(self) -> None:
+        self.loader = self._make_loader()
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.dataset.manifest.tokenizer["pad_token_id"]
+
+    def _make_loader(self):
+        from trainer.loader import build_dataloader
+
+        config = self.config
+        return build_dataloader(self.dataset, batch_size=config.batch_size, num_workers=config.num_workers,
+                                strategy=config.strategy, masking=self.masking, seed=config.seed,
+                                mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda")
+
+    def _epoch_finished(self) -> bool:
+        return self.dataset.state_dict()["samples_consumed"] >= self.dataset.rows_per_rank()
+
+    def _follow(self) -> None:
+        """At an epoch boundary, moves on to the version `latest` names if it is newer and compatible."""
+        from trainer.dataset import StreamingSequenceDataset
+        from trainer.follow import poll_all_ranks
+
+        switch = poll_all_ranks(self.follower, self.ranks.world_size)
+        if switch is not None:
+            next_epoch = self.dataset.epoch + 1
+            self.dataset = StreamingSequenceDataset(switch.version_url, seed=self.config.seed, rank=self.ranks.rank,
+                                                    world_size=self.ranks.world_size)
+            self.dataset.set_epoch(next_epoch)
+            self.loader = self._make_loader()
+
+    def _restore_rng(self) -> None:
+        from trainer.checkpoint import set_rng_state
+
+        if self.resume_rng is not None:
+            set_rng_state(self.resume_rng)
+            self.resume_rng = None
+
+    def batches(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        import torch
+
+        while True:
+            # Starting an iteration, the DataLoader draws its workers' base seed from the global generator.
+            # A run resumed at an epoch's end restores the generators before that, as the run it continues
+            # was there; one resumed mid-epoch after it, so that dropout continues exactly where it stopped.
+            if self._epoch_finished():
+                if self.follower is not None:
+                    self._follow()
+                self._restore_rng()
+            for batch in self.loader:
+                self._restore_rng()
+                keep = ~torch.from_numpy(held_out(batch["sample_index"].numpy(), self.config.held_out_fraction))
+                if keep.any():
+                    yield self.dataset.epoch, select_rows(batch, keep)
+
+    def loader_states(self) -> list[dict[str, Any]]:
+        """Every rank's dataset state, so a resumed run (same world size) can restore each."""
+        import torch.distributed as dist
+
+        state = self.dataset.state_dict()
+        if self.ranks.world_size == 1:
+            return [state]
+        states: list[Any] = [None] * self.ranks.world_size
+        dist.all_gather_object(states, state)
+        return states
+
+
+def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -> TrainingData:
+    """The dataset (the version --dataset names, or when resuming the one the checkpoint was reading),
+    the tokenizer checked against it, the masking, the held-out batches and the follower."""
+    from transformers import AutoTokenizer
+
+    from trainer.dataset import StreamingSequenceDataset
+    from trainer.follow import LatestVersionFollower, dataset_root
+    from trainer.masking import MaskingConfig
+
+    url = config.dataset
+    if saved is not None:
+        started, url = resume_versions(config.dataset, config.follow_latest, saved, ranks.rank)
+    dataset = StreamingSequenceDataset(url, seed=config.seed, rank=ranks.rank, world_size=ranks.world_size)
+    if saved is None:
+        started = dataset.version_url
+    model_name = config.model or default_model()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     manifest_vocab = dataset.manifest.tokenizer.get("vocab_size")
     if manifest_vocab is not None and manifest_vocab != len(tokenizer):
@@ -250,174 +438,239 @@ def run(args: argparse.Namespace) -> int:
     if manifest_hash is not None and manifest_hash != vocab_hash(tokenizer.get_vocab()):
         raise SystemExit(f"{dataset.version_url} was tokenized with another vocabulary (hash {manifest_hash[:12]}) "
                          f"than {model_name}'s tokenizer: build the dataset with this model's tokenizer")
-    strategy = args.strategy
-    masking = MaskingConfig.from_manifest(dataset.manifest, budget=args.mask_budget, whole_word=args.whole_word)
+    masking = MaskingConfig.from_manifest(dataset.manifest, budget=config.mask_budget, whole_word=config.whole_word)
     eval_masking = MaskingConfig.from_manifest(dataset.manifest)  # the defaults, whatever this run's settings
-    mask_in_workers = masks_in_loader_workers(device)
-
-    def make_loader(dataset):
-        return build_dataloader(dataset, batch_size=args.batch_size, num_workers=args.num_workers,
-                                strategy=strategy, masking=masking, seed=args.seed, mask_in_workers=mask_in_workers,
-                                pin_memory=device.type == "cuda")
-
-    loader = make_loader(dataset)
-    follower = LatestVersionFollower(dataset_root(args.dataset, dataset.version_url), dataset.version_url,
-                                     dataset.manifest) if args.follow_latest else None
+    # A resumed run's --dataset may name either version: their root is the first one's folder.
+    root = started.rsplit("/", 1)[0] if saved is not None else dataset_root(config.dataset, dataset.version_url)
+    follower = LatestVersionFollower(root, dataset.version_url, dataset.manifest) if config.follow_latest else None
     pad_token_id = dataset.manifest.tokenizer["pad_token_id"]
-    eval_batches = collect_held_out(dataset.version_url, args.held_out_fraction, args.eval_samples, pad_token_id,
-                                    args.batch_size) if is_main else []
+    eval_batches = collect_held_out(started, config.held_out_fraction, config.eval_samples, pad_token_id,
+                                    config.batch_size) if ranks.is_main else []
+    return TrainingData(config, ranks, started, dataset, model_name, tokenizer, masking, eval_masking, eval_batches,
+                        follower, masks_in_loader_workers(ranks.device),
+                        resume_rng=saved["rng"] if saved is not None else None)
 
-    total_steps = args.max_steps or max(1, int(args.epochs * dataset.steps_per_epoch(args.batch_size)
-                                               / args.grad_accumulation))
-    warmup_steps = math.ceil(args.warmup_ratio * total_steps)
-    run_config = {
-        "dataset_version": dataset.version_url, "model": model_name, "objective": args.objective,
-        "strategy": strategy, "mask_budget": args.mask_budget, "whole_word": args.whole_word, "batch_size": args.batch_size,
-        "grad_accumulation": args.grad_accumulation, "total_steps": total_steps, "warmup_steps": warmup_steps,
-        "learning_rate": args.learning_rate, "seed": args.seed, "world_size": world_size,
-        "held_out_fraction": args.held_out_fraction, "eval_strategy": args.eval_strategy,
+
+def plan_steps(config: TrainConfig, data: TrainingData) -> tuple[int, int]:
+    """(total steps, warm-up steps): --max-steps, or --epochs of the version the run started on."""
+    from trainer.dataset import StreamingSequenceDataset
+
+    first = data.dataset
+    if first.version_url != data.started_on:
+        first = StreamingSequenceDataset(data.started_on, rank=data.ranks.rank, world_size=data.ranks.world_size)
+    total_steps = config.max_steps or max(1, int(config.epochs * first.steps_per_epoch(config.batch_size)
+                                                 / config.grad_accumulation))
+    return total_steps, math.ceil(config.warmup_ratio * total_steps)
+
+
+def run_settings(config: TrainConfig, data: TrainingData, total_steps: int, warmup_steps: int) -> dict[str, Any]:
+    """What the checkpoints and summary.json record of the run (RESUME_CRITICAL among them)."""
+    return {
+        "dataset_version": data.started_on, "model": data.model_name, "objective": config.objective,
+        "strategy": config.strategy, "mask_budget": config.mask_budget, "whole_word": config.whole_word,
+        "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation, "total_steps": total_steps,
+        "warmup_steps": warmup_steps, "learning_rate": config.learning_rate, "seed": config.seed,
+        "world_size": data.ranks.world_size, "held_out_fraction": config.held_out_fraction,
+        "eval_strategy": config.eval_strategy,
     }
 
-    # Model in its objective, optimizer (no weight decay on biases and norms), schedule.
-    if args.objective not in OBJECTIVES:
-        raise SystemExit(f"unknown --objective {args.objective!r}; choose one of {sorted(OBJECTIVES)}")
-    mlm_model = load_mlm_model(model_name)
+
+@dataclasses.dataclass
+class TrainingModel:
+    mlm_model: Any  # the Hugging Face masked-LM: what model/ and checkpoints hold
+    objective: Any  # the objective around it: what is trained, evaluated and checkpointed
+    model: Any  # what the loop calls: the objective, wrapped for DDP and compiled if asked
+    optimizer: Any
+    scheduler: Any
+
+
+def build_model(config: TrainConfig, data: TrainingData, total_steps: int, warmup_steps: int,
+                run_config: dict[str, Any]) -> TrainingModel:
+    """The model in its objective, AdamW (no weight decay on biases and norms) and the schedule.
+    ExLM's expansion settings are recorded in `run_config`."""
+    from trainer.objectives import OBJECTIVES, load_mlm_model
+
+    device = data.ranks.device
+    mlm_model = load_mlm_model(data.model_name)
     options = {}
-    if args.objective == "exlm":  # expansion settings (trainer/exlm.py), recorded with the run
-        options = {"num_states": args.exlm_states, "token_budget": args.exlm_token_budget,
-                   "mask_token_id": tokenizer.mask_token_id, "pad_token_id": pad_token_id}
-        run_config.update(exlm_states=args.exlm_states, exlm_token_budget=args.exlm_token_budget)
-    objective = OBJECTIVES[args.objective](mlm_model, **options).to(device)
-    optimizer, scheduler = build_optimizer(objective, args.weight_decay, args.learning_rate, warmup_steps, total_steps,
-                                           fused=device.type == "cuda")
+    if config.objective == "exlm":  # expansion settings (trainer/exlm.py), recorded with the run
+        options = {"num_states": config.exlm_states, "token_budget": config.exlm_token_budget,
+                   "mask_token_id": data.tokenizer.mask_token_id, "pad_token_id": data.pad_token_id}
+        run_config.update(exlm_states=config.exlm_states, exlm_token_budget=config.exlm_token_budget)
+    objective = OBJECTIVES[config.objective](mlm_model, **options).to(device)
+    optimizer, scheduler = build_optimizer(objective, config.weight_decay, config.learning_rate, warmup_steps,
+                                           total_steps, fused=device.type == "cuda")
+    return TrainingModel(mlm_model, objective, objective, optimizer, scheduler)
 
-    step, epoch, resume_rng = 0, 0, None
-    if args.resume:
-        state = load_checkpoint(checkpoints if args.resume == "latest" else args.resume, objective, optimizer,
-                                scheduler, restore_rng=False)
-        resume_rng = state["rng"]
-        changed = {k: (state["config"].get(k), run_config[k]) for k in RESUME_CRITICAL
-                   if state["config"].get(k) != run_config[k]}
-        if changed:
-            raise SystemExit(f"cannot resume {state['path']} exactly: settings changed (was, now): {changed}")
-        step = state["step"]
-        dataset.load_state_dict(state["loader"][rank])
-        log.info("resumed from %s at step %d", state["path"], step)
-    model = objective  # what the loop calls: the objective, wrapped for DDP and compiled if asked
-    if world_size > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda"
-                                                          else None)
-    if args.compile:
-        model = torch.compile(model)
-    logger = MetricsLogger(out, resume_step=step if args.resume else None, enabled=is_main)
-    if is_main:
+
+def read_resume_state(config: TrainConfig) -> dict[str, Any] | None:
+    """The checkpoint state to continue from (--resume), None when starting fresh."""
+    from trainer.checkpoint import read_training_state
+
+    if not config.resume:
+        return None
+    return read_training_state(Path(config.output) / "checkpoints" if config.resume == "latest" else config.resume)
+
+
+def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_config: dict[str, Any]) -> int:
+    """Restores weights, optimizer, schedule and loader position; returns the step to continue from."""
+    from trainer.checkpoint import restore_checkpoint
+
+    changed = {k: (saved["config"].get(k), run_config[k]) for k in RESUME_CRITICAL
+               if saved["config"].get(k) != run_config[k]}
+    if changed:
+        raise SystemExit(f"cannot resume {saved['path']} exactly: settings changed (was, now): {changed}")
+    restore_checkpoint(saved, parts.objective, parts.optimizer, parts.scheduler)
+    data.dataset.load_state_dict(saved["loader"][data.ranks.rank])
+    log.info("resumed from %s at step %d", saved["path"], saved["step"])
+    return saved["step"]
+
+
+def wrap_model(parts: TrainingModel, config: TrainConfig, ranks: Ranks) -> None:
+    """DDP across ranks, torch.compile if asked: what the loop calls."""
+    import torch
+
+    if ranks.world_size > 1:
+        parts.model = torch.nn.parallel.DistributedDataParallel(
+            parts.model, device_ids=[ranks.local_rank] if ranks.device.type == "cuda" else None)
+    if config.compile:
+        parts.model = torch.compile(parts.model)
+
+
+def train_step(parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any]]], data: TrainingData,
+               window: dict[str, Any]) -> int:
+    """One optimizer step over --grad-accumulation micro-batches, their sums added to `window`;
+    returns the epoch of its last batch."""
+    import torch
+
+    from trainer.masking import apply_masking
+
+    config, device = data.config, data.ranks.device
+    for micro in range(config.grad_accumulation):
+        wait_start = time.perf_counter()
+        epoch, batch = next(batches)
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        if not data.mask_in_workers:
+            batch = apply_masking(batch, config.strategy, data.masking, seed=config.seed, epoch=epoch)
+        window["wait"] += time.perf_counter() - wait_start
+        # DDP averages gradients across ranks on the last micro-batch of a step only.
+        last_micro = micro == config.grad_accumulation - 1
+        with parts.model.no_sync() if data.ranks.world_size > 1 and not last_micro else contextlib.nullcontext():
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                out = parts.model(batch["input_ids"], batch["attention_mask"], batch["labels"])
+            (out["loss"] / config.grad_accumulation).backward()
+        window["loss"] += out["loss"].detach()
+        window["correct"] += out["correct"]
+        window["masked"] += out["masked"]
+        window["tokens"] += batch["attention_mask"].sum()
+        window["micro"] += 1
+    torch.nn.utils.clip_grad_norm_(parts.model.parameters(), config.max_grad_norm)
+    parts.optimizer.step()
+    parts.scheduler.step()
+    parts.optimizer.zero_grad(set_to_none=True)
+    return epoch
+
+
+def window_record(window: dict[str, Any], parts: TrainingModel, ranks: Ranks, epoch: int) -> dict[str, Any]:
+    """The logged training metrics of one window (tokens, correct and masked summed over ranks)."""
+    import torch
+    import torch.distributed as dist
+
+    elapsed = time.perf_counter() - window["start"]
+    totals = torch.stack([torch.as_tensor(window[k], dtype=torch.float64, device=ranks.device)
+                          for k in ("tokens", "correct", "masked")])
+    if ranks.world_size > 1:
+        dist.all_reduce(totals)
+    tokens, correct, masked = totals.tolist()
+    return {"loss": float(window["loss"]) / window["micro"], "masked_accuracy": correct / max(masked, 1),
+            "learning_rate": parts.scheduler.get_last_lr()[0], "tokens_per_second": tokens / elapsed,
+            "data_wait_share": window["wait"] / elapsed, "epoch": epoch}
+
+
+def evaluate_held_out(step: int, parts: TrainingModel, data: TrainingData, logger) -> dict[str, float]:
+    held = evaluate(parts.objective, data.eval_batches, data.config.eval_strategy, data.eval_masking,
+                    data.ranks.device)
+    logger.log(step, "held_out", held)
+    log.info("%s: held-out loss %.4f, perplexity %.2f, masked-token accuracy %.4f",
+             f"step {step}" if step else "before training", held["loss"], held["perplexity"], held["accuracy"])
+    return held
+
+
+def evaluate_and_checkpoint(step: int, total_steps: int, parts: TrainingModel, data: TrainingData, logger,
+                            run_config: dict[str, Any]) -> dict[str, float] | None:
+    """Every --eval-every steps and at the end, the held-out metrics (rank 0; returned, else None);
+    every --save-every steps and at the end, a checkpoint."""
+    from trainer.checkpoint import save_checkpoint
+
+    config, last = data.config, step == total_steps
+    held = None
+    if data.ranks.is_main and data.eval_batches and (step % config.eval_every == 0 or last):
+        held = evaluate_held_out(step, parts, data, logger)
+    if step % config.save_every == 0 or last:
+        loader_states = data.loader_states()
+        if data.ranks.is_main:
+            save_checkpoint(Path(config.output) / "checkpoints", step, parts.objective, parts.optimizer,
+                            parts.scheduler, loader_states, run_config)
+    return held
+
+
+def save_final(out: Path, step: int, parts: TrainingModel, data: TrainingData, run_config: dict[str, Any],
+               held: dict[str, float]) -> None:
+    """model/ (save_pretrained + tokenizer) and summary.json."""
+    parts.mlm_model.save_pretrained(out / "model")
+    data.tokenizer.save_pretrained(out / "model")
+    summary = {"steps": step, "config": run_config, "held_out": held if data.eval_batches else None}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    log.info("wrote %s (model/, checkpoints/, metrics.jsonl, tensorboard/, summary.json)", out)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch.distributed as dist
+    from tqdm import tqdm
+
+    from trainer.metrics import MetricsLogger
+
+    config = TrainConfig.from_args(args)
+    ranks = setup_ranks(config.seed)
+    saved = read_resume_state(config)
+    data = open_data(config, ranks, saved)
+    total_steps, warmup_steps = plan_steps(config, data)
+    run_config = run_settings(config, data, total_steps, warmup_steps)
+    parts = build_model(config, data, total_steps, warmup_steps, run_config)
+    step = resume(saved, parts, data, run_config) if saved is not None else 0
+    wrap_model(parts, config, ranks)
+    out = Path(config.output)
+    logger = MetricsLogger(out, resume_step=step if saved is not None else None, enabled=ranks.is_main)
+    if ranks.is_main:
         log.info("training %s on %s: %d steps (%d warm-up), strategy %s, %d rank(s) x batch %d x accumulation %d",
-                 model_name, dataset.version_url, total_steps, warmup_steps, strategy, world_size,
-                 args.batch_size, args.grad_accumulation)
+                 data.model_name, data.dataset.version_url, total_steps, warmup_steps, config.strategy,
+                 ranks.world_size, config.batch_size, config.grad_accumulation)
 
-    def batch_stream():
-        """(epoch, batch) forever. Each pass over the loader continues from the dataset's position
-        (mid-epoch after a resume) and a finished epoch moves on to the next. Held-out rows are
-        dropped here, so batches may be a little smaller than --batch-size. With --follow-latest,
-        an epoch boundary may move on to a newer dataset version (the schedule stays as planned)."""
-        nonlocal dataset, loader
-        while True:
-            for batch in loader:
-                keep = ~torch.from_numpy(held_out(batch["sample_index"].numpy(), args.held_out_fraction))
-                if keep.any():
-                    yield dataset.epoch, select_rows(batch, keep)
-            switch = poll_all_ranks(follower, world_size) if follower is not None else None
-            if switch is not None:
-                next_epoch = dataset.epoch + 1
-                dataset = StreamingSequenceDataset(switch.version_url, seed=args.seed, rank=rank, world_size=world_size)
-                dataset.set_epoch(next_epoch)
-                loader = make_loader(dataset)
-
-    def gather_loader_state() -> list[dict]:
-        """Every rank's dataset state, so a resumed run (same world size) can restore each."""
-        state = dataset.state_dict()
-        if world_size == 1:
-            return [state]
-        states: list[Any] = [None] * world_size
-        dist.all_gather_object(states, state)
-        return states
-
-    # The training loop.
-    batches = batch_stream()
     held: dict[str, float] = {}
-    if is_main and eval_batches and not args.resume:
-        held = evaluate(objective, eval_batches, args.eval_strategy, eval_masking, device)
-        logger.log(0, "held_out", held)
-        log.info("before training: held-out loss %.4f, perplexity %.2f, masked-token accuracy %.4f",
-                 held["loss"], held["perplexity"], held["accuracy"])
-    model.train()
-    progress = tqdm(total=total_steps, initial=step, disable=not is_main, desc="train", unit="step")
+    if ranks.is_main and data.eval_batches and saved is None:
+        held = evaluate_held_out(0, parts, data, logger)
+    batches = data.batches()
+    parts.model.train()
+    progress = tqdm(total=total_steps, initial=step, disable=not ranks.is_main, desc="train", unit="step")
     window = new_window()
     while step < total_steps:
-        for micro in range(args.grad_accumulation):
-            wait_start = time.perf_counter()
-            epoch, batch = next(batches)
-            if resume_rng is not None:
-                # Starting an iteration, the DataLoader draws its workers' base seed from the global
-                # generator; restoring after that makes dropout continue exactly where it stopped.
-                set_rng_state(resume_rng)
-                resume_rng = None
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            if not mask_in_workers:
-                batch = apply_masking(batch, strategy, masking, seed=args.seed, epoch=epoch)
-            window["wait"] += time.perf_counter() - wait_start
-            # DDP averages gradients across ranks on the last micro-batch of a step only.
-            last_micro = micro == args.grad_accumulation - 1
-            with model.no_sync() if world_size > 1 and not last_micro else contextlib.nullcontext():
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                    out_step = model(batch["input_ids"], batch["attention_mask"], batch["labels"])
-                (out_step["loss"] / args.grad_accumulation).backward()
-            window["loss"] += out_step["loss"].detach()
-            window["correct"] += out_step["correct"]
-            window["masked"] += out_step["masked"]
-            window["tokens"] += batch["attention_mask"].sum()
-            window["micro"] += 1
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        epoch = train_step(parts, batches, data, window)
         step += 1
         progress.update(1)
-
-        if step % args.log_every == 0 or step == total_steps:
-            elapsed = time.perf_counter() - window["start"]
-            totals = torch.stack([torch.as_tensor(window[k], dtype=torch.float64, device=device)
-                                  for k in ("tokens", "correct", "masked")])
-            if world_size > 1:
-                dist.all_reduce(totals)
-            tokens, correct, masked = totals.tolist()
-            record = {"loss": float(window["loss"]) / window["micro"], "masked_accuracy": correct / max(masked, 1),
-                      "learning_rate": scheduler.get_last_lr()[0], "tokens_per_second": tokens / elapsed,
-                      "data_wait_share": window["wait"] / elapsed, "epoch": epoch}
+        if step % config.log_every == 0 or step == total_steps:
+            record = window_record(window, parts, ranks, epoch)
             logger.log(step, "train", record)
             progress.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['learning_rate']:.2e}")
             window = new_window()
         paused = time.perf_counter()  # evaluation and checkpoints do not count in tokens/s
-        if is_main and eval_batches and (step % args.eval_every == 0 or step == total_steps):
-            held = evaluate(objective, eval_batches, args.eval_strategy, eval_masking, device)
-            logger.log(step, "held_out", held)
-            log.info("step %d: held-out loss %.4f, perplexity %.2f, masked-token accuracy %.4f", step,
-                     held["loss"], held["perplexity"], held["accuracy"])
-        if step % args.save_every == 0 or step == total_steps:
-            loader_states = gather_loader_state()
-            if is_main:
-                save_checkpoint(checkpoints, step, objective, optimizer, scheduler, loader_states, run_config)
+        held = evaluate_and_checkpoint(step, total_steps, parts, data, logger, run_config) or held
         window["start"] += time.perf_counter() - paused
     progress.close()
 
-    if is_main:
-        mlm_model.save_pretrained(out / "model")
-        tokenizer.save_pretrained(out / "model")
-        summary = {"steps": step, "config": run_config, "held_out": held if eval_batches else None}
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        log.info("wrote %s (model/, checkpoints/, metrics.jsonl, tensorboard/, summary.json)", out)
+    if ranks.is_main:
+        save_final(out, step, parts, data, run_config, held)
     logger.close()
-    if world_size > 1:
+    if ranks.world_size > 1:
         dist.barrier()
         dist.destroy_process_group()
     return 0

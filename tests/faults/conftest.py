@@ -4,15 +4,12 @@ per test so that each test can damage its own."""
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
-
-import sequence_dataset_factory as factory  # noqa: E402
+from tests.fixtures import sequence_dataset as factory
 
 
 @pytest.fixture(scope="session")

@@ -180,7 +180,8 @@ def start_proxy(upstream: str, failures: dict[str, int]) -> FailingProxy:
 def test_gcs_503s_are_retried_end_to_end(gcs_emulator: str, gcs_bucket: str, fault_rows, monkeypatch) -> None:
     """A dataset in an (emulated) bucket read through a proxy that fails the first shard requests."""
     import gcsfs
-    import sequence_dataset_factory as factory
+
+    from tests.fixtures import sequence_dataset as factory
 
     root = f"{gcs_bucket}/datasets/faults"
     factory.write_dataset(root, fault_rows, shards=2, row_group_size=20)

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-import sequence_dataset_factory as factory
 import torch
 
 from tests.conftest import REPO_ROOT
+from tests.fixtures import sequence_dataset as factory
 
 STEPS, SAVE_EVERY = 20, 5
 

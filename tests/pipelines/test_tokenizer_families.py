@@ -1,6 +1,6 @@
 """Every tokenizer family maps tokens to the right words, on every word occurrence of the shipped
 corpus: WordPiece, byte-level BPE (with and without add_prefix_space), SentencePiece Unigram and
-BPE with Metaspace, each trained here on the corpus (tests/tokenizer_families.py).
+BPE with Metaspace, each trained here on the corpus (tests/fixtures/tokenizer_families.py).
 
 Checked against the tokenizers' own decoders: the tokens the build assigns to a word decode to
 that word (as the tokenizer normalizes it). Then, on the build's real sequences: windows never
@@ -8,9 +8,6 @@ split a word, and whole-word masking masks all of a word's tokens or none.
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,9 +26,7 @@ from pipelines.dataset.sequences import (
     tokenize_documents,
 )
 from schemas.words import word_spans
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tokenizer_families import FAMILIES, corpus_texts, train_family  # noqa: E402
+from tests.fixtures.tokenizer_families import FAMILIES, corpus_texts, train_family
 
 # What each family puts around a sequence (prefix, suffix), as tokens.
 TEMPLATES = {

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import sequence_dataset_factory as factory  # noqa: E402
+from tests.fixtures import sequence_dataset as factory
 
 
 @pytest.fixture(scope="session")

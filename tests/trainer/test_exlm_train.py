@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 from safetensors.torch import load_file
-from sequence_dataset_factory import read_texts, sequence_rows, write_dataset
 from transformers import AutoModelForMaskedLM
 
 from maskstream.cli import main
+from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
 from trainer.metrics import read_metrics
 
 

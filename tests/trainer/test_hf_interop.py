@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from sequence_dataset_factory import read_texts, sequence_rows, write_dataset
 
 from schemas.tables import SEQUENCE_SCHEMA
+from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
 from trainer.collate import collate_sequences
 from trainer.dataset import StreamingSequenceDataset
 from trainer.hf import MaskingCollator, shard_urls

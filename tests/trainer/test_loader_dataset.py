@@ -13,11 +13,11 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import sequence_dataset_factory as factory
 import torch
 
 from schemas.manifest import ManifestError
 from schemas.tables import SEQUENCE_SCHEMA
+from tests.fixtures import sequence_dataset as factory
 from trainer.dataset import ChecksumMismatch, StreamingSequenceDataset
 from trainer.loader import build_dataloader
 from trainer.masking import MaskingConfig, apply_masking

@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 import torch
-from sequence_dataset_factory import read_texts, sequence_rows, write_dataset
 
 from maskstream.cli import main
+from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
 from trainer import train as train_module
 from trainer.metrics import read_metrics
 from trainer.train import held_out
@@ -141,3 +141,29 @@ def test_finetune_starts_from_a_train_output(sample_dataset, tiny_bert, sample_c
                                                                        output_loading_info=True)
     assert sorted(start_info["missing_keys"]) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight",
                                                   "classifier.bias", "classifier.weight"]
+
+
+def test_train_config_checks_itself_and_the_cli_defaults_build_one():
+    import argparse
+
+    from trainer import finetune
+    from trainer.finetune import FinetuneConfig
+    from trainer.train import TrainConfig, add_arguments
+
+    with pytest.raises(ValueError, match=r"--batch-size 0 is out of range"):
+        TrainConfig(dataset="d", output="o", batch_size=0)
+    with pytest.raises(ValueError, match=r"--held-out-fraction 1.0 is out of range"):
+        TrainConfig(dataset="d", output="o", held_out_fraction=1.0)
+    with pytest.raises(ValueError, match=r"unknown --objective 'electra'"):
+        TrainConfig(dataset="d", output="o", objective="electra")
+    with pytest.raises(ValueError, match=r"--tmr-probability 1.0 is out of range"):
+        FinetuneConfig(train="t", output="o", tmr_probability=1.0)
+    # The dataclass's defaults are the CLI's: a config from parsed flags equals one from the names alone.
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert TrainConfig.from_args(parser.parse_args(["--dataset", "d", "--output", "o"])) == TrainConfig("d", "o")
+    with pytest.raises(SystemExit, match=r"--save-every 0 is out of range \(see --help\)"):
+        TrainConfig.from_args(parser.parse_args(["--dataset", "d", "--output", "o", "--save-every", "0"]))
+    parser = argparse.ArgumentParser()
+    finetune.add_arguments(parser)
+    assert FinetuneConfig.from_args(parser.parse_args(["--train", "t", "--output", "o"])) == FinetuneConfig("t", "o")
