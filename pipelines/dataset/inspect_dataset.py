@@ -19,6 +19,8 @@ import argparse
 import sys
 from typing import Any
 
+from pipelines.dataset import inspect_html
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dataset", metavar="DATASET", help="dataset root or version folder (local or gs://)")
@@ -28,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default=None,
                         help="PNG to write (default: mask_probabilities.png in the current folder)")
     parser.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the shards (default: check)")
+    inspect_html.add_arguments(parser)
 
 
 def mark_tokens(tokens: list[str], probability, special, fraction: float) -> str:
@@ -180,4 +183,10 @@ def run(args: argparse.Namespace) -> int:
     signal_plot = plot.removesuffix(".png") + "_signal.png"
     plot_report(built, signal_plot, f"{manifest.version}: {built_name}")
     print(f"signal plot      {signal_plot}")
+    if args.html:
+        page = inspect_html.write_page(args.html, version_url, manifest, tokenizer=tokenizer, word_table=word_table,
+                                       reports=reports, probabilities=all_probabilities, rates=rates,
+                                       verified=not args.no_verify, sequences=args.html_sequences)
+        print(f"html page        {args.html} ({page['bytes']:,} bytes, {page['sequences']} sequences); "
+              "open it in a browser")
     return 0

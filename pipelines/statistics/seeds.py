@@ -13,8 +13,12 @@ A word is a candidate unless a filter removes it:
   non-alphabetic  it holds a digit (version numbers, identifiers);
   too short     it has fewer than --min-length characters.
 
-Writes SEEDS_JSON ({"seeds": [{"word", "tf", "df", "general_frequency", "tf_icf"}, ...] best
-first, "config", "formulas", "source_fingerprint"}) and, beside it, a Markdown report
+Writes SEEDS_JSON ({"seeds": [...] best first, "config", "formulas", "source_fingerprint"}); each
+seed holds its stats row ("word", "tf", "df", "general_frequency", "tf_icf", and with a background
+"background_frequency", "contrast") and, from `seed_provenance`, "rank", "domain_frequency",
+"score_name", "score", "tf_icf_rank" and "put_there_by" ("general", "background + general" or
+"background"); `maskstream build` copies the file into the dataset version, and `inspect --html`
+shows it (files written before these fields existed still read). Beside it, a Markdown report
 (SEEDS_report.md: the top 50 words by TF-ICF with their counts and which filter removed which)
 and a bar chart of the seeds' scores (SEEDS.png). The stats table is small (one row per word
 type), so this reads it whole with pyarrow; no Beam pipeline.
@@ -133,6 +137,26 @@ def general_ranks(judged: list[tuple[dict, list[str]]]) -> dict[str, int]:
     return {row["word"]: rank for rank, row in enumerate(kept, start=1)}
 
 
+def seed_provenance(seeds: list[dict], judged: list[tuple[dict, list[str]]], contrast: str, top_k: int,
+                    total_words: int) -> list[dict]:
+    """The seeds' rows with what the report and seeds.json say about each: its rank, domain
+    frequency (tf / total_words), score, rank by TF-ICF alone, and which contrast put it there
+    (`background + general` when it is also among the top K by TF-ICF alone)."""
+    general_rank = general_ranks(judged)
+    score_name = SCORE_COLUMN[contrast]
+    rows = []
+    for rank, row in enumerate(seeds, start=1):
+        tf_icf_rank = general_rank[row["word"]]
+        if contrast == "general":
+            by = "general"
+        else:
+            by = "background + general" if tf_icf_rank <= top_k else "background"
+        rows.append({**row, "rank": rank, "domain_frequency": row["tf"] / max(total_words, 1),
+                     "score_name": score_name, "score": row[score_name], "tf_icf_rank": tf_icf_rank,
+                     "put_there_by": by})
+    return rows
+
+
 def render_report(seeds: list[dict], judged: list[tuple[dict, list[str]]], summary: dict[str, Any],
                   config: dict[str, Any], chart_name: str) -> str:
     if config.get("contrast") == "background":
@@ -200,10 +224,9 @@ def render_background_report(seeds: list[dict], judged: list[tuple[dict, list[st
         "| rank | word | domain frequency | background frequency | general frequency | TF-ICF | contrast | put there by |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for rank, row in enumerate(seeds, start=1):
-        by = (f"background + general (TF-ICF rank {general_rank[row['word']]})" if general_rank[row["word"]] <= top_k
-              else f"background (TF-ICF rank {general_rank[row['word']]})")
-        lines.append(f"| {rank} | {row['word']} | {row['tf'] / total:.3g} | "
+    for row in seed_provenance(seeds, judged, "background", top_k, total):
+        by = f"{row['put_there_by']} (TF-ICF rank {row['tf_icf_rank']})"
+        lines.append(f"| {row['rank']} | {row['word']} | {row['domain_frequency']:.3g} | "
                      f"{_format_frequency(row['background_frequency'])} | {_format_frequency(row['general_frequency'])} | "
                      f"{row['tf_icf']:.5f} | {row['contrast']:.5f} | {by} |")
     seed_words = {row["word"] for row in seeds}
@@ -278,7 +301,7 @@ def run(args: argparse.Namespace) -> int:
     # The formulas the statistics were computed with, plus this version's for the rest.
     formulas = {**FORMULA_VERSIONS, **summary.get("formulas", {})}
     result = {
-        "seeds": seeds,
+        "seeds": seed_provenance(seeds, judged, contrast, args.top_k, summary.get("total_words") or 0),
         "config": config,
         "formulas": formulas,
         "source_fingerprint": summary.get("source_fingerprint", {}),
