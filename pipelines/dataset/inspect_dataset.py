@@ -11,6 +11,9 @@ words of the stored probabilities, and the same figures for three maps recompute
 shards' words and the word table -- the paper's similarity map, the reference code's rank map and
 the sharpened map (`pipelines.dataset.mask_probability.SHARPENED`) -- so they can be compared on the
 user's own corpus; plotted to a second PNG (the first one's name with `_signal`).
+
+With --html PAGE, also one self-contained HTML page of all of it, with a sequence browser
+(pipelines/dataset/inspect_html.py).
 """
 
 from __future__ import annotations
