@@ -38,9 +38,9 @@ def install_browser() -> str:
     for command in (["apt-get", *lock_wait, "update"],
                     ["apt-get", *lock_wait, "install", "-y", "--no-install-recommends", DEBIAN_PACKAGE]):
         try:
-            result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1200)
+            result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
         except subprocess.TimeoutExpired:
-            return f"`{' '.join(command)}` did not finish in 20 minutes"
+            return f"`{' '.join(command)}` did not finish in 10 minutes"
         if result.returncode != 0:
             return f"`{' '.join(command)}` failed ({result.returncode}): {result.stderr.strip()[-500:]}"
     return ""

@@ -26,6 +26,8 @@ import numpy as np
 DEFAULT_SEQUENCES = 200
 # The issue's bound is 5 MB; the margin leaves room for the parts measured after the sample is cut.
 MAX_PAGE_BYTES = 4_800_000
+# Its text (at least one character and two quotes), probability, word occurrence and word, each with a comma.
+MIN_TOKEN_BYTES = 8
 PAGE_SIZES = (5, 10, 20, 50, 100)
 DEFAULT_PAGE_SIZE = 10
 SCALE_STOPS = 33  # viridis sampled at 33 points, interpolated linearly by the page's script
@@ -61,18 +63,19 @@ def read_sample(version_url: str, manifest: Any, ids: np.ndarray) -> list[dict[s
     rows: list[dict[str, Any]] = []
     for shard in manifest.shards:
         with fsspec.open(join(version_url, shard.path), "rb") as f:
-            table = pq.read_table(f, columns=SEQUENCE_COLUMNS)
-        rows.extend(table.filter(pc.is_in(table.column("sequence_id"), value_set=wanted)).to_pylist())
+            # The filter skips the row groups whose sequence_id range holds none of the sample.
+            table = pq.read_table(f, columns=SEQUENCE_COLUMNS, filters=pc.field("sequence_id").isin(wanted))
+        rows.extend(table.to_pylist())
     return sorted(rows, key=lambda row: row["sequence_id"])
 
 
-def token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
-    """What each token spells, without the tokenizer's word markers (`##`, `Ġ`, `▁`)."""
-    texts = []
-    for token in tokenizer.convert_ids_to_tokens(ids):
-        text = tokenizer.convert_tokens_to_string([token]).strip()
-        texts.append(text.removeprefix("##") or token)
-    return texts
+def token_texts(tokenizer: Any, ids: list[int], cache: dict[int, str]) -> list[str]:
+    """What each token spells, without the tokenizer's word markers (`##`, `Ġ`, `▁`); `cache`
+    holds the ids already spelled."""
+    for token_id in set(ids) - cache.keys():
+        token = tokenizer.convert_ids_to_tokens(token_id)
+        cache[token_id] = tokenizer.convert_tokens_to_string([token]).strip().removeprefix("##") or token
+    return [cache[i] for i in ids]
 
 
 def viridis_stops(count: int = SCALE_STOPS) -> list[list[int]]:
@@ -95,13 +98,13 @@ def sequence_data(rows: list[dict[str, Any]], tokenizer: Any, word_table: Any) -
     word[index] = word_table.column("word").to_pylist()
     nearest[index] = word_table.column("nearest_seed").to_pylist()
     similarity[index] = word_table.column("similarity").to_numpy()
-    sequences = []
+    sequences, spelled = [], {}
     for row in rows:
         special = row["special_tokens_mask"]
         sequences.append({
             "id": row["sequence_id"],
             "doc": row["document_id"],
-            "t": token_texts(tokenizer, row["input_ids"]),
+            "t": token_texts(tokenizer, row["input_ids"], spelled),
             "p": [round(float(p), 4) for p in row["mask_probability"]],
             "g": [-1 if s else g for g, s in zip(row["word_ids"], special, strict=True)],
             "w": [local[i] if i >= 0 else -1 for i in row["word_index"]],
@@ -272,7 +275,8 @@ def write_page(path: str, version_url: str, manifest: Any, *, tokenizer: Any, wo
         probabilities, rates, p, f"{manifest.version}: {manifest.total_rows} sequences"))
     plot_uris = {name: image_data_uri(lambda p, r=report, n=name: plot_report(r, p, n))
                  for name, report in reports.items()}
-    vmax = float(probabilities.max()) if len(probabilities) else 1.0
+    # The scale's top is the version's largest probability (1.0 for a version without any).
+    vmax = float(probabilities.max()) if len(probabilities) and probabilities.max() > 0 else 1.0
     stops = viridis_stops()
     seeds = seed_rows(read_seeds_json(version_url), manifest.seeds)
     sections = {
@@ -282,7 +286,11 @@ def write_page(path: str, version_url: str, manifest: Any, *, tokenizer: Any, wo
         "provenance": provenance_section(version_url, manifest, verified),
     }
     requested = min(sequences, manifest.total_rows)
-    rows = read_sample(version_url, manifest, sample_ids(manifest.total_rows, sequences))
+    # A token takes at least MIN_TOKEN_BYTES of the page's data, so a larger sample cannot fit: cap it
+    # before reading, then halve it until the page fits.
+    mean_tokens = manifest.total_tokens / max(manifest.total_rows, 1)
+    fits = max(1, int(MAX_PAGE_BYTES / (MIN_TOKEN_BYTES * max(mean_tokens, 1))))
+    rows = read_sample(version_url, manifest, sample_ids(manifest.total_rows, min(sequences, fits)))
     while True:  # the sample is the only part that grows with the corpus: halve it until the page fits
         data = {**sequence_data(rows, tokenizer, word_table), "vmax": vmax, "stops": stops,
                 "page_sizes": list(PAGE_SIZES), "page_size": DEFAULT_PAGE_SIZE, "requested": requested,

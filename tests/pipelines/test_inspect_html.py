@@ -172,6 +172,7 @@ def relative_luminance(rgb) -> float:
     return float(0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2])
 
 
+@pytest.mark.slow  # the first one installs the browser on a fresh machine
 def test_browser_colours_every_token_by_its_stored_probability(page, browser, tmp_path):
     dom = PageDom(dump_dom(browser, page["path"], tmp_path / "profile"))
     rows = page["rows"]
@@ -213,6 +214,7 @@ document.body.appendChild(out);
 </script>"""
 
 
+@pytest.mark.slow
 def test_screenshot_shows_tinted_cells_where_the_likely_tokens_are(page, browser, tmp_path):
     from PIL import Image
 
@@ -238,6 +240,7 @@ def test_screenshot_shows_tinted_cells_where_the_likely_tokens_are(page, browser
     assert by_probability[-1][4] > 2 * by_probability[0][4]
 
 
+@pytest.mark.slow
 def test_url_hash_word_filters_the_sequences(page, browser, tmp_path):
     data = page_data(page["path"])
     rows, word_of = page["rows"], page["word_of"]
