@@ -25,7 +25,7 @@ mkdir -p "$(dirname "$PNG")"
   --disable-component-update --disable-sync --hide-scrollbars --force-device-scale-factor=1 \
   --user-data-dir="$WORK/profile" --window-size=1280,820 --screenshot="$WORK/shot.png" \
   "file://$WORK/page.html${WORD:+#word=$WORD}" 2>/dev/null
-# A 64-colour palette keeps the committed PNG small; the viridis cells and text stay distinct.
+# A 256-colour palette keeps the committed PNG small; the viridis cells and text stay distinct.
 "$PYTHON" -c 'import sys; from PIL import Image
-Image.open(sys.argv[1]).convert("RGB").quantize(colors=64).save(sys.argv[2], optimize=True)' "$WORK/shot.png" "$PNG"
+Image.open(sys.argv[1]).convert("RGB").quantize(colors=256).save(sys.argv[2], optimize=True)' "$WORK/shot.png" "$PNG"
 echo "wrote $PNG ($(wc -c < "$PNG") bytes)"
