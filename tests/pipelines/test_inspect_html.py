@@ -28,9 +28,9 @@ PAGE_LIMIT = 5_000_000
 
 @pytest.fixture(scope="module")
 def page(sample_corpus, tmp_path_factory):
-    """A build of 120 documents and its page, with the shards' rows by sequence id."""
+    """A build of 80 documents and its page, with the shards' rows by sequence id."""
     folder = tmp_path_factory.mktemp("html")
-    inputs = make_inputs(sample_corpus, folder, 120)
+    inputs = make_inputs(sample_corpus, folder, 80)
     root = str(folder / "dataset")
     assert main(build_args(inputs, root, "--num-shards", "2")) == 0
     path = folder / "report.html"
@@ -106,6 +106,13 @@ def test_seed_rows_read_new_and_old_seeds_json():
 
 def html_cells(fragment: str) -> list[str]:
     return re.findall(r"<td[^>]*>(.*?)</td>", fragment)
+
+
+def test_without_a_browser_or_apt_get_the_reason_says_so(monkeypatch):
+    import tests.browser
+
+    monkeypatch.setattr(tests.browser.shutil, "which", lambda name: None)
+    assert browser_or_reason() == (None, "no browser on the PATH and no apt-get to install chromium-headless-shell")
 
 
 # --- in the browser ---------------------------------------------------------------------------
