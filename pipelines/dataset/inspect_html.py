@@ -305,8 +305,8 @@ def write_page(path: str, version_url: str, manifest: Any, *, tokenizer: Any, wo
 
 
 def render(manifest: Any, version_url: str, data: dict[str, Any], sections: dict[str, str]) -> str:
-    # `</` inside the JSON would end the script element early.
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    # No `<` in the script element: `</script>` or `<!--` inside the data would end or alter it.
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
     title = f"maskstream: {manifest.version}"
     shown = len(data["sequences"])
     cut = (f" (of {data['requested']:,} asked for: the page stays under {MAX_PAGE_BYTES / 1e6:g} MB)"

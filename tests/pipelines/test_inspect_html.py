@@ -47,7 +47,7 @@ def page(sample_corpus, tmp_path_factory):
 def page_data(path: Path) -> dict:
     text = path.read_text(encoding="utf-8")
     found = re.search(r'<script type="application/json" id="sequence-data">(.*?)</script>', text, re.S)
-    return json.loads(found.group(1).replace("<\\/", "</"))
+    return json.loads(found.group(1))
 
 
 def test_page_is_self_contained_small_and_complete(page, capsys):
@@ -102,6 +102,20 @@ def test_seed_rows_read_new_and_old_seeds_json():
     assert row["score"] == 0.2 and row["put_there_by"] == "general" and row["domain_frequency"] is None
     assert inspect_html.seed_rows(None, ["a", "b"]) == [{"rank": 1, "word": "a"}, {"rank": 2, "word": "b"}]
     assert html_cells(inspect_html.seeds_section(inspect_html.seed_rows(old_background, ["astronomy"])))[-1] == "—"
+
+
+def test_text_in_the_data_cannot_end_its_script_element():
+    from types import SimpleNamespace
+
+    hostile = "</script><!--<script>alert(1)</script>"
+    data = {"words": [[hostile, "seed", 0.5]], "sequences": [{"id": 0, "doc": hostile, "t": [hostile], "p": [0.5],
+                                                            "g": [0], "w": [0]}],
+            "vmax": 1.0, "stops": [[0, 0, 0], [255, 255, 255]], "page_sizes": [10], "page_size": 10, "requested": 1,
+            "total": 1}
+    manifest = SimpleNamespace(version="v1", total_rows=1, seeds=["seed"])
+    text = inspect_html.render(manifest, "root/v1", data, dict.fromkeys(("seeds", "signal", "words", "provenance"), ""))
+    script = re.search(r'<script type="application/json" id="sequence-data">(.*?)</script>', text, re.S).group(1)
+    assert "<" not in script and json.loads(script) == data
 
 
 def html_cells(fragment: str) -> list[str]:
