@@ -17,8 +17,8 @@ $MASKSTREAM seeds --stats "$OUT/stats" --output "$OUT/seeds.json"
 echo "== maskstream build: tokens, word similarities to the seeds, mask probabilities -> $OUT/dataset"
 $MASKSTREAM build --input "$CORPUS" --stats "$OUT/stats" --seeds "$OUT/seeds.json" --output "$OUT/dataset"
 
-echo "== maskstream inspect: summary, shard checksums, marked sample sequences, histogram"
-$MASKSTREAM inspect "$OUT/dataset" --plot "$OUT/mask_probabilities.png"
+echo "== maskstream inspect: summary, shard checksums, marked sample sequences, histogram, an HTML page"
+$MASKSTREAM inspect "$OUT/dataset" --plot "$OUT/mask_probabilities.png" --html "$OUT/report.html"
 
 echo
 echo "Outputs:"
@@ -29,6 +29,7 @@ echo "  seeds            $OUT/seeds.json"
 echo "  seed report      $OUT/seeds_report.md (chart: $OUT/seeds.png)"
 echo "  dataset          $OUT/dataset/$(cat "$OUT/dataset/latest")/ (the newest complete version, named in $OUT/dataset/latest)"
 echo "  histogram        $OUT/mask_probabilities.png"
+echo "  page             $OUT/report.html (open it in a browser: sequences coloured by mask probability)"
 echo
 echo "Inspect the dataset again with:  maskstream inspect $OUT/dataset"
 echo

@@ -11,6 +11,9 @@ words of the stored probabilities, and the same figures for three maps recompute
 shards' words and the word table -- the paper's similarity map, the reference code's rank map and
 the sharpened map (`pipelines.dataset.mask_probability.SHARPENED`) -- so they can be compared on the
 user's own corpus; plotted to a second PNG (the first one's name with `_signal`).
+
+With --html PAGE, also one self-contained HTML page of all of it, with a sequence browser
+(pipelines/dataset/inspect_html.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+
+from pipelines.dataset import inspect_html
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default=None,
                         help="PNG to write (default: mask_probabilities.png in the current folder)")
     parser.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the shards (default: check)")
+    inspect_html.add_arguments(parser)
 
 
 def mark_tokens(tokens: list[str], probability, special, fraction: float) -> str:
@@ -179,4 +185,10 @@ def run(args: argparse.Namespace) -> int:
     signal_plot = plot.removesuffix(".png") + "_signal.png"
     plot_report(built, signal_plot, f"{manifest.version}: {built_name}")
     print(f"signal plot      {signal_plot}")
+    if args.html:
+        page = inspect_html.write_page(args.html, version_url, manifest, tokenizer=tokenizer, word_table=word_table,
+                                       reports=reports, probabilities=all_probabilities, rates=rates,
+                                       verified=not args.no_verify, sequences=args.html_sequences)
+        print(f"html page        {args.html} ({page['bytes']:,} bytes, {page['sequences']} sequences); "
+              "open it in a browser")
     return 0

@@ -13,8 +13,12 @@ A word is a candidate unless a filter removes it:
   non-alphabetic  it holds a digit (version numbers, identifiers);
   too short     it has fewer than --min-length characters.
 
-Writes SEEDS_JSON ({"seeds": [{"word", "tf", "df", "general_frequency", "tf_icf"}, ...] best
-first, "config", "formulas", "source_fingerprint"}) and, beside it, a Markdown report
+Writes SEEDS_JSON ({"seeds": [...] best first, "config", "formulas", "source_fingerprint"}); each
+seed holds its stats row ("word", "tf", "df", "general_frequency", "tf_icf", and with a background
+"background_frequency", "contrast") and, from `seed_provenance`, "rank", "domain_frequency",
+"score_name", "score", "tf_icf_rank" and "put_there_by" ("general", "background + general" or
+"background"); `maskstream build` copies the file into the dataset version, and `inspect --html`
+shows it (files written before these fields existed still read). Beside it, a Markdown report
 (SEEDS_report.md: the top 50 words by TF-ICF with their counts and which filter removed which)
 and a bar chart of the seeds' scores (SEEDS.png). The stats table has one row per word type
 (millions for a large corpus), so it is streamed in record batches (`SeedRanking`): memory holds
@@ -95,11 +99,30 @@ def _format_frequency(value: float) -> str:
     return "0 (unseen)" if value == 0 else f"{value:.3g}"
 
 
+def seed_provenance(ranking: SeedRanking, tf_icf_ranks: dict[str, int], contrast: str,
+                    total_words: int) -> list[dict]:
+    """The seeds' rows with what the report and seeds.json say about each: its rank, domain
+    frequency (tf / total_words), score, rank by TF-ICF alone (`tf_icf_ranks`) and which contrast
+    put it there (`background + general` when it is also among the top K by TF-ICF alone)."""
+    score_name = SCORE_COLUMN[contrast]
+    rows = []
+    for rank, row in enumerate(ranking.seeds, start=1):
+        tf_icf_rank = tf_icf_ranks[row["word"]]
+        if contrast == "general":
+            by = "general"
+        else:
+            by = "background + general" if tf_icf_rank <= ranking.top_k else "background"
+        rows.append({**row, "rank": rank, "domain_frequency": row["tf"] / max(total_words, 1),
+                     "score_name": score_name, "score": row[score_name], "tf_icf_rank": tf_icf_rank,
+                     "put_there_by": by})
+    return rows
+
+
 def render_report(ranking: SeedRanking, summary: dict[str, Any], config: dict[str, Any], chart_name: str,
-                  tf_icf_ranks: dict[str, int] | None = None) -> str:
-    """The Markdown report; `tf_icf_ranks` (`SeedRanking.tf_icf_ranks`) for the background contrast."""
+                  tf_icf_ranks: dict[str, int]) -> str:
+    """The Markdown report; `tf_icf_ranks`: each seed's rank by TF-ICF alone (`SeedRanking.tf_icf_ranks`)."""
     if config.get("contrast") == "background":
-        return render_background_report(ranking, tf_icf_ranks or {}, summary, config, chart_name)
+        return render_background_report(ranking, tf_icf_ranks, summary, config, chart_name)
     seeds = ranking.seeds
     seed_rank = {row["word"]: i for i, row in enumerate(seeds, start=1)}
     lines = [
@@ -162,10 +185,9 @@ def render_background_report(ranking: SeedRanking, tf_icf_ranks: dict[str, int],
         "| rank | word | domain frequency | background frequency | general frequency | TF-ICF | contrast | put there by |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for rank, row in enumerate(seeds, start=1):
-        by = (f"background + general (TF-ICF rank {general_rank[row['word']]})" if general_rank[row["word"]] <= top_k
-              else f"background (TF-ICF rank {general_rank[row['word']]})")
-        lines.append(f"| {rank} | {row['word']} | {row['tf'] / total:.3g} | "
+    for row in seed_provenance(ranking, tf_icf_ranks, "background", total):
+        by = f"{row['put_there_by']} (TF-ICF rank {row['tf_icf_rank']})"
+        lines.append(f"| {row['rank']} | {row['word']} | {row['domain_frequency']:.3g} | "
                      f"{_format_frequency(row['background_frequency'])} | {_format_frequency(row['general_frequency'])} | "
                      f"{row['tf_icf']:.5f} | {row['contrast']:.5f} | {by} |")
     seed_words = {row["word"] for row in seeds}
@@ -239,8 +261,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"maskstream seeds: warning: only {len(seeds)} words pass the filters", file=sys.stderr)
     # The formulas the statistics were computed with, plus this version's for the rest.
     formulas = {**FORMULA_VERSIONS, **summary.get("formulas", {})}
+    # Ranked by TF-ICF, the seeds' own positions are their TF-ICF ranks; else a second pass counts them.
+    tf_icf_ranks = (ranking.tf_icf_ranks(iter_word_stats(args.stats)) if contrast == "background"
+                    else {row["word"]: rank for rank, row in enumerate(seeds, start=1)})
     result = {
-        "seeds": seeds,
+        "seeds": seed_provenance(ranking, tf_icf_ranks, contrast, summary.get("total_words") or 0),
         "config": config,
         "formulas": formulas,
         "source_fingerprint": summary.get("source_fingerprint", {}),
@@ -252,7 +277,6 @@ def run(args: argparse.Namespace) -> int:
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
     plot_scores(seeds, chart_path, SCORE_COLUMN[contrast])
     with fsspec.open(report_path, "w", encoding="utf-8") as f:
-        tf_icf_ranks = ranking.tf_icf_ranks(iter_word_stats(args.stats)) if contrast == "background" else None
         f.write(render_report(ranking, {**summary, "formulas": formulas}, config, posixpath.basename(chart_path),
                               tf_icf_ranks))
     with fsspec.open(output, "w", encoding="utf-8") as f:

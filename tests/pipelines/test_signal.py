@@ -285,3 +285,26 @@ def test_background_report_says_which_contrast_put_each_seed_there(background_st
     assert rows["package"]["contrast"] == 0.0  # more frequent in the background than in the domain
     report = (folder / "background_report.md").read_text()
     assert "put there by" in report and "background + general" in report and "| package |" in report
+
+
+def test_seeds_json_records_which_contrast_put_each_seed_there(background_stats):
+    """Each seed's rank, domain frequency, score, rank by TF-ICF alone among the words the filters
+    keep (computed here), and `put_there_by`, which `inspect --html` shows."""
+    folder = background_stats["folder"]
+    rows = pa.concat_tables(pq.read_table(p) for p in sorted((folder / "stats").glob("word_stats-*.parquet"))).to_pylist()
+    total = sum(r["tf"] for r in rows)
+    kept = [r for r in rows if r["df"] >= 3 and r["word"] not in ENGLISH_STOP_WORDS and r["word"].isalpha()
+            and len(r["word"]) >= 3]
+    tf_icf_rank = {r["word"]: n for n, r in enumerate(sorted(kept, key=lambda r: (-r["tf_icf"], r["word"])), start=1)}
+    by = Counter()
+    for contrast, score in (("background", "contrast"), ("general", "tf_icf")):
+        seeds = json.loads((folder / f"{contrast}.json").read_text())["seeds"]
+        for rank, seed in enumerate(seeds, start=1):
+            assert seed["rank"] == rank and seed["tf_icf_rank"] == tf_icf_rank[seed["word"]]
+            assert seed["domain_frequency"] == pytest.approx(seed["tf"] / total)
+            assert seed["score_name"] == score and seed["score"] == seed[score]
+            expected = "general" if contrast == "general" else (
+                "background + general" if tf_icf_rank[seed["word"]] <= 20 else "background")
+            assert seed["put_there_by"] == expected
+            by[seed["put_there_by"]] += 1
+    assert by["general"] == 20 and by["background"] >= 1 and by["background + general"] >= 1
