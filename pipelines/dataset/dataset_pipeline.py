@@ -215,8 +215,11 @@ def write_embeddings(version_url: str, pairs: Iterable[tuple[str, np.ndarray]]) 
 
 
 class ScoreWordTable(beam.PTransform):
-    """Vocabulary and encoded words (one dict each) -> {"word_table": the complete word table
-    (one table), "embeddings": (word, vector) of every word and seed encoded}."""
+    """{"vocabulary", "encoded"} (a word -> word_index dict each) -> {"word_table", "embeddings"}.
+
+    The word table is one table of every word of the vocabulary (the encoded ones scored against
+    the seeds, the others the fallback); the embeddings are (word, vector) of every word and seed
+    encoded."""
 
     def __init__(self, seeds: Sequence[str], handler: WordEncoderHandler, reduce: str):
         super().__init__()
@@ -282,10 +285,10 @@ def document_counts(_, documents: int, read_rejects: int, no_tokens: int) -> dic
 
 
 class Bookkeeping(beam.PTransform):
-    """{"documents", "rejects" (ReadCorpus's), "no_tokens" (TokenizeToWindows' rejects)} ->
-    {"documents": {read, accepted, rejected}, "rejects_written": the VERSION/rejects-*.jsonl names}.
+    """{"documents", "rejects", "no_tokens"} -> {"documents": {read, accepted, rejected}, "rejects_written"}.
 
-    Rejects are written in as many files as the runner chooses and counted with a combine, so no
+    "rejects" are ReadCorpus's, "no_tokens" TokenizeToWindows'; "rejects_written" are the names
+    of the VERSION/rejects-*.jsonl files. Rejects are written in as many files as the runner chooses and counted with a combine, so no
     worker holds them all, whatever share of the corpus they are."""
 
     def __init__(self, version_url: str):
@@ -328,8 +331,9 @@ def finalize(_, root: str, fields: dict[str, Any], shards: list[ShardEntry], wor
 
 
 class WriteManifest(beam.PTransform):
-    """Everything the version's manifest states (PCollections, read as side inputs) -> manifest.json,
-    then ROOT/latest; waits for every file in `written` first."""
+    """PBegin + shards, word table, counts, tallies (side inputs) -> manifest.json, then ROOT/latest.
+
+    Runs once every file named in `written` exists."""
 
     def __init__(self, root: str, fields: dict[str, Any], **inputs):
         super().__init__()
