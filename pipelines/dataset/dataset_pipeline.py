@@ -410,10 +410,10 @@ def document_counts(_, documents: int, read_rejects: int, no_tokens: int) -> dic
 
 
 class Bookkeeping(beam.PTransform):
-    """{"documents", "rejects" (ReadCorpus's), "no_tokens" (TokenizeToWindows' rejects)} ->
-    {"documents": {read, accepted, rejected}, "rejects_written": the VERSION/rejects-*.jsonl names}.
+    """{"documents", "rejects", "no_tokens"} -> {"documents": {read, accepted, rejected}, "rejects_written"}.
 
-    Rejects are written in as many files as the runner chooses and counted with a combine, so no
+    "rejects" are ReadCorpus's, "no_tokens" TokenizeToWindows'; "rejects_written" are the names
+    of the VERSION/rejects-*.jsonl files. Rejects are written in as many files as the runner chooses and counted with a combine, so no
     worker holds them all, whatever share of the corpus they are."""
 
     def __init__(self, version_url: str):
@@ -459,8 +459,9 @@ def finalize(_, root: str, fields: dict[str, Any], shards: list[ShardEntry], doc
 
 
 class WriteManifest(beam.PTransform):
-    """Everything the version's manifest states (PCollections, read as side inputs) -> manifest.json,
-    then ROOT/latest; waits for every file in `written` first."""
+    """PBegin + shards, counts, tallies, lookup, scores, fingerprint (side inputs) -> manifest.json, then ROOT/latest.
+
+    Runs once every file named in `written` exists."""
 
     def __init__(self, root: str, fields: dict[str, Any], **inputs):
         super().__init__()

@@ -576,29 +576,16 @@ class Statistics:
     total_words: int
     seed_rows: list[dict]
     seeds_config: dict[str, Any]
+    seeds: list[str]
+    vocabulary: list[str]  # the word types, sorted: position = word_index
+    index: Any  # pipelines.dataset.word_lookup.WordLookup: word -> word_index
+    word_counts: dict[str, int]
     encoded: list[str]
-
-    @property
-    def seeds(self) -> list[str]:
-        return [row["word"] for row in self.seed_rows]
-
-    @property
-    def vocabulary(self) -> list[str]:
-        return [row["word"] for row in self.rows]
-
-    @functools.cached_property
-    def index(self) -> Any:  # pipelines.dataset.word_lookup.WordLookup
-        from pipelines.dataset.build_steps import vocabulary_index
-
-        return vocabulary_index(self.vocabulary)
-
-    @property
-    def word_counts(self) -> dict[str, int]:
-        return {row["word"]: row["tf"] for row in self.rows}
 
 
 def stats_and_seeds(entries: Sequence[FileEntry], options: UpdateOptions, config: Any) -> Statistics:
     """`maskstream stats` and `seeds` on the merged per-file counts; the words to encode."""
+    from pipelines.dataset.build_steps import vocabulary_index
     from pipelines.dataset.vocabulary import encoded_words
     from pipelines.statistics.seed_selection import load_stop_words, select_seeds
 
@@ -611,9 +598,10 @@ def stats_and_seeds(entries: Sequence[FileEntry], options: UpdateOptions, config
         raise ValueError(f"no word of {len(rows)} passes the seed filters")
     seeds_config = {"top_k": options.top_k, "min_df": options.min_df, "min_length": options.min_length,
                     "stop_words": options.stop_words, "alphabetic_only": options.alphabetic_only}
-    statistics = Statistics(rows, documents, total_words, seed_rows, seeds_config, [])
-    statistics.encoded = encoded_words(statistics.word_counts, config.min_word_count, statistics.seeds)
-    return statistics
+    seeds, vocabulary = [row["word"] for row in seed_rows], [row["word"] for row in rows]
+    word_counts = {row["word"]: row["tf"] for row in rows}
+    return Statistics(rows, documents, total_words, seed_rows, seeds_config, seeds, vocabulary,
+                      vocabulary_index(vocabulary), word_counts, encoded_words(word_counts, config.min_word_count, seeds))
 
 
 def embed_words(run: UpdateRun, statistics: Statistics) -> dict[str, np.ndarray]:

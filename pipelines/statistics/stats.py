@@ -65,74 +65,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"resolution (default: {DEFAULT_UNSEEN_COUNT}; see docs/statistics-and-seeds.md, 'TF-ICF')")
 
 
+def count_corpus(patterns: list[str], text_field: str, txt_mode: str, rejects_prefix: str) -> Any:
+    """A composite transform, PBegin -> {"counts", "documents", "words" (CountWords), "rejected":
+    the number of rejects, "files": the paths read}: reads one corpus, counts its words, and writes its rejects to
+    REJECTS_PREFIX-*.jsonl. The domain, general and background corpora go through the same steps."""
+    import apache_beam as beam
+
+    from pipelines.corpus import ReadCorpus
+    from pipelines.statistics.counting import CountWords
+
+    @beam.ptransform_fn
+    def CountCorpus(pbegin):  # noqa: N802 (a transform's name)
+        corpus = pbegin | "ReadCorpus" >> ReadCorpus(patterns, text_field, txt_mode)
+        counted = corpus["documents"] | "CountWords" >> CountWords()
+        _ = (
+            corpus["rejects"]
+            | "RejectsToJson" >> beam.Map(json.dumps, ensure_ascii=False)
+            | "WriteRejects" >> beam.io.WriteToText(rejects_prefix, file_name_suffix=".jsonl")
+        )
+        return {**counted, "rejected": corpus["rejects"] | "CountRejects" >> beam.combiners.Count.Globally(),
+                "files": corpus["files"]}
+
+    return CountCorpus()
+
+
 def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> None:
     """Adds the stats pipeline to `pipeline`, writing into `out_dir`."""
     import apache_beam as beam
     from apache_beam.pvalue import AsSingleton
 
-    from pipelines.corpus import FingerprintFiles, ReadCorpus
-    from pipelines.statistics.counting import CountWords
-    from pipelines.statistics.tf_icf import TfIcf
+    from pipelines.corpus import FingerprintFiles
+    from pipelines.statistics.tf_icf import BackgroundContrast, TfIcf
     from schemas.tables import WORD_STATS_BACKGROUND_SCHEMA, WORD_STATS_SCHEMA
 
-    corpus = pipeline | "ReadCorpus" >> ReadCorpus(args.input, args.text_field, args.txt_mode)
-    domain = corpus["documents"] | "CountWords" >> CountWords()
-    general = None
-    if args.general_input:
-        general_corpus = pipeline | "ReadGeneralCorpus" >> ReadCorpus(args.general_input, args.text_field, args.txt_mode)
-        general = general_corpus["documents"] | "CountGeneralWords" >> CountWords()
-        _ = (
-            general_corpus["rejects"]
-            | "GeneralRejectsToJson" >> beam.Map(json.dumps, ensure_ascii=False)
-            | "WriteGeneralRejects" >> beam.io.WriteToText(f"{out_dir}/{GENERAL_REJECTS_PREFIX}", file_name_suffix=".jsonl")
-        )
+    def counted(label: str, patterns: list[str] | None, rejects_prefix: str) -> dict | None:
+        if not patterns:
+            return None
+        return pipeline | label >> count_corpus(patterns, args.text_field, args.txt_mode, f"{out_dir}/{rejects_prefix}")
+
+    domain = counted("Domain", args.input, REJECTS_PREFIX)
+    general = counted("General", args.general_input, GENERAL_REJECTS_PREFIX)
+    background = counted("Background", args.background_input, BACKGROUND_REJECTS_PREFIX)
     rows = domain | "TfIcf" >> TfIcf(general, args.general_language, args.unseen_count)
-    schema = WORD_STATS_SCHEMA
-    background = None
-    if args.background_input:
-        from pipelines.statistics.tf_icf import BackgroundContrast
-
-        background_corpus = pipeline | "ReadBackgroundCorpus" >> ReadCorpus(
-            args.background_input, args.text_field, args.txt_mode)
-        background = background_corpus["documents"] | "CountBackgroundWords" >> CountWords()
+    if background is not None:
         rows = rows | "BackgroundContrast" >> BackgroundContrast(background, domain["words"], args.unseen_count)
-        schema = WORD_STATS_BACKGROUND_SCHEMA
-        _ = (
-            background_corpus["rejects"]
-            | "BackgroundRejectsToJson" >> beam.Map(json.dumps, ensure_ascii=False)
-            | "WriteBackgroundRejects" >> beam.io.WriteToText(f"{out_dir}/{BACKGROUND_REJECTS_PREFIX}",
-                                                              file_name_suffix=".jsonl")
-        )
-
     _ = rows | "WriteWordStats" >> beam.io.WriteToParquet(
-        f"{out_dir}/{WORD_STATS_PREFIX}", schema=schema, file_name_suffix=".parquet"
-    )
-    _ = (
-        corpus["rejects"]
-        | "RejectsToJson" >> beam.Map(json.dumps, ensure_ascii=False)
-        | "WriteRejects" >> beam.io.WriteToText(f"{out_dir}/{REJECTS_PREFIX}", file_name_suffix=".jsonl")
+        f"{out_dir}/{WORD_STATS_PREFIX}", schema=WORD_STATS_SCHEMA if background is None else WORD_STATS_BACKGROUND_SCHEMA,
+        file_name_suffix=".parquet",
     )
 
     counts = {
-        "documents_accepted": domain["documents"],
-        "documents_rejected": corpus["rejects"] | "CountRejects" >> beam.combiners.Count.Globally(),
         "distinct_words": domain["counts"] | "CountDistinctWords" >> beam.combiners.Count.Globally(),
-        "total_words": domain["words"],
         # Hashed on the workers: the launching process reads no corpus bytes.
-        "source_fingerprint": corpus["files"] | "FingerprintCorpus" >> FingerprintFiles(),
+        "source_fingerprint": domain["files"] | "FingerprintCorpus" >> FingerprintFiles(),
     }
-    if general is not None:
-        counts["general_documents_accepted"] = general["documents"]
-        counts["general_documents_rejected"] = (
-            general_corpus["rejects"] | "CountGeneralRejects" >> beam.combiners.Count.Globally()
-        )
-        counts["general_total_words"] = general["words"]
-    if background is not None:
-        counts["background_documents_accepted"] = background["documents"]
-        counts["background_documents_rejected"] = (
-            background_corpus["rejects"] | "CountBackgroundRejects" >> beam.combiners.Count.Globally()
-        )
-        counts["background_total_words"] = background["words"]
+    for prefix, corpus in (("", domain), ("general_", general), ("background_", background)):
+        if corpus is not None:
+            counts.update({f"{prefix}documents_accepted": corpus["documents"],
+                           f"{prefix}documents_rejected": corpus["rejected"], f"{prefix}total_words": corpus["words"]})
     side_inputs = {name: AsSingleton(pcoll) for name, pcoll in counts.items()}
     _ = (
         pipeline

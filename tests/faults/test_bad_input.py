@@ -153,7 +153,8 @@ def test_a_50_mb_single_line_document_is_rejected_unread(tmp_path: Path, subproc
     assert read_rejects(stats) == [expected]
     summary = json.loads((stats / "summary.json").read_text())
     assert (summary["documents_accepted"], summary["documents_rejected"]) == (2, 1)
-    built = [json.loads(line) for line in (tmp_path / "dataset" / "v1" / "rejects.jsonl").read_text().splitlines()]
+    built = [json.loads(line) for path in sorted((tmp_path / "dataset" / "v1").glob("rejects-*.jsonl"))
+             for line in path.read_text().splitlines()]
     assert built == [expected]
 
 
