@@ -205,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     from trainer.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
     from trainer.dataset import StreamingSequenceDataset
     from trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
+    from trainer.lease import VersionLease
     from trainer.loader import build_dataloader
     from trainer.masking import MaskingConfig, apply_masking
     from trainer.metrics import MetricsLogger
@@ -239,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Data: this rank's share of the rows, masked in the workers on CPU, on the device on GPU.
     dataset = StreamingSequenceDataset(args.dataset, seed=args.seed, rank=rank, world_size=world_size)
+    lease = VersionLease(dataset.version_url) if is_main else None  # gc spares the version read (trainer/lease.py)
     model_name = args.model or default_model()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     manifest_vocab = dataset.manifest.tokenizer.get("vocab_size")
@@ -330,6 +332,8 @@ def run(args: argparse.Namespace) -> int:
             if switch is not None:
                 next_epoch = dataset.epoch + 1
                 dataset = StreamingSequenceDataset(switch.version_url, seed=args.seed, rank=rank, world_size=world_size)
+                if lease is not None:
+                    lease.move_to(switch.version_url)
                 dataset.set_epoch(next_epoch)
                 loader = make_loader(dataset)
 
@@ -417,6 +421,8 @@ def run(args: argparse.Namespace) -> int:
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         log.info("wrote %s (model/, checkpoints/, metrics.jsonl, tensorboard/, summary.json)", out)
     logger.close()
+    if lease is not None:
+        lease.release()
     if world_size > 1:
         dist.barrier()
         dist.destroy_process_group()

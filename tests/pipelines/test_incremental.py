@@ -158,7 +158,7 @@ def test_gc_keeps_latest_and_removes_unused_cache(first_build, subprocess_env) -
     entries = len(list((copy / "_cache" / "files").iterdir()))
     result = run_cli(["gc", str(copy), "--keep", "1", "--grace-minutes", "0"], subprocess_env)
     removed = json.loads(result.stdout.strip().splitlines()[-1])
-    assert removed == {"versions": len(versions) - 1, "incomplete": 1, "files": 1, "embeddings": 0}
+    assert removed == {"versions": len(versions) - 1, "incomplete": 1, "files": 1, "embeddings": 0, "leases": 0}
     assert {p.name for p in copy.iterdir()} == {"_cache", latest, "latest"}
     assert len(list((copy / "_cache" / "files").iterdir())) == entries - 1
     url, manifest = load_manifest(str(copy))
