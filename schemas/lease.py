@@ -21,11 +21,21 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
+import os
 import posixpath
+import re
+import socket
+import threading
+import uuid
 from typing import Any
 
+import fsspec
+
+LOG = logging.getLogger("maskstream.lease")
 LEASES_DIR = "_leases"
 LEASE_SCHEMA = "maskstream-reader-lease-v1"
+LEASE_TTL_S = 300.0  # a killed process's lease protects its version this long
 
 
 class LeaseError(ValueError):
@@ -80,3 +90,68 @@ class ReaderLease:
 def lease_path(root: str, reader: str) -> str:
     """ROOT/_leases/READER.json (a path or URL, as `root` is)."""
     return posixpath.join(root.rstrip("/"), LEASES_DIR, f"{reader}.json")
+
+
+def split_version_url(version_url: str) -> tuple[str, str]:
+    """(dataset root, version name) of ROOT/VERSION."""
+    root, _, version = version_url.rstrip("/").rpartition("/")
+    return root, version
+
+
+class VersionLease:
+    """A lease on one version at a time, refreshed in the background until `release()`."""
+
+    def __init__(self, version_url: str, ttl_s: float = LEASE_TTL_S):
+        host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+        self.reader = f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._warned = False
+        self._root, self._version = split_version_url(version_url)
+        self._write()
+        self._thread = threading.Thread(target=self._refresh_until_released, name="maskstream-lease", daemon=True)
+        self._thread.start()
+
+    @property
+    def path(self) -> str:
+        return lease_path(self._root, self.reader)
+
+    def _write(self) -> None:
+        now = utc_now()
+        lease = ReaderLease(self._version, self.reader, format_time(now),
+                            format_time(now + datetime.timedelta(seconds=self.ttl_s)))
+        try:
+            fs, path = fsspec.core.url_to_fs(self.path)
+            fs.makedirs(path.rpartition("/")[0], exist_ok=True)
+            # Written aside, then moved over the lease: gc never reads half a file.
+            with fs.open(f"{path}.tmp", "w", encoding="utf-8") as f:
+                f.write(lease.to_json())
+            fs.mv(f"{path}.tmp", path)
+        except OSError as e:
+            if not self._warned:
+                LOG.warning("cannot write a lease at %s (%s): only gc's --grace-minutes protects version %s while "
+                            "this process uses it", self.path, e, self._version)
+                self._warned = True
+
+    def _refresh_until_released(self) -> None:
+        while not self._stop.wait(self.ttl_s / 4):
+            with self._lock:
+                self._write()
+
+    def move_to(self, version_url: str) -> None:
+        """Leases `version_url` instead (one file per reader: rewriting it is the move)."""
+        with self._lock:
+            self._root, self._version = split_version_url(version_url)
+            self._write()
+
+    def release(self) -> None:
+        """Stops refreshing and deletes the lease."""
+        self._stop.set()
+        self._thread.join()
+        with self._lock:
+            try:
+                fs, path = fsspec.core.url_to_fs(self.path)
+                fs.rm_file(path)
+            except OSError:
+                pass  # never written (no write access), or already gone: it expires either way

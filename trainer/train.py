@@ -202,10 +202,10 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
     from transformers import AutoTokenizer
 
+    from schemas.lease import VersionLease
     from trainer.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
     from trainer.dataset import StreamingSequenceDataset
     from trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
-    from trainer.lease import VersionLease
     from trainer.loader import build_dataloader
     from trainer.masking import MaskingConfig, apply_masking
     from trainer.metrics import MetricsLogger
@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Data: this rank's share of the rows, masked in the workers on CPU, on the device on GPU.
     dataset = StreamingSequenceDataset(args.dataset, seed=args.seed, rank=rank, world_size=world_size)
-    lease = VersionLease(dataset.version_url) if is_main else None  # gc spares the version read (trainer/lease.py)
+    lease = VersionLease(dataset.version_url) if is_main else None  # gc spares the version read (schemas/lease.py)
     model_name = args.model or default_model()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     manifest_vocab = dataset.manifest.tokenizer.get("vocab_size")

@@ -6,8 +6,9 @@ Keeps, of the complete versions (those with a manifest):
   - every version that was `latest` within the last --grace-minutes: a version stops being
     `latest` when the next newer one is published, so a reader that opened it then (and cannot
     write a lease) has that long to finish with it;
-  - every version a reader holds a live lease on (ROOT/_leases/*.json, `schemas/lease.py`:
-    `maskstream train` holds one on the version it streams and refreshes it).
+  - every version a process holds a live lease on (ROOT/_leases/*.json, `schemas/lease.py`:
+    `maskstream train` holds one on the version it streams, `update` and `watch` on the version
+    they are building; while a build holds one, the cache is left alone too).
 Removes:
   - the other complete versions;
   - incomplete versions (no manifest.json: a build that failed or was killed) whose newest file
@@ -142,9 +143,12 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
             why[version] = f"was latest {(now - superseded_at) / 60:.1f} min ago (--grace-minutes {grace_minutes:g})"
     held, stale_leases = live_leases(fs, base, now, grace_minutes * 60)
     for version, readers in held.items():
-        if version in dated and version not in kept:
+        if version in folders and version not in kept:
             why[version] = f"leased by {', '.join(readers)}"
     kept |= set(why)
+    # A leased version without a manifest is being built: the cache entries it fills are used by no
+    # manifest yet, so the cache is left alone until it is published.
+    building = sorted(v for v in held if v not in dated and v in folders)
     removed: dict[str, list[str]] = {"versions": [], "incomplete": [], "files": [], "embeddings": [],
                                      "leases": stale_leases}
     for version in folders:
@@ -157,7 +161,7 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
         elif newest_change(fs, path) < old_enough:
             removed["incomplete"].append(version)
     used_files, used_encoders = set(), set()
-    for version in kept:
+    for version in kept & set(dated):
         manifest = Manifest.from_json(fs.cat_file(posixpath.join(base, version, MANIFEST_NAME)).decode())
         settings_key = manifest.config.get("file_cache_settings")
         if settings_key:
@@ -167,7 +171,7 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
             used_encoders.add(manifest.config["embedding_cache"])
     for kind, used, name in (("files", used_files, FILES_DIR), ("embeddings", used_encoders, EMBEDDINGS_DIR)):
         folder = posixpath.join(base, CACHE_DIR, name)
-        if not fs.exists(folder):
+        if building or not fs.exists(folder):
             continue
         for entry in sorted(fs.ls(folder, detail=False)):
             key = posixpath.basename(entry.rstrip("/"))
@@ -181,7 +185,10 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
                 fs.rm(posixpath.join(base, CACHE_DIR, name, key), recursive=True)
         for lease in removed["leases"]:
             fs.rm(posixpath.join(base, LEASES_DIR, lease))
-    return {**removed, "kept": [f"{version}: {reason}" for version, reason in sorted(why.items())]}
+    kept_lines = [f"{version}: {reason}" for version, reason in sorted(why.items())]
+    if building:
+        kept_lines.append(f"cache: {', '.join(building)} being built")
+    return {**removed, "kept": kept_lines}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         LOG.error("%s", e)
         return 2
     for line in removed.pop("kept"):
-        print(f"kept version {line}")
+        print(f"kept {line}" if line.startswith("cache:") else f"kept version {line}")
     verb = "would remove" if args.dry_run else "removed"
     for kind, names in removed.items():
         for name in names:

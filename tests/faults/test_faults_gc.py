@@ -18,10 +18,9 @@ import pytest
 import sequence_dataset_factory as factory
 
 from pipelines.lifecycle.gc import collect_garbage
-from schemas.lease import LEASES_DIR, ReaderLease, format_time, utc_now
+from schemas.lease import LEASES_DIR, ReaderLease, VersionLease, format_time, utc_now
 from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
 from tests.conftest import REPO_ROOT, run_cli
-from trainer.lease import VersionLease
 
 NOW = utc_now()
 
@@ -112,7 +111,7 @@ def test_a_reader_without_write_access_warns_once_and_goes_on(tmp_path: Path, ca
         time.sleep(0.3)  # a refresh or more fails too, silently
         lease.move_to(f"{tmp_path}/v2")
         lease.release()
-    assert caplog.text.count("cannot write a reader lease") == 1 and "--grace-minutes" in caplog.text
+    assert caplog.text.count("cannot write a lease") == 1 and "--grace-minutes" in caplog.text
 
 
 def test_a_lease_is_refreshed_moved_and_released(tmp_path: Path) -> None:
@@ -162,3 +161,23 @@ def test_a_trainer_streaming_an_old_version_keeps_it_while_gc_keep_1_runs(tmp_pa
     # The lease went with the trainer: now gc removes v1.
     assert list((root / LEASES_DIR).glob("*.json")) == []
     assert collect_garbage(str(root), keep=1, grace_minutes=0)["versions"] == ["v1"]
+
+
+def test_a_version_being_built_under_a_lease_and_the_cache_are_left_alone(tmp_path: Path) -> None:
+    write_version(tmp_path, "v1", created_minutes_ago=100, latest=True)
+    (tmp_path / "v2-building").mkdir()
+    shard = tmp_path / "v2-building" / "shard-00000-of-00001.parquet"
+    shard.write_bytes(b"written an hour ago, the build goes on")
+    an_hour_ago = time.time() - 3600
+    os.utime(shard, (an_hour_ago, an_hour_ago))
+    entry = tmp_path / "_cache" / "files" / "an-entry-the-build-just-wrote"
+    entry.mkdir(parents=True)
+    (entry / "entry.json").write_text("{}")
+    os.utime(entry / "entry.json", (an_hour_ago, an_hour_ago))
+    write_lease(tmp_path, "watch-7", "v2-building", expires_minutes=4)
+    removed = collect_garbage(str(tmp_path), keep=1, grace_minutes=1)
+    assert removed["incomplete"] == [] and removed["files"] == []
+    assert removed["kept"] == ["v2-building: leased by watch-7", "cache: v2-building being built"]
+    (tmp_path / LEASES_DIR / "watch-7.json").unlink()  # the build was killed and its lease is gone
+    removed = collect_garbage(str(tmp_path), keep=1, grace_minutes=1)
+    assert removed["incomplete"] == ["v2-building"] and removed["files"] == ["an-entry-the-build-just-wrote"]
