@@ -133,21 +133,24 @@ def run_soak(work: Path, minutes: float = 10.0, files: int = 4, docs_per_file: i
                              env=env, stdout=logs["watch"], stderr=subprocess.STDOUT)
     processes = {"watch": watch}
 
-    def read_versions() -> None:
-        """Every version `latest` names, read as soon as it is published (gc may take it later)."""
+    def read_latest() -> None:
+        """The version `latest` names, read as soon as it is published (gc may take it later)."""
         from schemas.manifest import load_manifest
 
+        try:
+            _, manifest = load_manifest(str(root))
+        except Exception:  # noqa: BLE001 - no version yet, or the pointer is being replaced
+            return
+        if manifest.version in seen:
+            return
+        documents = manifest.source_fingerprint.get("documents", {})
+        written = sum(changer.records.get(f["sha256"], -10**9) for f in manifest.source_fingerprint["files"])
+        seen[manifest.version] = {**documents, "records_written": written, "ok": documents.get("read") == written
+                                  == documents.get("accepted", -1) + documents.get("rejected", -1)}
+
+    def read_versions() -> None:
         while not stop.wait(0.3):
-            try:
-                _, manifest = load_manifest(str(root))
-            except Exception:  # noqa: BLE001 - no version yet, or the pointer is being replaced
-                continue
-            if manifest.version in seen:
-                continue
-            documents = manifest.source_fingerprint.get("documents", {})
-            written = sum(changer.records.get(f["sha256"], -10**9) for f in manifest.source_fingerprint["files"])
-            seen[manifest.version] = {**documents, "records_written": written, "ok": documents.get("read") == written
-                                      == documents.get("accepted", -1) + documents.get("rejected", -1)}
+            read_latest()
 
     def sample_rss() -> None:
         while not stop.wait(2.0):
@@ -206,6 +209,7 @@ def run_soak(work: Path, minutes: float = 10.0, files: int = 4, docs_per_file: i
         # Stop watch (it finishes a build in progress), then let the trainer follow the last version.
         watch.send_signal(signal.SIGINT)
         watch.wait(timeout=600)
+        read_latest()  # a version published while watch stopped
         from schemas.manifest import load_manifest
 
         newest = load_manifest(str(root))[1].version

@@ -146,9 +146,9 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
         if version in folders and version not in kept:
             why[version] = f"leased by {', '.join(readers)}"
     kept |= set(why)
-    # A leased version without a manifest is being built: the cache entries it fills are used by no
-    # manifest yet, so the cache is left alone until it is published.
-    building = sorted(v for v in held if v not in dated and v in folders)
+    # A leased version without a manifest is being built (its folder may not exist yet): the cache
+    # entries it fills are used by no manifest yet, so the cache is left alone until it is published.
+    building = sorted(v for v in held if v not in dated)
     removed: dict[str, list[str]] = {"versions": [], "incomplete": [], "files": [], "embeddings": [],
                                      "leases": stale_leases}
     for version in folders:
