@@ -69,17 +69,30 @@ EXIT_OS_ERROR = 74  # sysexits.h EX_IOERR
 EXIT_REMOTE_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE
 
 
+def _wrapped_by(error: BaseException) -> BaseException | None:
+    """The exception `error` wraps: its explicit cause (`raise ... from e`); or the one it was
+    raised while handling, when `error` is a Beam runner's re-raise with the step's name
+    (`_tagged_with_step`) or itself an OSError (a library re-raising an I/O error as another,
+    e.g. Beam's `raise IOError(err)`). Any other exception merely raised while an OSError was
+    handled, e.g. in a library's fallback code, wraps nothing: that OSError is not what failed."""
+    if error.__cause__ is not None:
+        return error.__cause__
+    rewrapped = getattr(error, "_tagged_with_step", False) or isinstance(error, OSError)
+    return error.__context__ if rewrapped else None
+
+
 def _os_error_in(error: BaseException) -> OSError | None:
-    """The most telling OSError behind `error` (runners such as Beam's re-raise it wrapped in their
-    own, sometimes as a new OSError of the message alone): one naming a file, else one with an
-    errno, else any."""
+    """The most telling OSError that `error` is or wraps (runners such as Beam's re-raise it wrapped
+    in their own, sometimes as a new OSError of the message alone): one naming a file, else one
+    with an errno, else any. None when no OSError is what failed."""
     chain: list[OSError] = []
     seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError):
-            chain.append(error)
-        error = error.__cause__ or error.__context__
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):
+            chain.append(current)
+        current = _wrapped_by(current)
     for telling in (lambda e: e.filename, lambda e: e.errno is not None, lambda e: True):
         found = next((e for e in chain if telling(e)), None)
         if found is not None:

@@ -7,7 +7,10 @@ JSONL line that is not a JSON object or lacks the text field, a Parquet file wit
 column, a file of unknown type) becomes a reject `{"source", "location", "reason"}`, so that
 documents read = accepted + rejected. A file without any record, and a compressed file that ends
 early (truncated) or is damaged, are rejects too (location `file`), and so is a document over
-MAX_DOCUMENT_BYTES (16 MiB), skipped without being held in memory.
+MAX_DOCUMENT_BYTES (16 MiB), skipped without being held in memory. No single record can fail the
+job: any exception while one record is parsed (a JSON line nested thousands of levels deep raises
+RecursionError, an integer of 5,000 digits ValueError) rejects that record with the exception as
+its reason, and the file goes on.
 
 A file is read by one worker, streamed record by record (its line and row numbers need a
 sequential pass); a corpus is parallel across its files, so shard large corpora into many.
@@ -26,7 +29,7 @@ import lzma
 import os
 import posixpath
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import apache_beam as beam
@@ -184,6 +187,17 @@ def _too_long(size: int, limit: int) -> str:
             "split it into smaller documents")
 
 
+def _parsed(source: str, location: str, parse: Callable[[], Document | dict[str, str]]) -> Document | dict[str, str]:
+    """`parse()`'s document or reject; any exception it raises rejects this one record, with the
+    exception as the reason, instead of failing the job (the file's other records go on)."""
+    try:
+        return parse()
+    except RecursionError:
+        return _reject(source, location, "nested too deep to parse (RecursionError)")
+    except Exception as e:  # one record is never worth the job: hostile input raises anything
+        return _reject(source, location, f"cannot parse the record: {type(e).__name__}: {str(e)[:200]}")
+
+
 def _lines(f: io.IOBase, limit: int) -> Iterator[tuple[int, bytes | int]]:
     """(1-based line number, line without its end-of-line) for every line of a binary stream; a
     line over `limit` bytes is skipped without being held, and its size is given instead."""
@@ -265,35 +279,38 @@ class ParseFileFn(beam.DoFn):
                 if isinstance(raw, int):
                     yield _reject(source, location, _too_long(raw, self.max_document_bytes))
                     continue
-                try:
-                    yield self._document(source, location, _decode(raw, first=number == 1))
-                except UnicodeDecodeError as e:
-                    yield _reject(source, location, _utf8_reason(e))
+                yield _parsed(source, location, functools.partial(self._txt_line, source, location, raw, number == 1))
+
+    def _txt_line(self, source: str, location: str, raw: bytes, first: bool) -> Document | dict[str, str]:
+        try:
+            return self._document(source, location, _decode(raw, first=first))
+        except UnicodeDecodeError as e:
+            return _reject(source, location, _utf8_reason(e))
 
     def _jsonl(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
-        field = self.text_field
         with _open_binary(readable) as f:
             for number, raw in _lines(f, self.max_document_bytes):
                 location = f"line {number}"
                 if isinstance(raw, int):
                     yield _reject(source, location, _too_long(raw, self.max_document_bytes))
                     continue
-                try:
-                    record = json.loads(_decode(raw, first=number == 1))
-                except UnicodeDecodeError as e:
-                    yield _reject(source, location, _utf8_reason(e))
-                    continue
-                except json.JSONDecodeError as e:
-                    yield _reject(source, location, f"not JSON: {e.msg} at column {e.colno}")
-                    continue
-                if not isinstance(record, dict):
-                    yield _reject(source, location, f"not a JSON object but {type(record).__name__}")
-                elif field not in record:
-                    yield _reject(source, location, f"no field {field!r}")
-                elif not isinstance(record[field], str):
-                    yield _reject(source, location, f"field {field!r} is {type(record[field]).__name__}, not a string")
-                else:
-                    yield self._document(source, location, record[field])
+                yield _parsed(source, location, functools.partial(self._jsonl_line, source, location, raw, number == 1))
+
+    def _jsonl_line(self, source: str, location: str, raw: bytes, first: bool) -> Document | dict[str, str]:
+        field = self.text_field
+        try:
+            record = json.loads(_decode(raw, first=first))
+        except UnicodeDecodeError as e:
+            return _reject(source, location, _utf8_reason(e))
+        except json.JSONDecodeError as e:
+            return _reject(source, location, f"not JSON: {e.msg} at column {e.colno}")
+        if not isinstance(record, dict):
+            return _reject(source, location, f"not a JSON object but {type(record).__name__}")
+        if field not in record:
+            return _reject(source, location, f"no field {field!r}")
+        if not isinstance(record[field], str):
+            return _reject(source, location, f"field {field!r} is {type(record[field]).__name__}, not a string")
+        return self._document(source, location, record[field])
 
     def _parquet(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
         import pyarrow as pa
@@ -316,25 +333,38 @@ class ParseFileFn(beam.DoFn):
             if not (is_text or is_bytes):
                 yield _reject(source, "file", f"column {field!r} is {column_type}, not a string")
                 return
+            # Read as bytes (a cast that does not validate) and decoded row by row: a string column may
+            # hold bytes that are not UTF-8, which would fail a whole batch's conversion.
+            as_bytes = pa.large_binary() if pa.types.is_large_string(column_type) else pa.binary()
+            batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field])
             row = 0
-            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field]):
-                for value in batch.column(0).to_pylist():
+            while True:
+                try:
+                    batch = next(batches, None)
+                except (pa.ArrowException, OSError) as e:
+                    if isinstance(e, OSError) and e.errno is not None:
+                        raise  # the storage failed, not the data: Beam retries, or the job says why
+                    # Arrow reports a damaged page as an OSError without errno: the rows before it stand.
+                    where = "at its start" if row == 0 else f"after row {row}"
+                    yield _reject(source, "file", f"Parquet data unreadable {where}, the rest is lost: {e}")
+                    return
+                if batch is None:
+                    break
+                column = batch.column(0).cast(as_bytes) if is_text else batch.column(0)
+                for value in column.to_pylist():
                     row += 1
                     location = f"row {row}"
-                    if value is None:
-                        yield _reject(source, location, f"column {field!r} is null")
-                        continue
-                    size = len(value) if is_bytes or len(value) * 4 <= self.max_document_bytes else len(value.encode())
-                    if size > self.max_document_bytes:
-                        yield _reject(source, location, _too_long(size, self.max_document_bytes))
-                        continue
-                    if is_bytes:
-                        try:
-                            value = value.decode("utf-8")
-                        except UnicodeDecodeError as e:
-                            yield _reject(source, location, _utf8_reason(e))
-                            continue
-                    yield self._document(source, location, value)
+                    yield _parsed(source, location, functools.partial(self._parquet_value, source, location, value))
+
+    def _parquet_value(self, source: str, location: str, value: bytes | None) -> Document | dict[str, str]:
+        if value is None:
+            return _reject(source, location, f"column {self.text_field!r} is null")
+        if len(value) > self.max_document_bytes:
+            return _reject(source, location, _too_long(len(value), self.max_document_bytes))
+        try:
+            return self._document(source, location, value.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            return _reject(source, location, _utf8_reason(e))
 
 
 class ReadCorpus(beam.PTransform):

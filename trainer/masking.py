@@ -29,7 +29,10 @@ Strategies (the budget is `round(budget * non-special tokens)` per sequence, hal
   on real sequences); the stored probabilities are expected masking rates. With `whole_word=True`, words are ranked by an
   exponential race on their summed probability (Gumbel top-k over log weights, in its
   equivalent form `-log(u) / weight`) and taken in that order until they hold at least the
-  budget of tokens; all tokens of a chosen word are masked.
+  budget of tokens; all tokens of a chosen word are masked. A token (or word) of probability 0
+  is never chosen: a sequence with fewer than the budget of tokens of p > 0 gets all of those and
+  no more (the build reports such sequences as its budget shortfall; a sequence of all zeros is
+  drawn uniformly).
 - `tmr`: Token Masking Regularization for fine-tuning: each non-special token becomes
   `[MASK]` with probability `tmr_probability`; no random or kept tokens.
 

@@ -344,9 +344,14 @@ class TrainingData:
     mask_in_workers: bool
     resume_rng: dict[str, Any] | None = None  # RNG state to restore once the loader has started
     loader: Any = None
+    lease: Any = None  # rank 0's schemas.lease.VersionLease on the version read: gc spares it
 
     def __post_init__(self) -> None:
+        from schemas.lease import VersionLease
+
         self.loader = self._make_loader()
+        self.lease = VersionLease(self.dataset.version_url) if self.ranks.is_main else None
+
 
     @property
     def pad_token_id(self) -> int:
@@ -373,6 +378,8 @@ class TrainingData:
             next_epoch = self.dataset.epoch + 1
             self.dataset = StreamingSequenceDataset(switch.version_url, seed=self.config.seed, rank=self.ranks.rank,
                                                     world_size=self.ranks.world_size)
+            if self.lease is not None:
+                self.lease.move_to(switch.version_url)
             self.dataset.set_epoch(next_epoch)
             self.loader = self._make_loader()
 
@@ -670,6 +677,8 @@ def run(args: argparse.Namespace) -> int:
     if ranks.is_main:
         save_final(out, step, parts, data, run_config, held)
     logger.close()
+    if data.lease is not None:
+        data.lease.release()
     if ranks.world_size > 1:
         dist.barrier()
         dist.destroy_process_group()

@@ -23,6 +23,9 @@ For one sequence with non-special tokens T (n = |T|):
    f, and the rest of the budget follows the map: p = f + (1 - f) * p', with p' from step 4 for
    the budget (budget - f) / (1 - f). sum(p) = f * n + (budget - f) * n = budget * n stays exact,
    p stays in [f, 1] and in the order of q. So no token is unmaskable, however sharp the weights.
+   A sequence whose p' falls short (step 4: too few tokens with q > 0, e.g. code where most
+   tokens are outside words) gets the floor f_s = (budget * n - S') / (n - S') > f instead,
+   S' = sum(p'), so its sum is the budget too: any f > 0 closes the gap the paper's map leaves.
    (alpha < 1 also keeps every token above (1 - alpha) * budget, but it spreads that mass
    uniformly *in proportion to q*: once a sharp map clips the seeds to 1, the budget left over
    goes almost uniformly to every other token, stop words included. The floor does not.)
@@ -168,7 +171,15 @@ def mask_probabilities_flat(
     if floor == 0.0:
         p = scale_to_budget(q, valid, budget)
     else:
-        p = np.where(valid, floor + (1.0 - floor) * scale_to_budget(q, valid, (budget - floor) / (1.0 - floor)), 0.0)
+        share = (budget - floor) / (1.0 - floor)
+        mapped = scale_to_budget(q, valid, share)
+        # A sequence with fewer than share * n tokens of q > 0 cannot reach its share (step 4): its
+        # floor is raised to (budget * n - S) / (n - S), S = sum(mapped), so the sum is still the budget.
+        n, reached = valid.sum(axis=1), mapped.sum(axis=1)
+        short = reached < share * n * (1.0 - 1e-9)
+        raised = np.divide(budget * n - reached, n - reached, out=np.full(len(n), floor), where=short & (n > reached))
+        row_floor = np.where(short, raised, floor)[:, None]
+        p = np.where(valid, row_floor + (1.0 - row_floor) * mapped, 0.0)
     p = p.astype(np.float32)
     lengths = np.diff(offsets)
     return p[np.arange(p.shape[1])[None, :] < lengths[:, None]]  # row-major: back to flat order

@@ -16,7 +16,9 @@ tally and the word table into the figures users read:
   uniform (log of the number of tokens): 1 means uniform masking;
 - the 30 words receiving the most expected masks, and, of the 500 most frequent words, the 30
   with the fewest expected masks per occurrence;
-- a near-uniform warning (`NEAR_UNIFORM`) that names the knobs.
+- a near-uniform warning (`NEAR_UNIFORM`) that names the knobs;
+- the budget shortfall (`budget_shortfall`): how many sequences have expected masks more than
+  1 % below their budget, and the expected masks they miss, with the knob that closes the gap.
 """
 
 from __future__ import annotations
@@ -36,16 +38,43 @@ NEAR_UNIFORM = {"entropy_ratio_above": 0.95, "seed_lift_below": 2.0, "stop_word_
 # 10,000 to 20,000 sequences whatever the corpus size, so their cost stays flat as it grows
 # (all of them was a fifth of the build's per-token time besides the tokenizer).
 COMPARISON_SEQUENCES = 10_000
+# A sequence is short of its budget when its expected masks sum(p) fall below (1 - this) * budget * n.
+SHORTFALL_TOLERANCE = 0.01
 
 
-def budget_errors(special: np.ndarray, probability: np.ndarray, offsets: np.ndarray, budget: float) -> np.ndarray:
-    """|sum(p) - budget * n| / (budget * n) of each sequence (n: its non-special tokens), from the
-    stored float32 probabilities."""
+def expected_and_budget(special: np.ndarray, probability: np.ndarray, offsets: np.ndarray,
+                        budget: float) -> tuple[np.ndarray, np.ndarray]:
+    """(sum(p), budget * n) of each sequence (n: its non-special tokens), from the stored float32
+    probabilities, in float64."""
     lengths = np.diff(offsets)
     row = np.repeat(np.arange(len(lengths)), lengths)
     expected = np.bincount(row, weights=np.asarray(probability, np.float64), minlength=len(lengths))
     target = budget * np.bincount(row, weights=np.asarray(special) == 0, minlength=len(lengths))
+    return expected, target
+
+
+def budget_errors(special: np.ndarray, probability: np.ndarray, offsets: np.ndarray, budget: float) -> np.ndarray:
+    """|sum(p) - budget * n| / (budget * n) of each sequence."""
+    expected, target = expected_and_budget(special, probability, offsets, budget)
     return np.abs(expected - target) / np.maximum(target, 1e-12)
+
+
+SHORTFALL_KEYS = ("sequences", "short_sequences", "short_budget", "missing_masks")
+
+
+def budget_shortfall(special: np.ndarray, probability: np.ndarray, offsets: np.ndarray,
+                     budget: float) -> dict[str, np.ndarray]:
+    """A tally (sums, mergeable by adding) of a batch's sequences short of their budget: sequences,
+    short_sequences (sum(p) below (1 - SHORTFALL_TOLERANCE) * budget * n), short_budget (their
+    budget * n) and missing_masks (their budget * n - sum(p): the expected masks no draw can make,
+    since only tokens with p > 0 are ever masked). A sequence falls short when fewer than
+    budget * n of its tokens have p > 0 (tokens outside words, words of similarity <= 0); any
+    `--floor` > 0 gives every token p > 0 and closes the gap."""
+    expected, target = expected_and_budget(special, probability, offsets, budget)
+    short = expected < (1.0 - SHORTFALL_TOLERANCE) * target
+    return {"sequences": np.array([float(len(target))]), "short_sequences": np.array([float(short.sum())]),
+            "short_budget": np.array([target[short].sum()]),
+            "missing_masks": np.array([(target[short] - expected[short]).sum()])}
 
 
 def tally(word_index: np.ndarray, special: np.ndarray, probability: np.ndarray, offsets: np.ndarray,
@@ -66,6 +95,7 @@ def tally(word_index: np.ndarray, special: np.ndarray, probability: np.ndarray, 
         "histogram": np.histogram(p, bins=HISTOGRAM_EDGES)[0].astype(np.int64),
         "sum_p_log_p": np.array([(positive * np.log(positive)).sum()]),
         "max_budget_error": np.array([errors.max(initial=0.0)]),
+        **budget_shortfall(special, probability, offsets, budget),
     }
 
 
@@ -140,7 +170,8 @@ def build_diagnostics(tallies: dict[str, dict[str, np.ndarray]] | None, words: W
     report = {"map": name, **words.diagnostics(built, seeds), "comparison": {}}
     for other, counts in others:
         full = words.diagnostics(counts, seeds)
-        report["comparison"][other] = {key: full[key] for key in ("groups", "entropy_ratio", "max_budget_error")}
+        report["comparison"][other] = {key: full[key] for key in ("groups", "entropy_ratio", "max_budget_error",
+                                                                     "budget_shortfall")}
     return report
 
 
@@ -256,6 +287,7 @@ def signal_report(counts: dict[str, np.ndarray], words: WordsForReport, seeds: I
         "similar_words_count": int(len(similar)),
         "entropy_ratio": ratio,
         "max_budget_error": float(counts["max_budget_error"][0]),
+        "budget_shortfall": shortfall_report(counts),
         "most_masked": word_rows(by_masks),
         "frequent_least_masked": word_rows(fewest),
         "histogram": {"edges": HISTOGRAM_EDGES.tolist(), "counts": counts["histogram"].tolist()},
@@ -263,6 +295,27 @@ def signal_report(counts: dict[str, np.ndarray], words: WordsForReport, seeds: I
     }
     report["warning"] = near_uniform_warning(report)
     return report
+
+
+def shortfall_report(counts: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The manifest's `diagnostics.budget_shortfall` from a tally's `budget_shortfall` sums."""
+    sequences, short, short_budget, missing = (float(counts[key][0]) for key in SHORTFALL_KEYS)
+    return {"tolerance": SHORTFALL_TOLERANCE, "sequences": int(sequences), "short_sequences": int(short),
+            "short_share": short / sequences if sequences else 0.0, "missing_masks": missing,
+            "missing_share_of_their_budget": missing / short_budget if short_budget else 0.0}
+
+
+def shortfall_lines(shortfall: dict[str, Any] | None) -> list[str]:
+    """The printout's budget-shortfall line, with what the loader does and the knob that closes it."""
+    if not shortfall:
+        return []
+    if not shortfall["short_sequences"]:
+        return [f"  budget: no sequence more than {shortfall['tolerance']:.0%} below its masking budget"]
+    return [f"  budget shortfall: {shortfall['short_sequences']} of {shortfall['sequences']} sequences "
+            f"({shortfall['short_share']:.1%}) are more than {shortfall['tolerance']:.0%} below their masking budget, "
+            f"missing {shortfall['missing_masks']:.1f} expected masks ({shortfall['missing_share_of_their_budget']:.1%} "
+            "of their budget): too few of their tokens have p > 0, and the loader masks those and never a token "
+            "with p = 0; `maskstream build --floor 0.01` (any floor > 0) closes the gap"]
 
 
 def near_uniform_warning(report: dict[str, Any]) -> str | None:
@@ -299,6 +352,7 @@ def format_report(report: dict[str, Any], title: str = "masking signal") -> list
         f"{r['word']} {r['expected_masks']:.0f}" for r in report["most_masked"]))
     lines.append("  frequent words, fewest masks per occurrence: " + ", ".join(
         f"{r['word']} {r['mean_probability']:.3f}" for r in report["frequent_least_masked"]))
+    lines += shortfall_lines(report.get("budget_shortfall"))  # absent from manifests before issue 31
     if report.get("warning"):
         lines.append(f"  WARNING: {report['warning']}")
     return lines
@@ -314,15 +368,17 @@ def build_lines(diagnostics: dict[str, Any]) -> list[str]:
 
 
 def comparison_lines(reports: dict[str, dict[str, Any]]) -> list[str]:
-    """One row per map: lifts, entropy ratio and the largest budget error."""
+    """One row per map: lifts, entropy ratio, the largest budget error and the share of sequences
+    short of their budget."""
     width = max(len(name) for name in reports) + 2
     lines = [f"{'map':<{width}}{'seed lift':>10}{'top-1% lift':>12}{'stop lift':>10}{'outside lift':>13}"
-             f"{'entropy':>9}{'budget err':>12}"]
+             f"{'entropy':>9}{'budget err':>12}{'short seqs':>12}"]
     for name, r in reports.items():
         g = r["groups"]
         lines.append(f"{name:<{width}}{g['seed_words']['lift']:>10.2f}{g['similar_words']['lift']:>12.2f}"
                      f"{g['stop_words']['lift']:>10.2f}{g['outside_words']['lift']:>13.2f}"
-                     f"{r['entropy_ratio']:>9.3f}{r.get('max_budget_error', float('nan')):>12.1e}")
+                     f"{r['entropy_ratio']:>9.3f}{r.get('max_budget_error', float('nan')):>12.1e}"
+                     f"{r.get('budget_shortfall', {}).get('short_share', float('nan')):>12.1%}")
     return lines
 
 

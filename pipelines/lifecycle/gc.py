@@ -1,13 +1,22 @@
 """Remove old dataset versions, and the cache entries no kept version uses.
 
-Keeps the version `latest` names and the --keep newest complete versions (by name, which
-starts with the UTC time of the build). Removes:
-  - older complete versions;
+Keeps, of the complete versions (those with a manifest):
+  - the version `latest` names, and the --keep newest by their manifest's `created_at` (not by
+    folder name: `v10` is newer than `v9` if it was built later);
+  - every version that was `latest` within the last --grace-minutes: a version stops being
+    `latest` when the next newer one is published, so a reader that opened it then (and cannot
+    write a lease) has that long to finish with it;
+  - every version a process holds a live lease on (ROOT/_leases/*.json, `schemas/lease.py`:
+    `maskstream train` holds one on the version it streams, `update` and `watch` on the version
+    they are building; while a build holds one, the cache is left alone too).
+Removes:
+  - the other complete versions;
   - incomplete versions (no manifest.json: a build that failed or was killed) whose newest file
     is older than --grace-minutes, so a version being written is never touched;
   - per-file cache entries no kept version was built from, and embedding caches of encoders no
-    kept version used, also only when older than --grace-minutes (an update may be writing them).
-Prints what it removes (or, with --dry-run, would remove).
+    kept version used, also only when older than --grace-minutes (an update may be writing them);
+  - leases that expired more than --grace-minutes ago.
+Prints what it keeps beyond --keep and why, and what it removes (or, with --dry-run, would remove).
 
 Example:
   maskstream gc out/dataset --keep 3
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import logging
 import posixpath
@@ -30,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", type=int, default=3,
                         help="complete versions to keep, newest first; `latest` is always kept (default: 3)")
     parser.add_argument("--grace-minutes", type=float, default=60.0,
-                        help="leave incomplete versions and cache entries younger than this alone: a build may "
-                             "be writing them (default: 60)")
+                        help="keep versions that were `latest` this recently (a reader may still stream them) "
+                             "and leave incomplete versions and cache entries younger than this alone (a build may "
+                             "be writing them) (default: 60)")
     parser.add_argument("--dry-run", action="store_true", help="only list what would be removed (default: off)")
 
 
@@ -53,11 +64,61 @@ def newest_change(fs, path: str) -> float:
     return max((modified_at(info) for info in files.values()), default=0.0)
 
 
+def complete_versions(fs, base: str, folders: list[str]) -> list[tuple[str, float]]:
+    """(name, publish time) of the complete versions among `folders`, oldest first by the manifest's
+    `created_at` (then its file's time, then the name). The publish time is the manifest file's
+    (written last, just before `latest` moves). A manifest that cannot be read is left out: gc
+    removes only what it can date."""
+    from schemas.lease import parse_time
+    from schemas.manifest import MANIFEST_NAME, Manifest, ManifestError
+
+    dated = []
+    for version in folders:
+        path = posixpath.join(base, version, MANIFEST_NAME)
+        if not fs.exists(path):
+            continue
+        try:
+            manifest = Manifest.from_json(fs.cat_file(path).decode("utf-8"))
+            created = parse_time(manifest.created_at).timestamp()
+        except (ManifestError, ValueError, UnicodeDecodeError) as e:
+            LOG.warning("leaving %s alone: its manifest cannot be read (%s)", version, e)
+            continue
+        dated.append((created, modified_at(fs.info(path)), version))
+    return [(version, published) for _, published, version in sorted(dated)]
+
+
+def live_leases(fs, base: str, now: float, grace_s: float) -> tuple[dict[str, list[str]], list[str]]:
+    """({version: readers holding a live lease on it}, lease files expired longer ago than the grace)."""
+    from schemas.lease import LEASES_DIR, LeaseError, ReaderLease, parse_time
+
+    folder = posixpath.join(base, LEASES_DIR)
+    held: dict[str, list[str]] = {}
+    stale: list[str] = []
+    if not fs.exists(folder):
+        return held, stale
+    for path in sorted(fs.ls(folder, detail=False)):
+        if not path.endswith(".json"):
+            continue
+        try:
+            lease = ReaderLease.from_json(fs.cat_file(path).decode("utf-8"))
+        except (LeaseError, UnicodeDecodeError, FileNotFoundError) as e:  # gone meanwhile: released
+            LOG.warning("ignoring %s: %s", path, e)
+            continue
+        expires = parse_time(lease.expires_at).timestamp()
+        if expires > now:
+            held.setdefault(lease.version, []).append(lease.reader)
+        elif expires < now - grace_s:
+            stale.append(posixpath.basename(path))
+    return held, stale
+
+
 def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = False) -> dict[str, list[str]]:
-    """Removes what the module docstring says; returns {"versions", "incomplete", "files", "embeddings"}."""
+    """Removes what the module docstring says; returns {"versions", "incomplete", "files", "embeddings",
+    "leases"} removed, and under "kept" a line per version kept beyond --keep and `latest`, with why."""
     import fsspec
 
     from pipelines.lifecycle.incremental import CACHE_DIR, EMBEDDINGS_DIR, FILES_DIR, entry_key
+    from schemas.lease import LEASES_DIR
     from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
 
     if keep < 1:
@@ -71,20 +132,36 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
     latest = fs.cat_file(posixpath.join(base, LATEST_POINTER)).decode().strip() \
         if fs.exists(posixpath.join(base, LATEST_POINTER)) else None
     folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(base, detail=False)
-                     if fs.isdir(p) and posixpath.basename(p.rstrip("/")) != CACHE_DIR)
-    complete = [v for v in folders if fs.exists(posixpath.join(base, v, MANIFEST_NAME))]
-    kept = set(sorted(complete, reverse=True)[:keep]) | ({latest} if latest else set())
-    removed: dict[str, list[str]] = {"versions": [], "incomplete": [], "files": [], "embeddings": []}
+                     if fs.isdir(p) and posixpath.basename(p.rstrip("/")) not in (CACHE_DIR, LEASES_DIR))
+    complete = complete_versions(fs, base, folders)
+    dated = [version for version, _ in complete]
+    kept = set(dated[-keep:]) | ({latest} if latest else set())
+    why: dict[str, str] = {}
+    # A version was `latest` until the next newer one was published.
+    for (version, _), (_, superseded_at) in itertools.pairwise(complete):
+        if version not in kept and superseded_at >= old_enough:
+            why[version] = f"was latest {(now - superseded_at) / 60:.1f} min ago (--grace-minutes {grace_minutes:g})"
+    held, stale_leases = live_leases(fs, base, now, grace_minutes * 60)
+    for version, readers in held.items():
+        if version in folders and version not in kept:
+            why[version] = f"leased by {', '.join(readers)}"
+    kept |= set(why)
+    # A leased version without a manifest is being built (its folder may not exist yet): the cache
+    # entries it fills are used by no manifest yet, so the cache is left alone until it is published.
+    building = sorted(v for v in held if v not in dated)
+    removed: dict[str, list[str]] = {"versions": [], "incomplete": [], "files": [], "embeddings": [],
+                                     "leases": stale_leases}
     for version in folders:
         path = posixpath.join(base, version)
         if version in kept:
             continue
-        if version in complete:
-            removed["versions"].append(version)
+        if fs.exists(posixpath.join(path, MANIFEST_NAME)):
+            if version in dated:  # an unreadable manifest is left alone (complete_versions)
+                removed["versions"].append(version)
         elif newest_change(fs, path) < old_enough:
             removed["incomplete"].append(version)
     used_files, used_encoders = set(), set()
-    for version in kept:
+    for version in kept & set(dated):
         manifest = Manifest.from_json(fs.cat_file(posixpath.join(base, version, MANIFEST_NAME)).decode())
         settings_key = manifest.config.get("file_cache_settings")
         if settings_key:
@@ -94,7 +171,7 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
             used_encoders.add(manifest.config["embedding_cache"])
     for kind, used, name in (("files", used_files, FILES_DIR), ("embeddings", used_encoders, EMBEDDINGS_DIR)):
         folder = posixpath.join(base, CACHE_DIR, name)
-        if not fs.exists(folder):
+        if building or not fs.exists(folder):
             continue
         for entry in sorted(fs.ls(folder, detail=False)):
             key = posixpath.basename(entry.rstrip("/"))
@@ -106,7 +183,12 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
         for kind, name in (("files", FILES_DIR), ("embeddings", EMBEDDINGS_DIR)):
             for key in removed[kind]:
                 fs.rm(posixpath.join(base, CACHE_DIR, name, key), recursive=True)
-    return removed
+        for lease in removed["leases"]:
+            fs.rm(posixpath.join(base, LEASES_DIR, lease))
+    kept_lines = [f"{version}: {reason}" for version, reason in sorted(why.items())]
+    if building:
+        kept_lines.append(f"cache: {', '.join(building)} being built")
+    return {**removed, "kept": kept_lines}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as e:
         LOG.error("%s", e)
         return 2
+    for line in removed.pop("kept"):
+        print(f"kept {line}" if line.startswith("cache:") else f"kept version {line}")
     verb = "would remove" if args.dry_run else "removed"
     for kind, names in removed.items():
         for name in names:

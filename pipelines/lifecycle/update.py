@@ -61,13 +61,28 @@ def options_from_args(args: argparse.Namespace, inputs: list[str], root: str):
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from pipelines.lifecycle.incremental import update
+def leased_update(options) -> dict:
+    """`incremental.update(options)` holding a lease (schemas/lease.py) on the version it writes, so
+    `maskstream gc` leaves the incomplete version, and the cache it fills, alone however long it takes."""
+    import dataclasses
 
+    from pipelines.dataset.dataset_writer import join, new_version_name
+    from pipelines.lifecycle.incremental import update
+    from schemas.lease import VersionLease
+
+    options = dataclasses.replace(options, version=options.version or new_version_name())
+    lease = VersionLease(join(options.root, options.version))
+    try:
+        return update(options)
+    finally:
+        lease.release()
+
+
+def run(args: argparse.Namespace) -> int:
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
     try:
         options = options_from_args(args, args.input, args.output)
-        report = update(options)
+        report = leased_update(options)
     except (ValueError, FileNotFoundError, FileExistsError, MemoryError) as e:
         LOG.error("%s", e)
         return 2

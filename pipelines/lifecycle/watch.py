@@ -116,8 +116,7 @@ class Watcher:
     def check(self) -> int:
         """One decision: EXIT_BUILT, EXIT_UNCHANGED, or an error status."""
         from pipelines.corpus import corpus_fingerprint
-        from pipelines.lifecycle.incremental import update
-        from pipelines.lifecycle.update import options_from_args
+        from pipelines.lifecycle.update import leased_update, options_from_args
 
         listing = self.settled_listing()
         if listing is None:
@@ -141,7 +140,7 @@ class Watcher:
                  len(changes["added"]), _summary(changes["added"]), len(changes["removed"]),
                  _summary(changes["removed"]), len(changes["changed"]), _summary(changes["changed"]))
         try:
-            report = update(options_from_args(self.args, files, self.root))
+            report = leased_update(options_from_args(self.args, files, self.root))
         except (ValueError, FileNotFoundError, FileExistsError, MemoryError) as e:
             LOG.error("build failed: %s", e)
             self._checked = None  # retry at the next poll

@@ -158,8 +158,8 @@ def test_gc_keeps_latest_and_removes_unused_cache(first_build, subprocess_env) -
     entries = len(list((copy / "_cache" / "files").iterdir()))
     result = run_cli(["gc", str(copy), "--keep", "1", "--grace-minutes", "0"], subprocess_env)
     removed = json.loads(result.stdout.strip().splitlines()[-1])
-    assert removed == {"versions": len(versions) - 1, "incomplete": 1, "files": 1, "embeddings": 0}
-    assert {p.name for p in copy.iterdir()} == {"_cache", latest, "latest"}
+    assert removed == {"versions": len(versions) - 1, "incomplete": 1, "files": 1, "embeddings": 0, "leases": 0}
+    assert {p.name for p in copy.iterdir()} - {"_leases"} == {"_cache", latest, "latest"}
     assert len(list((copy / "_cache" / "files").iterdir())) == entries - 1
     url, manifest = load_manifest(str(copy))
     assert all(verify_shard(url, shard) is None for shard in manifest.shards)
@@ -222,7 +222,8 @@ def test_killed_watch_leaves_a_consistent_root(first_build, subprocess_env) -> N
             break
 
     def incomplete() -> list[Path]:
-        return [p for p in root.iterdir() if p.name not in ("_cache", "latest") and not (p / MANIFEST_NAME).exists()]
+        return [p for p in root.iterdir() if p.name not in ("_cache", "_leases", "latest")
+                and not (p / MANIFEST_NAME).exists()]
 
     deadline = time.monotonic() + 60
     while not incomplete() and time.monotonic() < deadline:  # the new version's folder: mid-build

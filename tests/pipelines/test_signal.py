@@ -170,6 +170,7 @@ def test_the_build_prints_its_diagnostics(sharpened_build, capsys):
     out = capsys.readouterr().out
     assert "masking signal" in out and "seed words" in out and "most expected masks" in out
     assert "reference (rank" in out and "paper (similarity" in out
+    assert "budget: no sequence more than 1% below its masking budget" in out  # floor 0.01: none is short
 
 
 def test_inspect_compares_the_three_maps_and_plots_the_signal(sharpened_build, tmp_path, capsys):

@@ -1,0 +1,27 @@
+"""The soak benchmark (benchmarks/soak.py) for 60 seconds: `watch` publishing, `gc --keep 2` with a
+3-second grace collecting, and `train --follow-latest` switching, all at once while a script keeps
+changing the corpus. Passing: no read error in the trainer, every version's documents read =
+written + rejected, the trainer ends on the newest version, and flat RSS."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_watch_gc_and_a_following_trainer_run_together_for_a_minute(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("soak", REPO_ROOT / "benchmarks" / "soak.py")
+    soak = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(soak)
+    figures = soak.run_soak(tmp_path, minutes=1.0)
+    print(soak.report(figures))
+    assert figures["trainer_read_errors"] == 0, figures["error_lines"]
+    assert figures["versions_published"] >= 2 and figures["versions_accounted"] == figures["versions_published"]
+    assert figures["trainer_on"] == figures["newest"]
+    assert figures["passed"], soak.report(figures)
