@@ -1,6 +1,6 @@
 """Soak: `watch`, `gc` and a following `train` running together while the corpus keeps changing.
 
-    PYTHONPATH=. python benchmarks/soak.py [--minutes 10] [--work DIR]
+    python -m benchmarks.soak [--minutes 10] [--work DIR]
 
 What runs at once, for --minutes (bounded in time, and in count by --max-versions and --max-steps):
 

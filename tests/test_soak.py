@@ -5,20 +5,16 @@ written + rejected, the trainer ends on the newest version, and flat RSS."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import REPO_ROOT
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_watch_gc_and_a_following_trainer_run_together_for_a_minute(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("soak", REPO_ROOT / "benchmarks" / "soak.py")
-    soak = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(soak)
+    from benchmarks import soak
+
     figures = soak.run_soak(tmp_path, minutes=1.0)
     print(soak.report(figures))
     assert figures["trainer_read_errors"] == 0, figures["error_lines"]
