@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -24,6 +25,8 @@ from schemas.words import code_points, in_words, normalize_word, runs, words
 # word of the batch into the keyed sum) stay small beside the per-character work, small enough
 # that a batch's arrays (about 30 bytes a character) stay well under a worker's memory.
 BATCH_CHARACTERS = 1 << 22
+DOCUMENTS = "documents"
+WORDS = "words"
 
 
 def word_counts_of_document(document: Document) -> Iterator[tuple[str, tuple[int, int]]]:
@@ -97,25 +100,35 @@ class SumCountsFn(beam.CombineFn):
         return accumulator
 
 
+class CountBatchFn(beam.DoFn):
+    """A batch of documents -> (word, (tf, df)) for each distinct word of the batch, and on the
+    "documents" and "words" outputs the batch's number of documents and of word occurrences (so
+    the totals cost one element per batch, not one per document or per word)."""
+
+    def process(self, batch: Sequence[Document]) -> Iterator[Any]:
+        occurrences = 0
+        for word, (tf, df) in word_counts_of_texts([document.text for document in batch]):
+            occurrences += tf
+            yield word, (tf, df)
+        yield beam.pvalue.TaggedOutput(DOCUMENTS, len(batch))
+        yield beam.pvalue.TaggedOutput(WORDS, occurrences)
+
+
 class CountWords(beam.PTransform):
     """PCollection[Document] -> {"counts": PCollection[(word, (tf, df))],
     "documents": PCollection[int] (singleton N), "words": PCollection[int] (singleton sum of tf)}.
     """
 
     def expand(self, documents: beam.PCollection) -> dict[str, beam.PCollection]:
-        counts = (
+        per_batch = (
             documents
             | "BatchDocuments" >> beam.BatchElements(
                 min_batch_size=BATCH_CHARACTERS, max_batch_size=BATCH_CHARACTERS,
                 element_size_fn=_document_characters)
-            | "WordCountsPerBatch" >> beam.FlatMap(lambda batch: word_counts_of_texts([d.text for d in batch]))
-            # Sums occurrences (tf) and documents (df) in one keyed combine.
-            | "SumPerWord" >> beam.CombinePerKey(SumCountsFn())
+            | "CountPerBatch" >> beam.ParDo(CountBatchFn()).with_outputs(DOCUMENTS, WORDS, main="counts")
         )
-        document_count = documents | "CountDocuments" >> beam.combiners.Count.Globally()
-        word_total = (
-            counts
-            | "TermFrequencies" >> beam.Map(lambda word_tf_df: word_tf_df[1][0])
-            | "SumTermFrequencies" >> beam.CombineGlobally(sum)
-        )
+        # Sums occurrences (tf) and documents (df) in one keyed combine.
+        counts = per_batch.counts | "SumPerWord" >> beam.CombinePerKey(SumCountsFn())
+        document_count = per_batch[DOCUMENTS] | "SumDocuments" >> beam.CombineGlobally(sum)
+        word_total = per_batch[WORDS] | "SumTermFrequencies" >> beam.CombineGlobally(sum)
         return {"counts": counts, "documents": document_count, "words": word_total}

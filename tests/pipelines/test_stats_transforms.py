@@ -101,6 +101,7 @@ def test_count_words_over_several_batches(monkeypatch):
         counted = p | beam.Create(documents(texts, "m")) | CountWords()
         assert_that(counted["counts"], equal_to(list(expected_counts_of(texts).items())), label="Counts")
         assert_that(counted["words"], equal_to([sum(len(words(t)) for t in texts)]), label="TotalWords")
+        assert_that(counted["documents"], equal_to([len(texts)]), label="N")
 
 
 def test_tf_icf_with_wordfreq():
