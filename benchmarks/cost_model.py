@@ -12,7 +12,7 @@ Every contender runs on one core (RAYON_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_TH
 DirectRunner worker), so each figure is per core:
 
 - read: `pipelines.corpus.ParseFileFn` over the JSONL (parsing, validation, rejects), in process;
-- count: `word_counts_of_document` over every document plus summing into one Counter (the work of
+- count: `word_counts_of_texts` over batches of documents plus summing into one Counter (the work of
   `maskstream stats`' CountWords, without Beam's shuffle), in process; whole stats: the wall time
   of `maskstream stats` itself (the projection uses this one);
 - tokenize, mask_probability, signal, write, encode: the Beam counters of `maskstream build`
@@ -99,14 +99,22 @@ def read_seconds(path: Path) -> tuple[list, float]:
 
 
 def count_seconds(documents: list) -> tuple[Counter, float]:
-    """(word -> occurrences, seconds) of the stats' per-document counting plus one global sum."""
-    from pipelines.statistics.counting import word_counts_of_document
+    """(word -> occurrences, seconds) of the stats' counting, batches of about BATCH_CHARACTERS characters
+    as `CountWords` makes them, plus one global sum."""
+    from pipelines.statistics.counting import BATCH_CHARACTERS, word_counts_of_texts
 
     started = time.perf_counter()
     total: Counter = Counter()
-    for document in documents:
-        for word, (count, _) in word_counts_of_document(document):
-            total[word] += count
+    batch: list[str] = []
+    size = 0
+    for text in [d.text for d in documents] + [None]:  # None: the end, the last batch is counted
+        if text is None or (batch and size + len(text) > BATCH_CHARACTERS):
+            for word, (count, _) in word_counts_of_texts(batch):
+                total[word] += count
+            batch, size = [], 0
+        if text is not None:
+            batch.append(text)
+            size += len(text)
     return total, time.perf_counter() - started
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+import unicodedata
 from collections import Counter
+from pathlib import Path
 
 import apache_beam as beam
 import pytest
@@ -12,7 +15,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from wordfreq import word_frequency
 
 from pipelines.corpus import Document
-from pipelines.statistics.counting import CountWords
+from pipelines.statistics import counting
+from pipelines.statistics.counting import CountWords, word_counts_of_texts
 from pipelines.statistics.tf_icf import TfIcf, corpus_floor, tf_icf, wordfreq_floor
 from schemas.words import words
 
@@ -22,6 +26,31 @@ DOMAIN = [
     "Ｆｕｌｌｗｉｄｔｈ reads and qiimeish reads",
 ]
 GENERAL = ["the cat sat on the mat", "reads the genome news"]
+# Where counting over a batch could part from counting word by word: accents precomposed and not,
+# CJK, emoji, mixed scripts, characters NFKC changes (ligatures, full-width letters, '½' whose NFKC
+# '1⁄2' holds a non-word character, superscripts, circled digits, Hangul jamo), case mappings that
+# change length or depend on context (Turkish dotted I, German ß, Greek final sigma), underscores,
+# a lone surrogate (a JSON reader lets one through), texts without words and empty ones.
+MULTILINGUAL = [
+    "Café CAFÉ cafe\u0301 naïve Ångström Ａｎｇｓｔｒöｍ",
+    "数据 処理 データ処理 한국어 \u1100\u1161 テスト ｶﾀｶﾅ",
+    "emoji 🧬🧪 DNA🧬sequencing 👩‍🔬 ok_go snake_case",
+    "ﬁnance ﬂow ﬃ Ⅻ ½ x² H₂O ① ㎏ ℌ",
+    "İSTANBUL istanbul ıi Iı STRASSE Straße ẞ",
+    "ΟΔΟΣ Σίσυφος σοφός Москва МОСКВА עברית العربية हिन्दी",
+    "lone \ud800 surrogate", "", "... !!! ---", "1,000 3.14 2024-01-01",
+]
+
+
+def expected_counts_of(texts: list[str]) -> dict[str, tuple[int, int]]:
+    """tf and df with collections.Counter, one text and one word at a time."""
+    tf: Counter[str] = Counter()
+    df: Counter[str] = Counter()
+    for text in texts:
+        text_words = words(text)
+        tf.update(text_words)
+        df.update(set(text_words))
+    return {w: (tf[w], df[w]) for w in tf}
 
 
 def documents(texts: list[str], source: str) -> list[Document]:
@@ -42,6 +71,37 @@ def test_count_words():
         assert_that(counted["words"], equal_to([sum(len(words(t)) for t in DOMAIN)]), label="TotalWords")
     assert expected_counts(DOMAIN)["genome"] == (3, 2)
     assert expected_counts(DOMAIN)["fullwidth"] == (1, 1)  # NFKC folded the full-width letters
+
+
+def test_batch_counts_equal_counter_on_a_multilingual_sample():
+    counted = dict(word_counts_of_texts(MULTILINGUAL))
+    assert counted == expected_counts_of(MULTILINGUAL)
+    # The sample does reach the cases it is there for.
+    assert {"1⁄2", "fi" + "nance", "angström", "i̇stanbul", "straße", "ß", "οδος", "数据", "dna", "ok"} <= counted.keys()
+    assert counted["café"] == (2, 1) and counted["strasse"] == (1, 1)  # the combining accent ends "cafe"
+    assert dict(word_counts_of_texts(["", "--"])) == {} and dict(word_counts_of_texts([])) == {}
+
+
+def test_batch_counts_equal_counter_on_the_shipped_corpus(sample_corpus: Path):
+    texts = [json.loads(line)["text"] for line in sample_corpus.read_text(encoding="utf-8").splitlines()]
+    assert dict(word_counts_of_texts(texts)) == expected_counts_of(texts)
+
+
+def test_batch_counts_equal_counter_on_every_code_point():
+    every = "".join(map(chr, range(0x110000)))
+    # Each character alone and after a letter, so both word starts and word continuations are met.
+    texts = [every, "".join("a" + c for c in every), unicodedata.normalize("NFKD", every)]
+    assert dict(word_counts_of_texts(texts)) == expected_counts_of(texts)
+
+
+def test_count_words_over_several_batches(monkeypatch):
+    monkeypatch.setattr(counting, "BATCH_CHARACTERS", 40)  # a few texts a batch
+    texts = MULTILINGUAL * 3 + DOMAIN
+    with TestPipeline() as p:
+        counted = p | beam.Create(documents(texts, "m")) | CountWords()
+        assert_that(counted["counts"], equal_to(list(expected_counts_of(texts).items())), label="Counts")
+        assert_that(counted["words"], equal_to([sum(len(words(t)) for t in texts)]), label="TotalWords")
+        assert_that(counted["documents"], equal_to([len(texts)]), label="N")
 
 
 def test_tf_icf_with_wordfreq():
