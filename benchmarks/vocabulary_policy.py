@@ -29,13 +29,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def tokens_per_word(texts: list[str], vocabulary: dict[str, int], model: str) -> np.ndarray:
     """Tokens of each word type (by `vocabulary` row) over the corpus, as the build assigns them."""
     from pipelines.corpus import Document
+    from pipelines.dataset.build_steps import vocabulary_index
     from pipelines.dataset.sequences import load_backend_tokenizer, tokenize_documents
 
     tokenizer = load_backend_tokenizer(model)
+    lookup = vocabulary_index(list(vocabulary))  # rows: the words' sorted order, as `vocabulary` numbers them
     tokens = np.zeros(len(vocabulary), np.int64)
     for start in range(0, len(texts), 1000):
         documents = [Document(f"doc:{i}", "corpus", t) for i, t in enumerate(texts[start : start + 1000], start)]
-        table, _, _ = tokenize_documents(tokenizer, documents, vocabulary)
+        table, _, _ = tokenize_documents(tokenizer, documents, lookup)
         index = table.column("word_index").combine_chunks().flatten().to_numpy()
         tokens += np.bincount(index[index >= 0], minlength=len(vocabulary))
     return tokens

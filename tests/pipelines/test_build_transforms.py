@@ -17,6 +17,7 @@ from scipy.stats import rankdata
 from transformers import AutoTokenizer
 
 from pipelines.corpus import Document
+from pipelines.dataset.build_steps import vocabulary_index
 from pipelines.dataset.mask_probability import mask_probabilities
 from pipelines.dataset.sequences import TokenizeToWindows, cut_points, load_backend_tokenizer
 from schemas.alignment import align_tokens_to_words
@@ -115,11 +116,11 @@ def test_tokenize_to_windows_keeps_every_token(documents, minilm_path, packing):
     expected = {d.document_id: backend.encode(d.text, add_special_tokens=False).ids for d in documents}
     vocabulary = sorted({w for d in documents for _, _, w in word_spans(d.text)})
     with TestPipeline() as p:
-        vocab = p | "Vocab" >> beam.Create([(w, i) for i, w in enumerate(vocabulary)])
+        vocab = p | "Vocab" >> beam.Create([vocabulary_index(vocabulary)])
         out = (
             p
             | beam.Create(documents)
-            | TokenizeToWindows(minilm_path, beam.pvalue.AsDict(vocab), max_length=MAX_LENGTH, packing=packing,
+            | TokenizeToWindows(minilm_path, beam.pvalue.AsSingleton(vocab), max_length=MAX_LENGTH, packing=packing,
                                 pack_group_size=40)
         )
         assert_that(out["windows"] | beam.combiners.ToList(), lambda lists: _check_windows(
@@ -230,14 +231,16 @@ def test_a_batch_is_tokenized_as_each_document_alone(documents, minilm_path):
 
     extra = [Document("x:line 1", "x", "  \t  "), Document("x:line 2", "x", "Ünïcödé ﬁle naïve — İstanbul x² and Café")]
     batch = [*documents[:60], *extra]
-    vocabulary = {w: i for i, w in enumerate(sorted({w for d in batch for _, _, w in word_spans(d.text)})) if i % 5}
+    spelled = sorted({w for d in batch for _, _, w in word_spans(d.text)})
+    vocabulary = {w: i for i, w in enumerate(w for i, w in enumerate(spelled) if i % 5)}  # rows: sorted order
+    lookup = vocabulary_index(list(vocabulary))
     backend = load_backend_tokenizer(minilm_path)
-    table, empty, _ = tokenize_documents(backend, batch, vocabulary)
+    table, empty, _ = tokenize_documents(backend, batch, lookup)
     assert [d.document_id for d in empty] == ["x:line 1"]
     rows = {r["document_id"]: r for r in table.to_pylist()}
     assert len(rows) == len(batch) - 1
     for document in batch[:-2] + batch[-1:]:
-        alone, _, _ = tokenize_documents(backend, [document], vocabulary)
+        alone, _, _ = tokenize_documents(backend, [document], lookup)
         assert alone.to_pylist() == [rows[document.document_id]]
         encoding = backend.encode(document.text, add_special_tokens=False)
         spans = word_spans(document.text)

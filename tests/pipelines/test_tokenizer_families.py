@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pipelines.corpus import Document
+from pipelines.dataset.build_steps import vocabulary_index
 from pipelines.dataset.check_tokenizer import word_decode_report
 from pipelines.dataset.sequences import (
     check_tokenizer,
@@ -81,8 +82,8 @@ def test_the_build_gives_each_token_its_words_row(family, family_path, documents
     backend = load_backend_tokenizer(family_path(family))
     batch = documents[:300]
     spelled = sorted({w for d in batch for _, _, w in word_spans(d.text)})
-    vocabulary = {w: i for i, w in enumerate(spelled) if i % 7}
-    table, empty, _ = tokenize_documents(backend, batch, vocabulary)
+    vocabulary = {w: i for i, w in enumerate(w for i, w in enumerate(spelled) if i % 7)}  # rows: sorted order
+    table, empty, _ = tokenize_documents(backend, batch, vocabulary_index(list(vocabulary)))
     assert not empty and table.num_rows == len(batch)
     for document, row in zip(batch, table.to_pylist(), strict=True):
         encoding = backend.encode(document.text, add_special_tokens=False)
@@ -98,7 +99,7 @@ def test_the_build_gives_each_token_its_words_row(family, family_path, documents
 def _windows(family_path, family, documents, packing):
     name = family_path(family)
     backend = load_backend_tokenizer(name)
-    table, _, _ = tokenize_documents(backend, documents, {})
+    table, _, _ = tokenize_documents(backend, documents, vocabulary_index([]))
     prefix, suffix = special_template(backend)
     if packing == "pack":
         windows = pack_documents("all", table, pack_separator(name), prefix, suffix, WINDOW)
@@ -213,7 +214,7 @@ def test_fine_tuning_word_ids_follow_the_build(family, family_path, documents):
     hf = load_tokenizer(family_path(family))
     data = LabeledSet(source="sample", texts=[d.text for d in batch], labels=["x"] * len(batch))
     samples = encode(hf, data, {"x": 0}, max_length=100_000)
-    table, _, _ = tokenize_documents(load_backend_tokenizer(family_path(family)), batch, {})
+    table, _, _ = tokenize_documents(load_backend_tokenizer(family_path(family)), batch, vocabulary_index([]))
     for sample, row in zip(samples, table.to_pylist(), strict=True):
         body = sample["special_tokens_mask"] == 0
         assert sample["input_ids"][body].tolist() == row["input_ids"]
