@@ -4,7 +4,7 @@ Reads the domain corpus, the word statistics (`maskstream stats`) and the seeds
 (`maskstream seeds`); tokenizes with a Hugging Face fast tokenizer into sequences of at most
 --max-length tokens (no padding stored); encodes every word type and seed once and scores each
 word by its similarity to the seeds; computes each token's mask probability; and writes
-DATASET_ROOT/VERSION/ (Parquet shards, words.parquet, seeds.json, rejects-*.jsonl and, last,
+DATASET_ROOT/VERSION/ (Parquet shards, the word table words/, seeds.json, rejects-*.jsonl and, last,
 manifest.json), then points DATASET_ROOT/latest at the new version.
 
 Example:
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenize-batch-size", type=int, default=DEFAULTS.tokenize_batch_size,
                         help="documents per tokenizer call and per table of windows (default: %(default)s)")
     parser.add_argument("--write-embeddings", action="store_true",
-                        help="also write embeddings.parquet (word, embedding) for every word and seed (default: off)")
+                        help="also write embeddings/ (word, embedding) for every word and seed (default: off)")
 
 
 def add_dataset_options(parser: argparse.ArgumentParser) -> None:

@@ -80,7 +80,7 @@ def dataset_rows(windows: pa.Table, sequence_ids: np.ndarray, similarity: np.nda
 
 
 def embeddings_table(embeddings: dict[str, np.ndarray]) -> pa.Table:
-    """(word, float32 embedding) rows sorted by word: embeddings.parquet and the embedding cache."""
+    """(word, float32 embedding) rows sorted by word: the version's embeddings/ and the embedding cache."""
     words = sorted(embeddings)
     dim = len(next(iter(embeddings.values()))) if embeddings else 0
     matrix = np.stack([embeddings[w] for w in words]).astype(np.float32) if words else np.zeros((0, dim), np.float32)

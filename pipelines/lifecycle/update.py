@@ -4,7 +4,7 @@ Counts and tokenizes only the input files that changed since any earlier run int
 DATASET_ROOT (added or edited files; removed files simply drop out), encodes only the words and
 seeds never encoded before, and recomputes everything global from the cached per-file results:
 word statistics and TF-ICF, the seeds, nearest-seed similarities, mask probabilities. Writes
-DATASET_ROOT/VERSION/ like `maskstream build` (shards, words.parquet, seeds.json, rejects-*.jsonl,
+DATASET_ROOT/VERSION/ like `maskstream build` (shards, words/, seeds.json, rejects-*.jsonl,
 manifest.json last) and moves DATASET_ROOT/latest to it. The cache lives in DATASET_ROOT/_cache/;
 `maskstream gc` prunes it with old versions. The first run into an empty root is a full build.
 
