@@ -391,6 +391,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from maskstream.pretrained import load_pretrained
     from trainer.metrics import MetricsLogger
     from trainer.train import check_ranges
 
@@ -428,12 +429,9 @@ def run(args: argparse.Namespace) -> int:
 
     model_name = args.model or default_model()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
-    model, info = AutoModelForSequenceClassification.from_pretrained(
-        model_name, num_labels=len(label_names), id2label=dict(enumerate(label_names)), label2id=label_ids,
-        output_loading_info=True,
-    )
-    if info["missing_keys"]:
-        log.info("newly initialized (not in %s): %s", model_name, sorted(info["missing_keys"]))
+    model, _ = load_pretrained(AutoModelForSequenceClassification, model_name, "classification head",
+                               "expected when fine-tuning", num_labels=len(label_names),
+                               id2label=dict(enumerate(label_names)), label2id=label_ids)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from schemas import default_model
 from schemas.manifest import vocab_hash
+from schemas.models import display_name
 
 log = logging.getLogger("maskstream.train")
 
@@ -312,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
     logger = MetricsLogger(out, resume_step=step if args.resume else None, enabled=is_main)
     if is_main:
         log.info("training %s on %s: %d steps (%d warm-up), strategy %s, %d rank(s) x batch %d x accumulation %d",
-                 model_name, dataset.version_url, total_steps, warmup_steps, strategy, world_size,
+                 display_name(model_name), dataset.version_url, total_steps, warmup_steps, strategy, world_size,
                  args.batch_size, args.grad_accumulation)
 
     def batch_stream():

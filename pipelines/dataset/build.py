@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME
-from schemas.models import MAX_WORD_TOKENS
+from schemas.models import MAX_WORD_TOKENS, model_entry
 
 LOG = logging.getLogger("maskstream.build")
 
@@ -239,7 +239,7 @@ def tokenizer_info(name: str) -> dict[str, Any]:
 
     tokenizer = load_tokenizer(name)
     return {
-        "name": name,
+        **model_entry(name),
         "class": type(tokenizer).__name__,
         "vocab_hash": vocab_hash(tokenizer.get_vocab()),
         "vocab_size": len(tokenizer),
@@ -282,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
         "version": version,
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "tokenizer": tokenizer_info(config.tokenizer),
-        "encoder": {"name": config.encoder, "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
+        "encoder": {**model_entry(config.encoder), "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
                     "dtype": config.encoder_dtype},
         "seeds": seeds,
         "formulas": dict(FORMULA_VERSIONS),

@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 
 from pipelines.dataset.dataset_writer import join, write_atomically
 from pipelines.dataset.sequences import TOKENIZED_SCHEMA, natural_key
-from schemas.models import MAX_WORD_TOKENS
+from schemas.models import MAX_WORD_TOKENS, model_entry
 
 LOG = logging.getLogger("maskstream.update")
 
@@ -562,7 +562,7 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
         version=version,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         tokenizer=tokenizer_info(config.tokenizer),
-        encoder={"name": config.encoder, "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
+        encoder={**model_entry(config.encoder), "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
                  "dtype": config.encoder_dtype},
         seeds=seeds,
         formulas=dict(FORMULA_VERSIONS),

@@ -61,6 +61,7 @@ def options_from_args(args: argparse.Namespace, inputs: list[str], root: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipelines.dataset.build import print_signal
     from pipelines.lifecycle.incremental import update
 
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
@@ -71,5 +72,6 @@ def run(args: argparse.Namespace) -> int:
         LOG.error("%s", e)
         return 2
     print(json.dumps(report, indent=2))
+    print_signal(report["version"])  # as `build` does: `inspect` then points to it instead of repeating it
     print(f"dataset version: {report['version']}\ninspect it with: maskstream inspect {args.output}")
     return 0
