@@ -6,11 +6,13 @@ gs://. Prints the manifest's summary, checks the sha256 of every shard against t
 with the tokens most likely to be masked marked as [[token]], and writes a PNG with the
 histogram of the mask probabilities and of the expected masking rate per sequence.
 
-Then the masking signal (pipelines/dataset/signal.py): lifts, entropy ratio, the most and least masked
-words of the stored probabilities, and the same figures for three maps recomputed from the
-shards' words and the word table -- the paper's similarity map, the reference code's rank map and
-the sharpened map (`pipelines.dataset.mask_probability.SHARPENED`) -- so they can be compared on the
-user's own corpus; plotted to a second PNG (the first one's name with `_signal`).
+Then the masking signal (pipelines/dataset/signal.py), computed again from the shards: lifts,
+entropy ratio, the most and least masked words of the stored probabilities, and the same figures
+for three maps recomputed from the shards' words and the word table -- the paper's similarity map,
+the reference code's rank map and the sharpened map (`pipelines.dataset.mask_probability.SHARPENED`);
+plotted to a second PNG (the first one's name with `_signal`). Where they are the figures of the
+manifest, which `build` printed, one line says so; otherwise (an older version, or figures that
+differ) they are printed in full.
 """
 
 from __future__ import annotations
