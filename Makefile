@@ -23,7 +23,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 demo: install
-	OUT=$(OUT) PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
+	@OUT=$(OUT) PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
 
 test: install
 	$(BIN)/python -m pytest
