@@ -28,8 +28,9 @@ LOADING_LOGGERS = ("transformers.modeling_utils", "transformers.utils.loading_re
                    "transformers.core_model_loading")
 # "… specifies to tie cls.predictions.bias to cls.predictions.decoder.bias, but both are absent …"
 ABSENT_TIED_PAIR = re.compile(r"seem corrupted\. .* to tie (\S+) to (\S+), but both are absent")
-# transformers' bar over the tensors of a local checkpoint: over in an instant, noise in a log.
-WEIGHTS_BAR = "Loading weights"
+# transformers' bars over the tensors of a local checkpoint, read or written: over in a second or
+# two, noise in a log (download bars are huggingface_hub's and stay).
+WEIGHTS_BARS = ("Loading weights", "Writing model shards")
 
 
 class _HeldRecords(logging.Filter):
@@ -56,22 +57,17 @@ def _holding(held: _HeldRecords, loggers: tuple[str, ...]) -> Iterator[None]:
             logger.removeFilter(held)
 
 
-@contextlib.contextmanager
-def _no_weights_bar(quiet: bool) -> Iterator[None]:
-    """Hides transformers' "Loading weights" bar (not download bars) while `quiet`."""
+def hide_weights_bars() -> None:
+    """From now on in this process, transformers' `WEIGHTS_BARS` are not drawn (a process that
+    loads a model usually saves one later: `train`, `finetune`)."""
     from transformers.utils import logging as hf_logging
 
     def hook(factory, args, kwargs):
-        if kwargs.get("desc") == WEIGHTS_BAR:
+        if kwargs.get("desc") in WEIGHTS_BARS:
             kwargs = {**kwargs, "disable": True}
         return factory(*args, **kwargs)
 
-    previous = hf_logging.set_tqdm_hook(hook) if quiet else None
-    try:
-        yield
-    finally:
-        if quiet:
-            hf_logging.set_tqdm_hook(previous)
+    hf_logging.set_tqdm_hook(hook)
 
 
 def _in_base_model(model: Any, key: str) -> bool:
@@ -116,9 +112,11 @@ def load_pretrained(auto_class: Any, model: str, head: str, expected_because: st
     only initialized a new `head` (and pooler), logs `"<model> has no <head>; a new one is
     initialized (<expected_because>)"` and keeps transformers' messages at debug; otherwise
     lets them through unchanged. `model` is named by `schemas.models.display_name`."""
+    if not log.isEnabledFor(logging.DEBUG):
+        hide_weights_bars()
     held = _HeldRecords()
     try:
-        with _holding(held, LOADING_LOGGERS), _no_weights_bar(quiet=not log.isEnabledFor(logging.DEBUG)):
+        with _holding(held, LOADING_LOGGERS):
             loaded, info = auto_class.from_pretrained(model, output_loading_info=True, **kwargs)
     except BaseException:
         _show(held.records)  # transformers reports before it raises: its words explain the error
