@@ -7,17 +7,23 @@ OUT ?= out/demo
 
 .PHONY: install demo test lint
 
+# pip's own output (its notices and warnings, such as "Location ... is ignored") goes to
+# $(INSTALL_LOG), not into the demo's; a failed install prints the log's end.
+INSTALL_LOG := $(VENV)/install.log
+
 $(BIN)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $@
+	@echo "installing maskstream into $(VENV) (pip's output: $(INSTALL_LOG))"
+	@$(PYTHON) -m venv $(VENV)
+	@{ $(BIN)/python -m pip install --upgrade pip \
+	  && $(BIN)/python -m pip install torch==2.13.0 \
+	  && $(BIN)/python -m pip install -e '.[test]'; } > $(INSTALL_LOG) 2>&1 \
+	  || { tail -n 40 $(INSTALL_LOG); echo "install failed: see $(INSTALL_LOG)"; exit 1; }
+	@touch $@
 
 install: $(BIN)/.installed
 
 demo: install
-	OUT=$(OUT) PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
+	@OUT=$(OUT) PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
 
 test: install
 	$(BIN)/python -m pytest

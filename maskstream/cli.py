@@ -65,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def beam_root_chatter(record: logging.LogRecord) -> bool:
+    """False for Beam's INFO lines logged on the root logger rather than its own (`logging.info(
+    "Missing pipeline option (runner)...")` in apache_beam/pipeline.py), which the level of the
+    `apache_beam` logger cannot hold back; a handler filter, so --log-level debug shows them."""
+    from_beam = record.name == "root" and f"{os.sep}apache_beam{os.sep}" in record.pathname
+    return not from_beam or record.levelno >= logging.WARNING
+
+
 EXIT_OS_ERROR = 74  # sysexits.h EX_IOERR
 EXIT_REMOTE_UNAVAILABLE = 69  # sysexits.h EX_UNAVAILABLE
 
@@ -115,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Beam logs every type-hint conversion and runner probe at INFO: keep that for --log-level DEBUG.
     logging.getLogger("apache_beam").setLevel(max(level, logging.WARNING) if level > logging.DEBUG else level)
+    if level > logging.DEBUG:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(beam_root_chatter)
     # gcsfs and google-auth narrate every credential probe; failures reach us as exceptions anyway.
     for chatty in ("gcsfs", "google.auth"):
         logging.getLogger(chatty).setLevel(logging.ERROR if level > logging.DEBUG else level)

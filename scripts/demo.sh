@@ -6,7 +6,10 @@ cd "$(dirname "$0")/.."
 
 OUT="${OUT:-out/demo}"
 MASKSTREAM="${MASKSTREAM:-maskstream}"
-CORPUS="data/debian-science.jsonl"
+CORPUS="${CORPUS:-data/debian-science.jsonl}"
+# MODEL: the encoder, tokenizer and model to train (default: the offline all-MiniLM-L6-v2);
+# tests/test_demo.py runs this script with a tiny one.
+MODEL_ARGS=(${MODEL:+--model "$MODEL"})
 
 echo "== maskstream stats: word counts and TF-ICF of $CORPUS"
 $MASKSTREAM stats --input "$CORPUS" --output "$OUT/stats"
@@ -15,27 +18,14 @@ echo "== maskstream seeds: top 20 words by TF-ICF after filters"
 $MASKSTREAM seeds --stats "$OUT/stats" --output "$OUT/seeds.json"
 
 echo "== maskstream build: tokens, word similarities to the seeds, mask probabilities -> $OUT/dataset"
-$MASKSTREAM build --input "$CORPUS" --stats "$OUT/stats" --seeds "$OUT/seeds.json" --output "$OUT/dataset"
+$MASKSTREAM build --input "$CORPUS" --stats "$OUT/stats" --seeds "$OUT/seeds.json" --output "$OUT/dataset" \
+  "${MODEL_ARGS[@]}"
 
-echo "== maskstream inspect: summary, shard checksums, marked sample sequences, histogram, an HTML page"
+echo "== maskstream inspect: summary, shard checksums, marked sample sequences, histograms, an HTML page (the signal: above)"
 $MASKSTREAM inspect "$OUT/dataset" --plot "$OUT/mask_probabilities.png" --html "$OUT/report.html"
 
-echo
-echo "Outputs:"
-echo "  word statistics  $OUT/stats/word_stats-*.parquet"
-echo "  summary          $OUT/stats/summary.json"
-echo "  rejects          $OUT/stats/rejects-*.jsonl"
-echo "  seeds            $OUT/seeds.json"
-echo "  seed report      $OUT/seeds_report.md (chart: $OUT/seeds.png)"
-echo "  dataset          $OUT/dataset/$(cat "$OUT/dataset/latest")/ (the newest complete version, named in $OUT/dataset/latest)"
-echo "  histogram        $OUT/mask_probabilities.png"
-echo "  page             $OUT/report.html (open it in a browser: sequences coloured by mask probability)"
-echo
-echo "Inspect the dataset again with:  maskstream inspect $OUT/dataset"
-echo
-
 echo "== maskstream train: 30 steps of continued MLM pretraining on CPU, difference masking -> $OUT/train"
-$MASKSTREAM train --dataset "$OUT/dataset" --output "$OUT/train" --strategy difference \
+$MASKSTREAM train --dataset "$OUT/dataset" --output "$OUT/train" --strategy difference "${MODEL_ARGS[@]}" \
   --batch-size 8 --max-steps 30 --warmup-ratio 0.1 --learning-rate 5e-4 --num-workers 1 \
   --log-every 5 --eval-every 15 --save-every 15 --eval-samples 64
 
@@ -45,8 +35,13 @@ $MASKSTREAM finetune --train "$CORPUS" --text-column text --label-column section
   --epochs 1 --max-steps 60 --batch-size 16 --max-length 64 --learning-rate 1e-4
 
 echo
-echo "Training outputs:"
-echo "  pretrained model  $OUT/train/model/ (save_pretrained + tokenizer)"
-echo "  checkpoints       $OUT/train/checkpoints/ (resume with: maskstream train ... --resume)"
-echo "  metrics           $OUT/train/metrics.jsonl, $OUT/train/summary.json (TensorBoard: $OUT/train/tensorboard)"
-echo "  classifier        $OUT/finetune/model/, $OUT/finetune/evaluation.json, $OUT/finetune/confusion-validation.png"
+echo "What to look at:"
+echo "  - $OUT/report.html (open it in a browser): every token coloured by its mask probability; hover for its word and seed"
+echo "  - the masking signal (build, above): seed words should get several times their share of the masks"
+echo "    (lift > 1) and stop words less (lift < 1); a near-uniform WARNING names the knob to turn"
+echo "  - the marked sequences (inspect, above): [[tokens]] are the ones most likely masked"
+echo "  - $OUT/mask_probabilities.png and $OUT/mask_probabilities_signal.png: the probabilities, and which words get the masks"
+echo "  - $OUT/seeds_report.md: why these seed words"
+echo "  - held-out loss and masked-token accuracy before and after training: the train log above, $OUT/train/metrics.jsonl"
+echo "  - $OUT/finetune/evaluation.json and $OUT/finetune/confusion-validation.png: the classifier on the Debian sections"
+echo "Everything is under $OUT: the dataset in $OUT/dataset/$(cat "$OUT/dataset/latest")/, the model in $OUT/train/model/."

@@ -51,6 +51,19 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str
 
 
 @pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory: pytest.TempPathFactory, tiny_bert: str) -> str:
+    """tiny_bert's encoder saved without its MLM head, with a pooler: a sentence encoder like the MiniLM."""
+    import torch
+    from transformers import AutoTokenizer, BertModel
+
+    path = tmp_path_factory.mktemp("tiny-encoder")
+    torch.manual_seed(0)  # the new pooler's weights
+    BertModel.from_pretrained(tiny_bert).save_pretrained(path)  # BertModel: the pooler, no `cls.` head
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def subprocess_env() -> dict[str, str]:
     """Environment for `python -m maskstream ...` subprocesses: the repo importable."""
     env = dict(os.environ)

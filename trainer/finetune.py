@@ -480,14 +480,14 @@ def load_classifier(config: FinetuneConfig, label_names: list[str]):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from maskstream.pretrained import load_pretrained
+
     model_name = config.model or default_model()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
-    model, info = AutoModelForSequenceClassification.from_pretrained(
-        model_name, num_labels=len(label_names), id2label=dict(enumerate(label_names)),
-        label2id={label: i for i, label in enumerate(label_names)}, output_loading_info=True,
-    )
-    if info["missing_keys"]:
-        log.info("newly initialized (not in %s): %s", model_name, sorted(info["missing_keys"]))
+    model, _ = load_pretrained(AutoModelForSequenceClassification, model_name, "classification head",
+                               "expected when fine-tuning", num_labels=len(label_names),
+                               id2label=dict(enumerate(label_names)),
+                               label2id={label: i for i, label in enumerate(label_names)})
     model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     return tokenizer, model
 

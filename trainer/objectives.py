@@ -26,10 +26,9 @@ def load_mlm_model(model_name: str):
     the input embedding matrix itself (tied), so only the small transform and bias are new."""
     from transformers import AutoModelForMaskedLM
 
-    model, info = AutoModelForMaskedLM.from_pretrained(model_name, output_loading_info=True)
-    new = sorted(info["missing_keys"])
-    if new:
-        log.info("%s has no (complete) MLM head: newly initialized %s", model_name, new)
+    from maskstream.pretrained import load_pretrained
+
+    model, _ = load_pretrained(AutoModelForMaskedLM, model_name, "MLM head", "expected for sentence encoders")
     if model.get_output_embeddings() is not None and model.config.tie_word_embeddings:
         model.tie_weights()
         tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight

@@ -40,6 +40,7 @@ import numpy as np
 
 from schemas import default_model
 from schemas.manifest import vocab_hash
+from schemas.models import display_name
 
 log = logging.getLogger("maskstream.train")
 
@@ -650,7 +651,7 @@ def run(args: argparse.Namespace) -> int:
     logger = MetricsLogger(out, resume_step=step if saved is not None else None, enabled=ranks.is_main)
     if ranks.is_main:
         log.info("training %s on %s: %d steps (%d warm-up), strategy %s, %d rank(s) x batch %d x accumulation %d",
-                 data.model_name, data.dataset.version_url, total_steps, warmup_steps, config.strategy,
+                 display_name(data.model_name), data.dataset.version_url, total_steps, warmup_steps, config.strategy,
                  ranks.world_size, config.batch_size, config.grad_accumulation)
 
     held: dict[str, float] = {}

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from pipelines.dataset.word_lookup import WordLookup, WordScores
 from schemas.manifest import WORD_TABLE_FORMAT, WORD_TABLE_NAME, WORD_TABLE_SHARD_ROWS, Manifest, ShardEntry
-from schemas.models import MAX_WORD_TOKENS
+from schemas.models import MAX_WORD_TOKENS, model_entry
 
 REJECTS_PREFIX = "rejects"  # VERSION/rejects-SSSSS-of-NNNNN.jsonl, as `maskstream stats` writes its rejects
 
@@ -79,7 +79,7 @@ def tokenizer_info(name: str) -> dict[str, Any]:
 
     tokenizer = load_tokenizer(name)
     return {
-        "name": name,
+        **model_entry(name),
         "class": type(tokenizer).__name__,
         "vocab_hash": vocab_hash(tokenizer.get_vocab()),
         "vocab_size": len(tokenizer),
@@ -297,7 +297,7 @@ def manifest_fields(version: str, config: BuildConfig, seeds: Sequence[str], fin
         "version": version,
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "tokenizer": tokenizer_info(config.tokenizer),
-        "encoder": {"name": config.encoder, "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
+        "encoder": {**model_entry(config.encoder), "pooling": config.pooling, "max_word_tokens": MAX_WORD_TOKENS,
                     "dtype": config.encoder_dtype},
         "seeds": list(seeds),
         "formulas": dict(FORMULA_VERSIONS),

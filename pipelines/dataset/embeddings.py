@@ -118,6 +118,9 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         import torch
         from transformers import AutoModel
 
+        from maskstream.pretrained import load_pretrained
+        from schemas.models import display_name
+
         if self._threads > 0:  # several worker processes on one machine: avoid oversubscribing its cores
             torch.set_num_threads(self._threads)
 
@@ -125,9 +128,13 @@ class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
         device = ("cuda" if torch.cuda.is_available() else "cpu") if self._device == "auto" else self._device
         # Words are a few tokens long: plain attention is faster there than the fused SDPA kernels
         # (12% in bfloat16 on CPU), and every model has it.
-        model = AutoModel.from_pretrained(self._model_name, attn_implementation="eager").to(device)
+        # A masked-LM checkpoint has no pooler: said in one line, since only `--pooling pooler` reads it.
+        model, _ = load_pretrained(AutoModel, self._model_name, "head",
+                                   "unused with --pooling mean" if self._pooling == "mean"
+                                   else "--pooling pooler reads it untrained", attn_implementation="eager")
+        model = model.to(device)
         model.eval()
-        LOG.info("word encoder %s on %s in %s", self._model_name, device, self._dtype)
+        LOG.info("word encoder %s on %s in %s", display_name(self._model_name), device, self._dtype)
         return LoadedEncoder(tokenizer, model)
 
     def run_inference(self, batch: Sequence[str], model, inference_args=None) -> Iterable[PredictionResult]:

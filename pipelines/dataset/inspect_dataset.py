@@ -6,11 +6,13 @@ gs://. Prints the manifest's summary, checks the sha256 of every shard against t
 with the tokens most likely to be masked marked as [[token]], and writes a PNG with the
 histogram of the mask probabilities and of the expected masking rate per sequence.
 
-Then the masking signal (pipelines/dataset/signal.py): lifts, entropy ratio, the most and least masked
-words of the stored probabilities, and the same figures for three maps recomputed from the
-shards' words and the word table -- the paper's similarity map, the reference code's rank map and
-the sharpened map (`pipelines.dataset.mask_probability.SHARPENED`) -- so they can be compared on the
-user's own corpus; plotted to a second PNG (the first one's name with `_signal`).
+Then the masking signal (pipelines/dataset/signal.py), computed again from the shards: lifts,
+entropy ratio, the most and least masked words of the stored probabilities, and the same figures
+for three maps recomputed from the shards' words and the word table -- the paper's similarity map,
+the reference code's rank map and the sharpened map (`pipelines.dataset.mask_probability.SHARPENED`);
+plotted to a second PNG (the first one's name with `_signal`). Where they are the figures of the
+manifest, which `build` printed, one line says so; otherwise (an older version, or figures that
+differ) they are printed in full.
 
 With --html PAGE, also one self-contained HTML page of all of it, with a sequence browser
 (pipelines/dataset/inspect_html.py).
@@ -48,16 +50,16 @@ def mark_tokens(tokens: list[str], probability, special, fraction: float) -> str
 
 
 def summary_lines(version_url: str, manifest) -> list[str]:
-    from pipelines.dataset.vocabulary import vocabulary_line
+    from schemas.models import manifest_model_name
 
     docs = manifest.source_fingerprint.get("documents", {})
     config = manifest.config
     return [
         f"dataset version  {version_url}",
         f"created          {manifest.created_at} (schema {manifest.schema_version})",
-        f"tokenizer        {manifest.tokenizer.get('name')} (vocab {manifest.tokenizer.get('vocab_size')}, "
+        f"tokenizer        {manifest_model_name(manifest.tokenizer)} (vocab {manifest.tokenizer.get('vocab_size')}, "
         f"hash {str(manifest.tokenizer.get('vocab_hash'))[:12]})",
-        f"encoder          {manifest.encoder.get('name')} ({manifest.encoder.get('pooling', '?')} pooling, "
+        f"encoder          {manifest_model_name(manifest.encoder)} ({manifest.encoder.get('pooling', '?')} pooling, "
         f"{manifest.encoder.get('dtype', 'float32')})",
         f"seeds            {', '.join(manifest.seeds)}",
         f"documents        read {docs.get('read', '?')}, accepted {docs.get('accepted', '?')}, "
@@ -68,7 +70,6 @@ def summary_lines(version_url: str, manifest) -> list[str]:
         f"floor {config.get('floor', 0.0)}, alpha {config.get('alpha')}, budget {config.get('budget')}, "
         f"reduce {config.get('reduce')}, max length {config.get('max_length')}, packing {config.get('packing')}",
         f"formulas         {', '.join(f'{k}={v}' for k, v in sorted(manifest.formulas.items()))}",
-        *filter(None, [vocabulary_line(manifest.vocabulary)]),
     ]
 
 
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from pipelines.dataset.dataset_writer import join, verify_shard
-    from pipelines.dataset.signal import comparison_lines, format_report, map_tallies, plot_report
+    from pipelines.dataset.signal import inspect_lines, map_tallies, plot_report
     from schemas.manifest import ManifestError, load_manifest, read_word_table
     from schemas.tables import SEQUENCE_SCHEMA, SchemaMismatch, check_schema
 
@@ -179,9 +180,7 @@ def run(args: argparse.Namespace) -> int:
     reports = signal_reports(tallies, word_table, manifest.seeds)
     built_name, built = next(iter(reports.items()))
     print()
-    print("\n".join(format_report(built, f"masking signal of {built_name}")))
-    print("\nthe same corpus under other maps (lift: share of expected masks / share of tokens; entropy: of uniform):")
-    print("\n".join(comparison_lines(reports)))
+    print("\n".join(inspect_lines(reports, manifest)))
     signal_plot = plot.removesuffix(".png") + "_signal.png"
     plot_report(built, signal_plot, f"{manifest.version}: {built_name}")
     print(f"signal plot      {signal_plot}")

@@ -367,6 +367,45 @@ def build_lines(diagnostics: dict[str, Any]) -> list[str]:
     return lines
 
 
+def same_figures(recomputed: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """Do a recomputed report and a stored one (a manifest's diagnostics or one of its comparison
+    entries) give the same lifts, shares, entropy ratio and budget error? Sums over batches and over
+    shards differ in float rounding only."""
+    import math
+
+    def close(a: Any, b: Any) -> bool:
+        return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-9)
+
+    figures = [(recomputed.get(k), stored.get(k)) for k in ("entropy_ratio", "max_budget_error")]
+    for key in GROUP_LABELS:
+        mine, theirs = recomputed["groups"][key], stored.get("groups", {}).get(key, {})
+        figures += [(mine.get(k), theirs.get(k)) for k in ("tokens", "token_share", "mask_share", "lift")]
+    return all(close(a, b) for a, b in figures)
+
+
+def inspect_lines(reports: dict[str, dict[str, Any]], manifest: Any) -> list[str]:
+    """What `inspect` says of the vocabulary and the signal, given `reports` recomputed from the
+    shards (`inspect_dataset.signal_reports`). A version whose writer printed them (its manifest
+    holds the same figures) gets one line saying so, so that `build` then `inspect` shows each
+    figure once; an older manifest, or figures that differ, get the whole report."""
+    from pipelines.dataset.vocabulary import vocabulary_line
+
+    (built_name, built), *others = reports.items()
+    stored = manifest.diagnostics
+    compared = stored.get("comparison", {})
+    if stored and same_figures(built, stored) and all(name in compared and same_figures(report, compared[name])
+                                                      for name, report in others):
+        return ["signal           the shards agree with the masking signal `maskstream build` printed "
+                "(kept in manifest.json: vocabulary, diagnostics)"]
+    lines = [*filter(None, [vocabulary_line(manifest.vocabulary)])]
+    if stored:
+        lines.append("NOTE: the shards' masking signal differs from the figures in the manifest; recomputed:")
+    lines += format_report(built, f"masking signal of {built_name}")
+    lines += ["the same corpus under other maps (lift: share of expected masks / share of tokens; entropy: of uniform):",
+              *comparison_lines(reports)]
+    return lines
+
+
 def comparison_lines(reports: dict[str, dict[str, Any]]) -> list[str]:
     """One row per map: lifts, entropy ratio, the largest budget error and the share of sequences
     short of their budget."""

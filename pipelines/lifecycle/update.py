@@ -79,6 +79,8 @@ def leased_update(options) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipelines.dataset.build import print_signal
+
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
     try:
         options = options_from_args(args, args.input, args.output)
@@ -87,5 +89,6 @@ def run(args: argparse.Namespace) -> int:
         LOG.error("%s", e)
         return 2
     print(json.dumps(report, indent=2))
+    print_signal(report["version"])  # as `build` does: `inspect` then points to it instead of repeating it
     print(f"dataset version: {report['version']}\ninspect it with: maskstream inspect {args.output}")
     return 0

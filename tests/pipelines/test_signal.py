@@ -173,14 +173,47 @@ def test_the_build_prints_its_diagnostics(sharpened_build, capsys):
     assert "budget: no sequence more than 1% below its masking budget" in out  # floor 0.01: none is short
 
 
-def test_inspect_compares_the_three_maps_and_plots_the_signal(sharpened_build, tmp_path, capsys):
+def _version_with_diagnostics(sharpened_build, folder: Path, change) -> str:
+    """A copy of the build's version whose manifest's diagnostics are `change(diagnostics)`."""
+    import shutil
+
+    copy = folder / "version"
+    shutil.copytree(sharpened_build["version_url"], copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["diagnostics"] = change(manifest["diagnostics"])
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return str(copy)
+
+
+def test_inspect_does_not_repeat_the_signal_the_build_printed(sharpened_build, tmp_path, capsys):
+    """The shards give the manifest's figures: one line says so, and the table is not printed again."""
     plot = tmp_path / "hist.png"
     assert main(["inspect", sharpened_build["root"], "--plot", str(plot), "--samples", "1", "--no-verify"]) == 0
     out = capsys.readouterr().out
-    assert "seed words" in out and "stop words" in out and "entropy" in out
+    assert "the shards agree with the masking signal `maskstream build` printed" in out
+    assert "seed words" not in out and "most expected masks" not in out and "reference (rank" not in out
+    assert "vocabulary       min word count" not in out  # printed by the build with the signal
+    assert (tmp_path / "hist_signal.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("manifest_kind", ["older, without diagnostics", "figures that differ"])
+def test_inspect_prints_the_signal_the_build_did_not(sharpened_build, tmp_path, capsys, manifest_kind):
+    """An older manifest (no diagnostics) or one whose figures differ from the shards': the whole
+    report, the three maps compared, and for a difference a note saying so."""
+    def change(diagnostics):
+        if manifest_kind.startswith("older"):
+            return {}
+        diagnostics["groups"]["seed_words"]["lift"] *= 1.01
+        return diagnostics
+
+    version = _version_with_diagnostics(sharpened_build, tmp_path, change)
+    assert main(["inspect", version, "--plot", str(tmp_path / "hist.png"), "--samples", "1", "--no-verify"]) == 0
+    out = capsys.readouterr().out
+    assert "seed words" in out and "stop words" in out and "entropy" in out and "vocabulary       min word" in out
     for name in ("built (similarity", "paper (similarity", "reference (rank", "sharpened (sharpness"):
         assert name in out
-    assert (tmp_path / "hist_signal.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert ("differs from the figures in the manifest" in out) == (manifest_kind == "figures that differ")
+    assert "the shards agree" not in out
 
 
 def test_a_near_uniform_map_is_warned_about(sharpened_build):

@@ -1,0 +1,147 @@
+"""Loading a pretrained model, with transformers' load report said in maskstream's words when
+what it reports is expected.
+
+A sentence encoder such as the offline MiniLM is saved without an MLM head, and a pretrained
+masked-LM without a classification head: loading either into a task model initializes a new
+head. transformers reports that as a table of MISSING and UNEXPECTED keys and, for the MLM
+head's tied bias, as "This checkpoint seem corrupted", which reads as a broken download. When
+every message of the load is about such a head (new keys only in the head or the pooler, extra
+checkpoint keys only in the pooler or another task's head, no size mismatch, no error),
+`load_pretrained` logs one line instead and keeps transformers' messages for `--log-level debug`.
+Any other load problem is shown as transformers wrote it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from schemas.models import display_name
+
+log = logging.getLogger("maskstream.model")
+
+# transformers' loggers that report on loading weights (tying, the load report, conversion).
+LOADING_LOGGERS = ("transformers.modeling_utils", "transformers.utils.loading_report",
+                   "transformers.core_model_loading")
+# "… specifies to tie cls.predictions.bias to cls.predictions.decoder.bias, but both are absent …"
+ABSENT_TIED_PAIR = re.compile(r"seem corrupted\. .* to tie (\S+) to (\S+), but both are absent")
+# transformers' bars over the tensors of a local checkpoint, read or written: over in a second or
+# two, noise in a log (download bars are huggingface_hub's and stay).
+WEIGHTS_BARS = ("Loading weights", "Writing model shards")
+
+
+class _HeldRecords(logging.Filter):
+    """Keeps every record of the loggers it is added to, instead of letting them through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+
+@contextlib.contextmanager
+def _holding(held: _HeldRecords, loggers: tuple[str, ...]) -> Iterator[None]:
+    targets = [logging.getLogger(name) for name in loggers]
+    for logger in targets:
+        logger.addFilter(held)
+    try:
+        yield
+    finally:
+        for logger in targets:
+            logger.removeFilter(held)
+
+
+def hide_weights_bars() -> None:
+    """From now on in this process, transformers' `WEIGHTS_BARS` are not drawn (a process that
+    loads a model usually saves one later: `train`, `finetune`)."""
+    from transformers.utils import logging as hf_logging
+
+    def hook(factory, args, kwargs):
+        if kwargs.get("desc") in WEIGHTS_BARS:
+            kwargs = {**kwargs, "disable": True}
+        return factory(*args, **kwargs)
+
+    hf_logging.set_tqdm_hook(hook)
+
+
+def _in_base_model(model: Any, key: str) -> bool:
+    """Is `key` (the model's or the checkpoint's naming) a weight of the base encoder, not a head?"""
+    prefix = getattr(model, "base_model_prefix", "")
+    base = getattr(model, "base_model", model)
+    children = {name for name, _ in base.named_children()}
+    return (bool(prefix) and key.startswith(f"{prefix}.")) or key.split(".", 1)[0] in children
+
+
+def _is_pooler(key: str) -> bool:
+    return "pooler" in key.split(".")
+
+
+def new_modules(model: Any, info: dict[str, Any]) -> list[str] | None:
+    """What a load initialized anew, as `["head"]`, `["head", "pooler"]` or `[]`, when that is all
+    that differs from the checkpoint; None when anything else does (a missing encoder weight,
+    an unexpected encoder weight, a size mismatch, an error)."""
+    missing, unexpected = set(info.get("missing_keys", ())), set(info.get("unexpected_keys", ()))
+    if info.get("mismatched_keys") or info.get("error_msgs") or info.get("conversion_errors"):
+        return None
+    if any(_in_base_model(model, key) and not _is_pooler(key) for key in missing | unexpected):
+        return None
+    head = any(not _in_base_model(model, key) for key in missing)
+    pooler = any(_is_pooler(key) for key in missing)
+    return ["head"] * head + ["pooler"] * pooler
+
+
+def _expected(record: logging.LogRecord, model: Any, info: dict[str, Any]) -> bool:
+    """Is `record` transformers' report of the new head (its load report, or its "corrupted"
+    warning about a tied pair both in the new head)?"""
+    message = record.getMessage()
+    if "LOAD REPORT" in message:
+        return True
+    absent = ABSENT_TIED_PAIR.search(message)
+    missing = set(info.get("missing_keys", ()))
+    return bool(absent) and all(key in missing and not _in_base_model(model, key) for key in absent.groups())
+
+
+def load_pretrained(auto_class: Any, model: str, head: str, expected_because: str, **kwargs: Any) -> tuple[Any, dict]:
+    """`auto_class.from_pretrained(model, output_loading_info=True, **kwargs)`. Where the load
+    only initialized a new `head` (and pooler), logs `"<model> has no <head>; a new one is
+    initialized (<expected_because>)"` and keeps transformers' messages at debug; otherwise
+    lets them through unchanged. `model` is named by `schemas.models.display_name`."""
+    if not log.isEnabledFor(logging.DEBUG):
+        hide_weights_bars()
+    held = _HeldRecords()
+    try:
+        with _holding(held, LOADING_LOGGERS):
+            loaded, info = auto_class.from_pretrained(model, output_loading_info=True, **kwargs)
+    except BaseException:
+        _show(held.records)  # transformers reports before it raises: its words explain the error
+        raise
+    new = new_modules(loaded, info)
+    if new is None or not all(_expected(record, loaded, info) for record in held.records):
+        _show(held.records)
+        return loaded, info
+    name = display_name(model)
+    if new == ["head", "pooler"]:
+        log.info("%s has no %s and no pooler; new ones are initialized (%s)", name, head, expected_because)
+    elif new == ["head"]:
+        log.info("%s has no %s; a new one is initialized (%s)", name, head, expected_because)
+    elif new == ["pooler"]:
+        log.info("%s has no pooler; a new one is initialized (%s)", name, expected_because)
+    for record in held.records:
+        log.debug("transformers: %s", record.getMessage())
+    log.debug("newly initialized: %s; not used: %s", sorted(info.get("missing_keys", ())),
+              sorted(info.get("unexpected_keys", ())))
+    return loaded, info
+
+
+def _show(records: list[logging.LogRecord]) -> None:
+    """Passes held records on as if they had never been held."""
+    for record in records:
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)
