@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+HASH_SLICE = 65_536  # words turned into Python strings at once while hashing
 SKIPPED_SEED = -1  # `WordScores.nearest` of a word the encoder did not see (pipelines/dataset/vocabulary.py)
 
 
@@ -51,7 +52,9 @@ class WordLookup:
         words = words.combine_chunks() if isinstance(words, pa.ChunkedArray) else words
         rank = np.empty(len(words), np.int32)
         rank[pc.sort_indices(words).to_numpy()] = np.arange(len(words), dtype=np.int32)
-        keys = word_keys(words.to_pylist()) if len(words) else np.zeros(0, np.uint64)
+        # Hashed a slice at a time: never a Python string for every word at once.
+        keys = np.concatenate([np.zeros(0, np.uint64)] + [word_keys(words.slice(start, HASH_SLICE).to_pylist())
+                                                          for start in range(0, len(words), HASH_SLICE)])
         by_key = np.argsort(keys, kind="stable")
         keys = keys[by_key]
         if np.any(keys[1:] == keys[:-1]):
