@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from maskstream.cli import EXIT_OS_ERROR, main
-from schemas.manifest import LATEST_POINTER, load_manifest
+from schemas.manifest import LATEST_POINTER, load_manifest, read_word_table
 from schemas.tables import SEQUENCE_SCHEMA, WORD_STATS_SCHEMA, WORD_TABLE_SCHEMA, check_schema
 from schemas.words import words
 
@@ -253,9 +253,10 @@ def test_one_and_two_workers_give_the_same_rows(sample_corpus, tmp_path, subproc
                                  "--version", "v1", *flags)],
                                 env=subprocess_env, capture_output=True, text=True, cwd=REPO_ROOT)
         assert result.returncode == 0, result.stderr[-3000:]
-        versions.append(read_rows(f"{root}/v1"))
-    assert versions[0].num_rows > 15
-    assert versions[0].equals(versions[1])
+        versions.append((read_rows(f"{root}/v1"), read_word_table(f"{root}/v1", "words")))
+    assert versions[0][0].num_rows > 15
+    assert versions[0][0].equals(versions[1][0])
+    assert versions[0][1].equals(versions[1][1])  # the word table: every word's index, similarity, nearest seed
 
 
 def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys):
