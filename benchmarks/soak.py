@@ -19,9 +19,9 @@ version published has documents read = accepted (written) + rejected = the recor
 wrote into the files of its fingerprint, the trainer ends on the newest version (the watch stops
 first, the trainer is stopped once it follows the last version), and the RSS of the trainer and
 of watch (each with its child processes) stays flat: the median of the last minute is within
-+15 % (and 50 MB) of the median of the first minute after each process is ready. Prints the
-figures: versions published and collected, switches, steps, errors, RSS; exit status 0 when
-passing. `run_soak()` returns them (tests/test_soak.py runs it for 60 s).
++15 % (or +50 MB, whichever is more) of the median of the first minute after each process is
+ready. Prints the figures: versions published and collected, switches, steps, errors, RSS; exit
+status 0 when passing. `run_soak()` returns them (tests/test_soak.py runs it for 60 s).
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ class VersionLease:
             with fs.open(f"{path}.tmp", "w", encoding="utf-8") as f:
                 f.write(lease.to_json())
             fs.mv(f"{path}.tmp", path)
-        except OSError as e:
+        except Exception as e:  # best effort, whatever the storage raises: a lease never fails its holder
             if not self._warned:
                 LOG.warning("cannot write a lease at %s (%s): only gc's --grace-minutes protects version %s while "
                             "this process uses it", self.path, e, self._version)
@@ -153,5 +153,5 @@ class VersionLease:
             try:
                 fs, path = fsspec.core.url_to_fs(self.path)
                 fs.rm_file(path)
-            except OSError:
+            except Exception:  # noqa: BLE001
                 pass  # never written (no write access), or already gone: it expires either way
