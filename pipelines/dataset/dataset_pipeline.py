@@ -75,18 +75,38 @@ def _elapsed_ms(started: float) -> int:
     return int((time.perf_counter() - started) * 1000)
 
 
+WORD_STATS_BATCH_ROWS = 65_536  # word-stats rows a worker reads at once
+
+
+def read_word_stats_file(readable) -> Iterator[pa.Table]:
+    """One word_stats-*.parquet (a `fileio.ReadableFile`) -> its (word, tf) rows, in record batches."""
+    import pyarrow.parquet as pq
+
+    with readable.open() as f:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=WORD_STATS_BATCH_ROWS, columns=["word", "tf"]):
+            yield pa.Table.from_batches([batch])
+
+
 class ReadWordStats(beam.PTransform):
-    """The stats folder's word_stats-*.parquet -> PCollection of (word, tf) Arrow tables, read in
-    parallel by the workers: the vocabulary never passes through the launching process or the graph."""
+    """The stats folder's word_stats-*.parquet -> PCollection of (word, tf) Arrow tables, matched and
+    read by the workers: the vocabulary never passes through the launching process or the graph
+    (only the pattern does)."""
 
     def __init__(self, stats_dir: str):
         super().__init__()
         self._pattern = join(stats_dir, "word_stats-*.parquet")
 
     def expand(self, pbegin):
-        # validate=False: the launcher checked the folder (a dry run checks nothing, and reads nothing).
-        return pbegin | "ReadParquet" >> beam.io.ReadFromParquetBatched(
-            self._pattern, columns=["word", "tf"], validate=False)
+        from apache_beam.io import fileio
+
+        return (
+            pbegin
+            | "StatsPattern" >> beam.Create([self._pattern])
+            | "MatchStats" >> fileio.MatchAll()
+            | "SpreadStatsFiles" >> beam.Reshuffle()
+            | "OpenStats" >> fileio.ReadMatches()
+            | "ReadBatches" >> beam.FlatMap(read_word_stats_file)
+        )
 
 
 class NumberWords(beam.CombineFn):

@@ -77,9 +77,8 @@ def add_seed_options(parser: argparse.ArgumentParser) -> None:
                         help="let words with digits be seeds (default: alphabetic words only)")
 
 
-def iter_word_stats(stats_dir: str, batch_rows: int = STATS_BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
-    """The `word_stats-*.parquet` rows of a stats folder, in lists of at most `batch_rows` (schema
-    checked first); only one batch is in memory at a time."""
+def word_stats_dataset(stats_dir: str) -> Any:
+    """The `word_stats-*.parquet` of a stats folder as one pyarrow dataset (schema checked, nothing read)."""
     import fsspec
     import pyarrow.dataset as ds
 
@@ -91,6 +90,11 @@ def iter_word_stats(stats_dir: str, batch_rows: int = STATS_BATCH_ROWS) -> Itera
         raise FileNotFoundError(f"no word_stats-*.parquet in {stats_dir} (run `maskstream stats` first)")
     dataset = ds.dataset(files, filesystem=fs, format="parquet")
     check_schema(dataset.schema, WORD_STATS_SCHEMA, f"word stats in {stats_dir}")
+    return dataset
+
+
+def iter_word_stats(dataset: Any, batch_rows: int = STATS_BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
+    """The rows of a `word_stats_dataset`, in lists of at most `batch_rows`: one batch in memory at a time."""
     for batch in dataset.to_batches(batch_size=batch_rows):
         yield batch.to_pylist()
 
@@ -226,14 +230,14 @@ def run(args: argparse.Namespace) -> int:
     from schemas.formulas import FORMULA_VERSIONS
 
     try:
-        columns = next(iter_word_stats(args.stats, batch_rows=1), [{}])
+        word_stats = word_stats_dataset(args.stats)
         with fsspec.open(posixpath.join(args.stats.rstrip("/"), "summary.json"), "r", encoding="utf-8") as f:
             summary = json.load(f)
         stop_words = load_stop_words(args.stop_words)
     except FileNotFoundError as e:
         print(f"maskstream seeds: error: {e}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    has_background = bool(columns) and "contrast" in columns[0]
+    has_background = "contrast" in word_stats.schema.names
     contrast = args.contrast or ("background" if has_background else "general")
     if contrast == "background" and not has_background:
         print(f"maskstream seeds: error: {args.stats} has no background contrast: run `maskstream stats` with "
@@ -251,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     }
     ranking = SeedRanking(args.top_k, SCORE_COLUMN[contrast], min_df=args.min_df, min_length=args.min_length,
                           stop_words=stop_words, alphabetic_only=not args.allow_non_alphabetic)
-    for rows in iter_word_stats(args.stats):
+    for rows in iter_word_stats(word_stats):
         ranking.add(rows)
     seeds = ranking.seeds
     if not seeds:
@@ -262,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     # The formulas the statistics were computed with, plus this version's for the rest.
     formulas = {**FORMULA_VERSIONS, **summary.get("formulas", {})}
     # Ranked by TF-ICF, the seeds' own positions are their TF-ICF ranks; else a second pass counts them.
-    tf_icf_ranks = (ranking.tf_icf_ranks(iter_word_stats(args.stats)) if contrast == "background"
+    tf_icf_ranks = (ranking.tf_icf_ranks(iter_word_stats(word_stats)) if contrast == "background"
                     else {row["word"]: rank for rank, row in enumerate(seeds, start=1)})
     result = {
         "seeds": seed_provenance(ranking, tf_icf_ranks, contrast, summary.get("total_words") or 0),

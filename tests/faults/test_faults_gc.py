@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-import sequence_dataset_factory as factory
 
 from pipelines.lifecycle.gc import collect_garbage
 from schemas.lease import LEASES_DIR, ReaderLease, VersionLease, format_time, utc_now
 from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
 from tests.conftest import REPO_ROOT, run_cli
+from tests.fixtures import sequence_dataset as factory
 
 NOW = utc_now()
 
