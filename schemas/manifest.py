@@ -5,7 +5,9 @@ Layout of a dataset root (local path or `gs://bucket/prefix`):
     ROOT/latest                      text file: the name of the newest complete version
     ROOT/VERSION/manifest.json       written last, atomically; a version without it is incomplete
     ROOT/VERSION/shard-00000-of-000NN.parquet   rows of SEQUENCE_SCHEMA
-    ROOT/VERSION/words.parquet       WORD_TABLE_SCHEMA
+    ROOT/VERSION/words/words-00000-of-0000N.parquet   WORD_TABLE_SCHEMA, WORD_TABLE_SHARD_ROWS word
+                                     types a file by word_index (`word_table_format` 2; format 1,
+                                     before 0.2, was one file, words.parquet: `read_word_table` reads both)
     ROOT/VERSION/seeds.json
 
 Every path inside a manifest is relative to its version folder and must stay inside it.
@@ -27,7 +29,12 @@ SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 MANIFEST_NAME = "manifest.json"
 LATEST_POINTER = "latest"
-WORD_TABLE_NAME = "words.parquet"
+WORD_TABLE_NAME = "words"  # a folder of word-table shards (format 2)
+LEGACY_WORD_TABLE_NAME = "words.parquet"  # format 1: one file
+WORD_TABLE_FORMAT = 2
+# Word types a word-table file: shard j holds word_index [j * ROWS, (j + 1) * ROWS), so the files do
+# not depend on how the build's workers read the statistics, and no worker writes more than this.
+WORD_TABLE_SHARD_ROWS = 1_000_000
 SEEDS_NAME = "seeds.json"
 
 
@@ -37,6 +44,21 @@ class ManifestError(ValueError):
 
 def shard_name(index: int, count: int) -> str:
     return f"shard-{index:05d}-of-{count:05d}.parquet"
+
+
+def word_table_shard_name(index: int, count: int) -> str:
+    return f"{WORD_TABLE_NAME}/words-{index:05d}-of-{count:05d}.parquet"
+
+
+def read_word_table(version_url: str, word_table: str, columns: list[str] | None = None,
+                    filter: Any = None) -> Any:
+    """A version's word table (`manifest.word_table`) as one pyarrow Table (its shards, or the one file of format 1), in
+    word_index order; `columns` and a `pyarrow.dataset` `filter` read only what is asked."""
+    import pyarrow.dataset as ds
+
+    fs, path = fsspec.core.url_to_fs(posixpath.join(version_url.rstrip("/"), word_table))
+    table = ds.dataset(path, filesystem=fs, format="parquet").to_table(columns=columns, filter=filter)
+    return table.sort_by("word_index") if "word_index" in table.column_names else table
 
 
 def safe_relative_path(path: str) -> str:
@@ -91,7 +113,8 @@ class Manifest:
     config: dict[str, Any]
     source_fingerprint: dict[str, Any]
     shards: list[ShardEntry]
-    word_table: str = WORD_TABLE_NAME
+    word_table: str = LEGACY_WORD_TABLE_NAME  # what a manifest without the field meant
+    word_table_format: int = 1  # 1: one file; 2: a folder of shards (WORD_TABLE_SHARD_ROWS types each)
     schema_version: int = SCHEMA_VERSION
     # Signal diagnostics of the mask probabilities (pipelines/dataset/signal.py: lifts, entropy ratio,
     # most and least masked words, histogram, near-uniform warning); {} in older versions.
@@ -143,7 +166,7 @@ class Manifest:
             raise ManifestError(f"malformed shard entry: {e}") from e
         for shard in shards:
             safe_relative_path(shard.path)
-        safe_relative_path(data.get("word_table", WORD_TABLE_NAME))
+        safe_relative_path(data.get("word_table", LEGACY_WORD_TABLE_NAME))
         return cls(**{k: v for k, v in data.items() if k in fields and k != "shards"}, shards=shards)
 
 

@@ -149,21 +149,23 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     )
 
 
-def read_word_counts(stats_dir: str) -> dict[str, int]:
-    """The word types of `maskstream stats` and their corpus counts (`tf`), sorted by word:
-    position = `word_index` in the dataset."""
+def check_word_stats(stats_dir: str) -> None:
+    """Refuses a stats folder without word statistics (a listing: no word is read here)."""
     import fsspec
-    import pyarrow.dataset as ds
 
     fs, path = fsspec.core.url_to_fs(stats_dir)
-    files = sorted(fs.glob(f"{path.rstrip('/')}/word_stats-*.parquet"))
-    if not files:
+    if not fs.glob(f"{path.rstrip('/')}/word_stats-*.parquet"):
         raise FileNotFoundError(f"{stats_dir} holds no word_stats-*.parquet; run `maskstream stats` first")
-    table = ds.dataset(files, format="parquet", filesystem=fs).to_table(columns=["word", "tf"])
-    table = table.group_by("word").aggregate([("tf", "sum")]).sort_by("word")
-    if not table.num_rows:
-        raise ValueError(f"{stats_dir}: the word statistics are empty")
-    return dict(zip(table.column("word").to_pylist(), table.column("tf_sum").to_pylist(), strict=True))
+
+
+def warn_if_seeds_from_another_corpus(version_url: str, seeds_content: dict[str, Any]) -> None:
+    from schemas.manifest import load_manifest
+
+    seeds_fingerprint = seeds_content.get("source_fingerprint", {}).get("sha256")
+    corpus_fingerprint = load_manifest(version_url)[1].source_fingerprint.get("sha256")
+    if seeds_fingerprint and seeds_fingerprint != corpus_fingerprint:
+        LOG.warning("the seeds were computed from a different corpus (fingerprint %s, input %s)",
+                    seeds_fingerprint, corpus_fingerprint)
 
 
 def read_seeds(seeds_json: str) -> tuple[list[str], bytes, dict[str, Any]]:
@@ -203,37 +205,39 @@ def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.corpus import ReadCorpus, corpus_fingerprint
+    from pipelines.corpus import FingerprintFiles, ReadCorpus
+    from pipelines.dataflow_job import is_dry_run, job_size
     from pipelines.dataset.build_steps import manifest_fields
     from pipelines.dataset.dataset_pipeline import BuildDataset
-    from pipelines.dataset.dataset_writer import new_version_name, prepare_version, write_atomically
-    from pipelines.dataset.vocabulary import encoded_words, vocabulary_counts
+    from pipelines.dataset.dataset_writer import join, new_version_name, prepare_version, write_atomically
 
     version = args.version or new_version_name()
+    dry_run = is_dry_run(args.beam_args)  # the job is built, not run: nothing is read or written
     try:
         config = config_from_args(args)
-        counts = read_word_counts(args.stats)
         seeds, seeds_raw, seeds_content = read_seeds(args.seeds)
-        encoded = encoded_words(counts, config.min_word_count, seeds)
-        fingerprint = corpus_fingerprint(args.input)
-        version_url = prepare_version(args.output, version)
+        if not dry_run:
+            check_word_stats(args.stats)
+            version_url = prepare_version(args.output, version)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         LOG.error("%s", e)
         return 2
-    seeds_fingerprint = seeds_content.get("source_fingerprint", {}).get("sha256")
-    if seeds_fingerprint and seeds_fingerprint != fingerprint.get("sha256"):
-        LOG.warning("the seeds were computed from a different corpus (fingerprint %s, input %s)",
-                    seeds_fingerprint, fingerprint.get("sha256"))
-    write_atomically(f"{version_url}/{SEEDS_NAME}", seeds_raw)
-    fields = manifest_fields(version, config, seeds, fingerprint, vocabulary_counts(counts, encoded, config.min_word_count),
-                             {"input": list(args.input), "stats": args.stats, "seeds": args.seeds,
-                              "beam_args": list(args.beam_args)})
-    LOG.info("building %s: %d word types, %d of them encoded (min word count %d), %d seeds", version_url,
-             len(counts), fields["vocabulary"]["word_types_encoded"], config.min_word_count, len(seeds))
+    # The corpus's fingerprint is computed by the workers (FingerprintFiles): the launching process
+    # reads no corpus byte and no word of the statistics.
+    fields = manifest_fields(version, config, seeds, {}, {"input": list(args.input), "stats": args.stats,
+                                                          "seeds": args.seeds, "beam_args": list(args.beam_args)})
     started = time.perf_counter()
     pipeline = beam.Pipeline(options=PipelineOptions(list(args.beam_args)))
     corpus = pipeline | "ReadCorpus" >> ReadCorpus(args.input, text_field=args.text_field, txt_mode=args.txt_mode)
-    _ = corpus | "BuildDataset" >> BuildDataset(config, list(counts), encoded, seeds, args.output, fields)
+    fingerprint = corpus["files"] | "FingerprintCorpus" >> FingerprintFiles()
+    _ = {**corpus, "fingerprint": fingerprint} | "BuildDataset" >> BuildDataset(config, args.stats, seeds, args.output,
+                                                                                fields)
+    if dry_run:
+        print(job_size(pipeline.run()).line("build"))
+        return 0
+    LOG.info("building %s from the word statistics in %s, %d seeds, min word count %d", version_url, args.stats,
+             len(seeds), config.min_word_count)
+    write_atomically(join(version_url, SEEDS_NAME), seeds_raw)
     result = pipeline.run()
     result.wait_until_finish()
     elapsed = time.perf_counter() - started
@@ -243,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         LOG.error("no document of %s gave a sequence: nothing to write (the reasons: %s/rejects-*.jsonl)%s",
                   " ".join(args.input), version_url, "".join(f"\n  {line}" for line in first_rejects(version_url)))
         return 2
+    warn_if_seeds_from_another_corpus(version_url, seeds_content)
     print_signal(version_url)
     print(f"dataset version: {version_url}\ninspect it with: maskstream inspect {args.output}")
     return 0

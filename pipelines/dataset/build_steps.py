@@ -5,10 +5,12 @@ BuildDataset), `maskstream update` and `watch` in one process (pipelines/lifecyc
 Both call these functions and nothing else for the content of a version, so their outputs are
 byte-identical by construction:
 
-    vocabulary_index        word types (sorted) -> word -> word_index: every word lookup
+    vocabulary_index        word types -> WordLookup (sorted 64-bit hashes -> word_index): every word lookup
+    vocabulary_tally        word types and counts -> types and occurrences encoded (summed over batches)
     score_words             encoded words' and seeds' embeddings -> word-table rows (nearest seed)
-    complete_word_table     + a fallback row per word the encoder skipped (pipelines/dataset/vocabulary.py)
-    similarity_array        word table -> similarity per word_index
+    word_scores             those rows -> WordScores: similarity and nearest seed per word_index, with
+                            the fallback for every word the encoder skipped (pipelines/dataset/vocabulary.py)
+    word_table_rows         words + WordLookup + WordScores -> WORD_TABLE_SCHEMA rows, by word-table shard
     sequence_offsets/_ids   windows' (unit, window index) -> dense sequence ids 0..rows-1
     shard_count, shard_of   rows -> how many shards and which shard a row goes to
     sequence_rows           windows + ids + similarity -> SEQUENCE_SCHEMA rows with mask probabilities
@@ -26,13 +28,14 @@ import dataclasses
 import datetime
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from schemas.manifest import WORD_TABLE_NAME, Manifest, ShardEntry
+from pipelines.dataset.word_lookup import WordLookup, WordScores
+from schemas.manifest import WORD_TABLE_FORMAT, WORD_TABLE_NAME, WORD_TABLE_SHARD_ROWS, Manifest, ShardEntry
 from schemas.models import MAX_WORD_TOKENS
 
 REJECTS_PREFIX = "rejects"  # VERSION/rejects-SSSSS-of-NNNNN.jsonl, as `maskstream stats` writes its rejects
@@ -92,14 +95,49 @@ def tokenizer_info(name: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- words
 
 
-def vocabulary_index(words: Sequence[str]) -> dict[str, int]:
-    """word -> word_index (its position in the sorted word types): the one lookup every step of
-    both drivers uses (tokenizing, scoring, mapping a cached file's words to this version's)."""
-    return {word: i for i, word in enumerate(words)}
+def vocabulary_index(words: pa.Array | Sequence[str]) -> WordLookup:
+    """The word types (distinct, any order) -> their WordLookup, word_index = rank in word order:
+    the one lookup every step of both drivers uses (tokenizing, scoring, mapping a cached file's
+    words to this version's). 12 bytes a word type, never a dict of strings."""
+    return WordLookup.of(words)
+
+
+def vocabulary_tally(words: pa.Array, tf: np.ndarray, min_word_count: int, seeds: Iterable[str]) -> np.ndarray:
+    """(word types, types encoded, word occurrences, occurrences encoded) of a batch of word
+    statistics, to be summed over batches."""
+    tf = np.asarray(tf, np.int64)
+    encoded = encoded_mask(words, tf, min_word_count, seeds)
+    return np.array([len(tf), int(encoded.sum()), int(tf.sum()), int(tf[encoded].sum())], np.int64)
+
+
+def vocabulary_counts(tally: np.ndarray, min_word_count: int) -> dict[str, Any]:
+    """The manifest's `vocabulary` figures from the counts (`vocabulary_tally`, summed): threshold,
+    fallback, types and word occurrences encoded."""
+    from pipelines.dataset.vocabulary import FALLBACK
+
+    types, encoded, occurrences, covered = (int(n) for n in tally)
+    return {
+        "min_word_count": min_word_count,
+        "fallback": FALLBACK,
+        "word_types": types,
+        "word_types_encoded": encoded,
+        "word_types_skipped": types - encoded,
+        "word_occurrences": occurrences,
+        "word_occurrences_encoded": covered,
+        "word_occurrence_coverage": covered / occurrences if occurrences else 1.0,
+    }
+
+
+def encoded_mask(words: pa.Array, tf: np.ndarray, min_word_count: int, seeds: Iterable[str]) -> np.ndarray:
+    """Which of a batch of word types the encoder sees: counted `min_word_count` times, or a seed."""
+    import pyarrow.compute as pc
+
+    seeds = pa.array(sorted(set(seeds)), pa.string())
+    return (np.asarray(tf) >= min_word_count) | pc.is_in(words, seeds).to_numpy(zero_copy_only=False)
 
 
 def score_words(words: Sequence[str], embeddings: np.ndarray, seeds: Iterable[tuple[str, np.ndarray]],
-                reduce: str, index: Mapping[str, int]) -> pa.Table:
+                reduce: str, lookup: WordLookup) -> pa.Table:
     """Words (rows of `embeddings`) scored against the seeds' (word, embedding): WORD_TABLE_SCHEMA
     rows with each word's similarity and nearest seed. The seeds are taken in word order, so the
     nearest of two equally near seeds does not depend on the order they arrived in."""
@@ -109,15 +147,50 @@ def score_words(words: Sequence[str], embeddings: np.ndarray, seeds: Iterable[tu
     seeds = sorted(seeds, key=lambda seed: seed[0])
     seed_words = [word for word, _ in seeds]
     similarity, nearest = nearest_seed_similarity(embeddings, np.stack([e for _, e in seeds]), reduce)
-    return word_table(list(words), np.array([index[w] for w in words], np.int32), similarity,
-                      [seed_words[n] for n in nearest])
+    return word_table(list(words), lookup.index_of(words), similarity, [seed_words[n] for n in nearest])
 
 
-def similarity_array(table: pa.Table) -> np.ndarray:
-    """Each word's similarity, at its `word_index`."""
-    similarity = np.zeros(table.num_rows, np.float32)
-    similarity[table.column("word_index").to_numpy()] = table.column("similarity").to_numpy()
-    return similarity
+def word_scores(encoded: Iterable[pa.Table], word_types: int, seeds: Iterable[str]) -> WordScores:
+    """Every word type's similarity and nearest seed from the encoded words' rows (`score_words`
+    tables, any order); a word the encoder skipped gets the fallback similarity."""
+    from schemas.tables import WORD_TABLE_SCHEMA
+
+    columns = ["word_index", "similarity", "nearest_seed"]
+    table = pa.concat_tables([t.select(columns) for t in [WORD_TABLE_SCHEMA.empty_table(), *encoded]])
+    if not table.num_rows:
+        raise ValueError("no word type was encoded: lower --min-word-count")
+    return WordScores.of(table, word_types, seeds)
+
+
+def word_table_shards(word_types: int) -> int:
+    """How many files the word table of `word_types` types takes (WORD_TABLE_SHARD_ROWS each, at least one)."""
+    return max(1, -(-word_types // WORD_TABLE_SHARD_ROWS))
+
+
+def word_table_rows(words: pa.Array, lookup: WordLookup, scores: WordScores) -> Iterable[tuple[int, pa.Table]]:
+    """A batch of word types -> (word-table shard, its WORD_TABLE_SCHEMA rows of the batch)."""
+    from pipelines.dataset.dataset_writer import word_table
+
+    names = words.to_pylist()
+    index = lookup.index_of(names)
+    if np.any(index < 0):
+        raise KeyError("a word of the statistics is missing from the vocabulary's lookup")
+    rows = word_table(names, index, scores.similarity[index], scores.nearest_seeds(index))
+    shard = index // WORD_TABLE_SHARD_ROWS
+    for part in np.unique(shard):
+        yield int(part), rows.filter(pa.array(shard == part))
+
+
+def write_word_table_shard(version_url: str, shard: int, count: int, parts: Iterable[pa.Table]) -> str:
+    """Writes word-table shard `shard` of `count` from its rows (any order), in word_index order;
+    returns its path relative to the version."""
+    from pipelines.dataset.dataset_writer import join, write_word_table
+    from schemas.manifest import word_table_shard_name
+    from schemas.tables import WORD_TABLE_SCHEMA
+
+    name = word_table_shard_name(shard, count)
+    write_word_table(version_url, name, pa.concat_tables([WORD_TABLE_SCHEMA.empty_table(), *parts]))
+    return join(name)
 
 
 # ---------------------------------------------------------------- sequence ids and shards
@@ -215,9 +288,9 @@ def signal_tally(rows: pa.Table, similarity: np.ndarray, config: BuildConfig,
 
 
 def manifest_fields(version: str, config: BuildConfig, seeds: Sequence[str], fingerprint: dict[str, Any],
-                    vocabulary: dict[str, Any], run_config: dict[str, Any]) -> dict[str, Any]:
+                    run_config: dict[str, Any]) -> dict[str, Any]:
     """What the manifest states before any row is computed: `run_config` (the driver's own inputs
-    and options) joins the BuildConfig under `config`; `vocabulary` is `vocabulary_counts`."""
+    and options) joins the BuildConfig under `config`."""
     from schemas.formulas import FORMULA_VERSIONS
 
     return {
@@ -231,25 +304,40 @@ def manifest_fields(version: str, config: BuildConfig, seeds: Sequence[str], fin
         "config": {**dataclasses.asdict(config), **run_config},
         "source_fingerprint": fingerprint,
         "word_table": WORD_TABLE_NAME,
-        "vocabulary": vocabulary,
+        "word_table_format": WORD_TABLE_FORMAT,
     }
 
 
 def assemble_manifest(fields: dict[str, Any], shards: Iterable[ShardEntry], *, read: int, accepted: int,
                       rejected: int, extra_files: Iterable[str], tallies: dict[str, Any] | None,
-                      word_table: pa.Table) -> Manifest:
+                      vocabulary: dict[str, Any], lookup: WordLookup, scores: WordScores, version_url: str) -> Manifest:
     """`manifest_fields` + what the rows gave: the shards, documents read = accepted + rejected,
-    the word types, the signal diagnostics and the token coverage (from the merged tallies)."""
-    from pipelines.dataset.signal import build_diagnostics
+    the word types, the signal diagnostics and the vocabulary's coverage (`vocabulary_counts`, and
+    the tokens from the merged tallies). The few words the diagnostics name are read back from the
+    word table already written under `version_url`."""
+    from pipelines.dataset.signal import WordsForReport, build_diagnostics
     from pipelines.dataset.vocabulary import token_coverage
 
     fields = json.loads(json.dumps(fields))
     fields["source_fingerprint"]["documents"] = {"read": read, "accepted": accepted, "rejected": rejected}
-    fields["config"]["word_types"] = word_table.num_rows
+    fields["config"]["word_types"] = len(lookup)
     fields["config"]["extra_files"] = sorted(f for f in extra_files if f)
-    fields["diagnostics"] = build_diagnostics(tallies, word_table, fields["seeds"])
-    fields["vocabulary"] = {**fields["vocabulary"], **token_coverage(tallies, word_table)}
+    words = WordsForReport(scores.similarity, lookup.index_of, lambda indices: words_of(version_url, fields, indices))
+    fields["diagnostics"] = build_diagnostics(tallies, words, fields["seeds"])
+    fields["vocabulary"] = {**vocabulary, **token_coverage(tallies, scores)}
     return Manifest(shards=sorted(shards, key=lambda s: s.path), **fields)
+
+
+def words_of(version_url: str, fields: dict[str, Any], indices: np.ndarray) -> list[str]:
+    """The text of the word types `indices` (word_index), read from the version's word table with a filter."""
+    import pyarrow.dataset as ds
+
+    from schemas.manifest import read_word_table
+
+    wanted = pa.array(np.asarray(indices, np.int32))
+    table = read_word_table(version_url, fields["word_table"], ["word", "word_index"], ds.field("word_index").isin(wanted))
+    text = dict(zip(table.column("word_index").to_pylist(), table.column("word").to_pylist(), strict=True))
+    return [text[int(i)] for i in indices]
 
 
 def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:

@@ -1,12 +1,17 @@
 """The `maskstream build` pipeline as composite transforms; each step's work is a function of
 pipelines/dataset/build_steps.py, which `maskstream update` calls in one process as well.
 
-    vocabulary --ScoreWords (EmbedWords, NearestSeed, SkippedWords)--> word table, embeddings
+    word stats --ScoreWords (NumberWords, EmbedWords, NearestSeed, WordScores)--> lookup, scores, embeddings
+    word stats + lookup + scores --WriteWordTable--> VERSION/words/ shards
     corpus --TokenizeToWindows, StageWindows--> VERSION/_parts/windows/ + unit counts
     unit counts --AssignSequenceIds--> first id per unit, shard count
     windows + word table + ids --MaskAndShard--> VERSION/_parts/ --> shards, signal tallies
     documents + rejects --Bookkeeping--> VERSION/rejects-*.jsonl, accepted and rejected counts
-    shards + word table + counts + tallies --WriteManifest--> manifest.json, then ROOT/latest
+    shards + counts + tallies + lookup + scores --WriteManifest--> manifest.json, then ROOT/latest
+
+The word statistics are read by the workers (ReadWordStats); the vocabulary reaches the other steps
+as compact arrays (pipelines/dataset/word_lookup.py: 18 bytes a word type) in side inputs, never in
+the job's graph, the launching process or a Python dict.
 
 Windows are Arrow tables of a whole batch of documents (flat arrays, no per-token Python
 objects). They wait for their sequence ids, and the finished rows for their shard, in Arrow
@@ -23,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -34,6 +39,7 @@ from pipelines.dataset.build_steps import (  # noqa: F401 (sequence ids and shar
     REJECTS_PREFIX,
     BuildConfig,
     assemble_manifest,
+    encoded_mask,
     probability_options,
     sequence_ids,
     sequence_offsets,
@@ -41,10 +47,15 @@ from pipelines.dataset.build_steps import (  # noqa: F401 (sequence ids and shar
     shard_count,
     shard_of,
     signal_tally,
-    similarity_array,
     unit_counts,
     unit_keys,
+    vocabulary_counts,
     vocabulary_index,
+    vocabulary_tally,
+    word_scores,
+    word_table_rows,
+    word_table_shards,
+    write_word_table_shard,
 )
 from pipelines.dataset.dataset_writer import (
     embeddings_table,
@@ -52,57 +63,158 @@ from pipelines.dataset.dataset_writer import (
     write_manifest_and_latest,
     write_parquet,
     write_shard,
-    write_word_table,
 )
 from pipelines.dataset.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
 from pipelines.dataset.sequences import TokenizeToWindows
 from pipelines.dataset.signal import merge_map_tallies
-from pipelines.dataset.vocabulary import complete_word_table
-from schemas.manifest import ShardEntry
-from schemas.tables import WORD_TABLE_SCHEMA
+from pipelines.dataset.word_lookup import WordLookup, WordScores
+from schemas.manifest import WORD_TABLE_SHARD_ROWS, ShardEntry
 
 
 def _elapsed_ms(started: float) -> int:
     return int((time.perf_counter() - started) * 1000)
 
 
-class ScoreVocabulary(beam.PTransform):
-    """PCollection of one vocabulary (word -> word-table row) -> every word and seed encoded once
-    (their union), and each word scored against the seeds.
+class ReadWordStats(beam.PTransform):
+    """The stats folder's word_stats-*.parquet -> PCollection of (word, tf) Arrow tables, read in
+    parallel by the workers: the vocabulary never passes through the launching process or the graph."""
 
-    Returns {"word_table": tables of WORD_TABLE_SCHEMA rows, "embeddings": (word, vector)}. The
-    vocabulary reaches the steps as a side input, not inside their pickled code.
-    """
-
-    def __init__(self, seeds: Sequence[str], handler: WordEncoderHandler, reduce: str):
+    def __init__(self, stats_dir: str):
         super().__init__()
-        self._seeds = list(seeds)
-        self._handler = handler
-        self._reduce = reduce
+        self._pattern = join(stats_dir, "word_stats-*.parquet")
 
-    def expand(self, vocabulary):
-        seeds, handler = frozenset(self._seeds), self._handler
+    def expand(self, pbegin):
+        # validate=False: the launcher checked the folder (a dry run checks nothing, and reads nothing).
+        return pbegin | "ReadParquet" >> beam.io.ReadFromParquetBatched(
+            self._pattern, columns=["word", "tf"], validate=False)
+
+
+class NumberWords(beam.CombineFn):
+    """Word columns (Arrow) -> the vocabulary's WordLookup (word_index = rank in word order).
+
+    The accumulator holds the words as Arrow string chunks, no Python object a word: the one place
+    a build holds the vocabulary's text at once, to number it as `maskstream build` always did."""
+
+    def create_accumulator(self) -> list[pa.Array]:
+        return []
+
+    def add_input(self, accumulator: list[pa.Array], words: pa.Array) -> list[pa.Array]:
+        accumulator.append(words)
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[list[pa.Array]]) -> list[pa.Array]:
+        return [chunk for accumulator in accumulators for chunk in accumulator]
+
+    def extract_output(self, accumulator: list[pa.Array]) -> WordLookup:
+        return vocabulary_index(pa.chunked_array(accumulator, pa.string()))
+
+
+class SumArrays(beam.CombineFn):
+    """Sums numpy arrays of one shape (`vocabulary_tally`s); None for no input."""
+
+    def create_accumulator(self):
+        return None
+
+    def add_input(self, accumulator, array):
+        return array.copy() if accumulator is None else accumulator + array
+
+    def merge_accumulators(self, accumulators):
+        present = [a for a in accumulators if a is not None]
+        return sum(present[1:], present[0].copy()) if present else None
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+class EncodedWordBatches(beam.DoFn):
+    """A table of word statistics -> batches (`word_batches`) of its words the encoder sees
+    (`encoded_mask`), seeds left out (they are encoded once, on their own)."""
+
+    def __init__(self, handler: WordEncoderHandler, min_word_count: int, seeds: Sequence[str]):
+        self._handler, self._min_word_count, self._seeds = handler, min_word_count, frozenset(seeds)
+
+    def process(self, stats: pa.Table) -> Iterator[list[str]]:
+        words = stats.column("word").combine_chunks()
+        keep = encoded_mask(words, stats.column("tf").to_numpy(), self._min_word_count, ())
+        chosen = [w for w in words.filter(pa.array(keep)).to_pylist() if w not in self._seeds]
+        handler = self._handler
+        yield from word_batches(chosen, handler.model_name, handler.batch_rows, handler.max_word_tokens)
+
+
+def encoded_rows(table: pa.Table) -> pa.Table:
+    """What `word_scores` needs of scored rows (the word's text stays behind)."""
+    return table.select(["word_index", "similarity", "nearest_seed"])
+
+
+class ScoreWordTable(beam.PTransform):
+    """Word statistics (tables of word, tf) -> {"lookup": the WordLookup, "scores": the WordScores,
+    "vocabulary": the manifest's vocabulary counts, "embeddings": (word, vector) of every word
+    and seed encoded}, each encoded once, in parallel over batches of words."""
+
+    def __init__(self, config: BuildConfig, seeds: Sequence[str], handler: WordEncoderHandler):
+        super().__init__()
+        self._config, self._seeds, self._handler = config, list(seeds), handler
+
+    def expand(self, word_stats):
+        config, handler, seeds = self._config, self._handler, self._seeds
+        pipeline = word_stats.pipeline
+        lookup = (word_stats
+                  | "WordColumn" >> beam.Map(lambda stats: stats.column("word").combine_chunks())
+                  | "NumberWords" >> beam.CombineGlobally(NumberWords()))
+        vocabulary = (
+            word_stats
+            | "TallyVocabulary" >> beam.Map(lambda stats: vocabulary_tally(
+                stats.column("word").combine_chunks(), stats.column("tf").to_numpy(), config.min_word_count, seeds))
+            | "SumVocabulary" >> beam.CombineGlobally(SumArrays())
+            | "VocabularyCounts" >> beam.Map(vocabulary_counts, config.min_word_count)
+        )
+        word_batches_ = word_stats | "EncodedWordBatches" >> beam.ParDo(
+            EncodedWordBatches(handler, config.min_word_count, seeds))
+        # The seeds are few (K): they may live in the graph.
+        seed_batches = pipeline | "SeedBatches" >> beam.Create(
+            word_batches(seeds, handler.model_name, handler.batch_rows, handler.max_word_tokens))
         embeddings = (
-            vocabulary
-            # Words of one token count per batch, batches of the handler's fixed shape: see `word_batches`.
-            | "UniqueWordsAndSeeds" >> beam.FlatMap(
-                lambda index: word_batches(index.keys() | seeds, handler.model_name, handler.batch_rows,
-                                           handler.max_word_tokens)).with_output_types(list[str])
+            (word_batches_, seed_batches)
+            | "AllWordBatches" >> beam.Flatten()
             | "SpreadBatches" >> beam.Reshuffle()
             | "EmbedWords" >> EmbedWords(handler)
         )
-        seed_embeddings = embeddings | "SeedEmbeddings" >> beam.Filter(lambda pair: pair[0] in seeds)
-        word_table = (
+        seed_set = frozenset(seeds)
+        seed_embeddings = embeddings | "SeedEmbeddings" >> beam.Filter(lambda pair: pair[0] in seed_set)
+        scores = (
             embeddings
             | "BatchWords" >> beam.BatchElements(min_batch_size=1, max_batch_size=4096)
-            | "NearestSeed" >> beam.ParDo(ScoreWords(self._reduce), beam.pvalue.AsList(seed_embeddings),
-                                          beam.pvalue.AsSingleton(vocabulary))
+            | "NearestSeed" >> beam.ParDo(ScoreWords(config.reduce), beam.pvalue.AsList(seed_embeddings),
+                                          beam.pvalue.AsSingleton(lookup))
+            | "EncodedRows" >> beam.Map(encoded_rows)
+            | "AllEncoded" >> beam.combiners.ToList()
+            | "WordScores" >> beam.Map(lambda tables, lookup: word_scores(tables, len(lookup), seeds),
+                                       beam.pvalue.AsSingleton(lookup))
         )
-        return {"word_table": word_table, "embeddings": embeddings}
+        return {"lookup": lookup, "scores": scores, "vocabulary": vocabulary, "embeddings": embeddings}
 
 
-def concat_word_tables(tables: Iterable[pa.Table]) -> pa.Table:
-    return pa.concat_tables([WORD_TABLE_SCHEMA.empty_table(), *tables])
+class WriteWordTable(beam.PTransform):
+    """Word statistics -> the word table's shards (WORD_TABLE_SHARD_ROWS word types each, by
+    word_index), written in parallel; yields their paths."""
+
+    def __init__(self, version_url: str, words: dict[str, Any]):
+        super().__init__()
+        self._version_url, self._words = version_url, words
+
+    def expand(self, word_stats):
+        lookup, scores = beam.pvalue.AsSingleton(self._words["lookup"]), beam.pvalue.AsSingleton(self._words["scores"])
+        version_url = self._version_url
+        return (
+            word_stats
+            | "WordTableRows" >> beam.FlatMap(
+                lambda stats, lookup, scores: word_table_rows(stats.column("word").combine_chunks(), lookup, scores),
+                lookup, scores)
+            | "GroupByWordShard" >> beam.GroupByKey()
+            | "WriteWordShards" >> beam.Map(
+                lambda shard_parts, lookup: write_word_table_shard(
+                    version_url, shard_parts[0], word_table_shards(len(lookup)), shard_parts[1]), lookup)
+        )
 
 
 PARTS_DIR = "_parts"  # windows and rows on their way to a shard, removed once the shards are written
@@ -209,26 +321,41 @@ class WriteShardFn(beam.DoFn):
         self._ms.inc(_elapsed_ms(started))
 
 
-def write_embeddings(version_url: str, pairs: Iterable[tuple[str, np.ndarray]]) -> str:
-    write_parquet(embeddings_table(dict(pairs)), join(version_url, "embeddings.parquet"), 100_000)
-    return "embeddings.parquet"
+EMBEDDINGS_NAME = "embeddings"  # VERSION/embeddings/embeddings-SSSSS-of-NNNNN.parquet (--write-embeddings)
 
 
-class ScoreWordTable(beam.PTransform):
-    """Vocabulary and encoded words (one dict each) -> {"word_table": the complete word table
-    (one table), "embeddings": (word, vector) of every word and seed encoded}."""
+class WriteEmbeddings(beam.PTransform):
+    """(word, vector) pairs -> VERSION/embeddings/ shards, WORD_TABLE_SHARD_ROWS words each by the
+    word's word_index (seeds outside the vocabulary in the first), rows sorted by word; yields the folder."""
 
-    def __init__(self, seeds: Sequence[str], handler: WordEncoderHandler, reduce: str):
+    def __init__(self, version_url: str, lookup):
         super().__init__()
-        self._seeds, self._handler, self._reduce = list(seeds), handler, reduce
+        self._version_url, self._lookup = version_url, lookup
 
-    def expand(self, words):
-        scored = words["encoded"] | "ScoreVocabulary" >> ScoreVocabulary(self._seeds, self._handler, self._reduce)
-        # A few dozen tables, not a row object per word: cheap for the runner to hand around.
-        word_table = (scored["word_table"] | "WordTables" >> beam.combiners.ToList()
-                      | "OneWordTable" >> beam.Map(concat_word_tables)
-                      | "SkippedWords" >> beam.Map(complete_word_table, beam.pvalue.AsSingleton(words["vocabulary"])))
-        return {"word_table": word_table, "embeddings": scored["embeddings"]}
+    def expand(self, embeddings):
+        version_url = self._version_url
+
+        def keyed(batch, lookup):
+            shard = np.maximum(lookup.index_of([word for word, _ in batch]), 0) // WORD_TABLE_SHARD_ROWS
+            for part in np.unique(shard):
+                yield int(part), [pair for pair, s in zip(batch, shard, strict=True) if s == part]
+
+        def write(shard_batches, lookup):
+            shard, batches = shard_batches
+            name = f"{EMBEDDINGS_NAME}/embeddings-{shard:05d}-of-{word_table_shards(len(lookup)):05d}.parquet"
+            write_parquet(embeddings_table(dict(pair for batch in batches for pair in batch)), join(version_url, name),
+                          100_000)
+            return EMBEDDINGS_NAME
+
+        lookup = beam.pvalue.AsSingleton(self._lookup)
+        return (
+            embeddings
+            | "BatchEmbeddings" >> beam.BatchElements(min_batch_size=1, max_batch_size=4096)
+            | "EmbeddingShard" >> beam.FlatMap(keyed, lookup)
+            | "GroupByEmbeddingShard" >> beam.GroupByKey()
+            | "WriteEmbeddingShards" >> beam.Map(write, lookup)
+            | "OneFolder" >> beam.Distinct()
+        )
 
 
 class AssignSequenceIds(beam.PTransform):
@@ -254,16 +381,17 @@ class AssignSequenceIds(beam.PTransform):
 class MaskAndShard(beam.PTransform):
     """Staged windows -> {"shards": a ShardEntry per shard written, "tallies": the merged signal tallies}."""
 
-    def __init__(self, version_url: str, config: BuildConfig, similarity, numbering: dict[str, Any]):
+    def __init__(self, version_url: str, config: BuildConfig, scores, numbering: dict[str, Any]):
         super().__init__()
         self._version_url, self._config = version_url, config
-        self._similarity, self._numbering = similarity, numbering
+        self._scores, self._numbering = scores, numbering
 
     def expand(self, staged):
         shards = beam.pvalue.AsSingleton(self._numbering["shards"])
+        similarity = self._scores | "SimilarityArray" >> beam.Map(lambda scores: scores.similarity)
         computed = staged | "MaskProbabilities" >> beam.ParDo(
             ComputeRows(self._version_url, self._config),
-            beam.pvalue.AsSingleton(self._similarity),
+            beam.pvalue.AsSingleton(similarity),
             beam.pvalue.AsSingleton(self._numbering["offsets"]),
             shards,
         ).with_outputs(ComputeRows.TALLY, main="parts")
@@ -311,19 +439,22 @@ class Bookkeeping(beam.PTransform):
         return {"documents": documents, "rejects_written": written}
 
 
-def finalize(_, root: str, fields: dict[str, Any], shards: list[ShardEntry], word_table: pa.Table,
-             documents: dict[str, int], tallies: dict[str, Any] | None, extra_files: list, written: list) -> str | None:
+def finalize(_, root: str, fields: dict[str, Any], shards: list[ShardEntry], documents: dict[str, int],
+             tallies: dict[str, Any] | None, vocabulary: dict[str, Any], lookup: WordLookup, scores: WordScores,
+             fingerprint: dict[str, Any], extra_files: list, written: list) -> str | None:
     """Runs once, after every shard and file is written (`written`): the manifest, then `latest`.
     Writes no manifest when no document gave a sequence (the caller reports it)."""
     import fsspec
 
-    fs, parts = fsspec.core.url_to_fs(join(root, fields["version"], PARTS_DIR))
+    version_url = join(root, fields["version"])
+    fs, parts = fsspec.core.url_to_fs(join(version_url, PARTS_DIR))
     if fs.exists(parts):  # every shard is written: the windows and rows waiting for them can go
         fs.rm(parts, recursive=True)
     if not shards:
         return None
+    fields = {**fields, "source_fingerprint": fingerprint}
     manifest = assemble_manifest(fields, shards, **documents, extra_files=extra_files, tallies=tallies,
-                                 word_table=word_table)
+                                 vocabulary=vocabulary, lookup=lookup, scores=scores, version_url=version_url)
     return write_manifest_and_latest(root, manifest)
 
 
@@ -337,30 +468,29 @@ class WriteManifest(beam.PTransform):
 
     def expand(self, pbegin):
         inputs = self._inputs
+        singletons = ("documents", "tallies", "vocabulary", "lookup", "scores", "fingerprint")
+        lists = ("shards", "extra_files", "written")
         return (
             pbegin
             | "Once" >> beam.Create([None])
             | "WriteManifest" >> beam.Map(
                 finalize, root=self._root, fields=self._fields,
-                shards=beam.pvalue.AsList(inputs["shards"]),
-                word_table=beam.pvalue.AsSingleton(inputs["word_table"]),
-                documents=beam.pvalue.AsSingleton(inputs["documents"]),
-                tallies=beam.pvalue.AsSingleton(inputs["tallies"]),
-                extra_files=beam.pvalue.AsList(inputs["extra_files"]),
-                written=beam.pvalue.AsList(inputs["written"]),
+                **{name: beam.pvalue.AsSingleton(inputs[name]) for name in singletons},
+                **{name: beam.pvalue.AsList(inputs[name]) for name in lists},
             )
         )
 
 
 class BuildDataset(beam.PTransform):
-    """{"documents", "rejects"} of ReadCorpus -> a complete dataset version under `root`."""
+    """{"documents", "rejects"} of ReadCorpus and the corpus's "fingerprint" (FingerprintFiles) ->
+    a complete dataset version under `root`, with the word statistics read from `stats_dir` by the
+    workers (nothing per word in the job's graph)."""
 
-    def __init__(self, config: BuildConfig, vocabulary: Sequence[str], encoded: Sequence[str], seeds: Sequence[str],
-                 root: str, manifest_fields: dict[str, Any]):
+    def __init__(self, config: BuildConfig, stats_dir: str, seeds: Sequence[str], root: str,
+                 manifest_fields: dict[str, Any]):
         super().__init__()
         self._config = config
-        self._vocabulary = list(vocabulary)
-        self._encoded = list(encoded)  # the words the encoder sees (pipelines/dataset/vocabulary.py)
+        self._stats_dir = stats_dir
         self._seeds = list(seeds)
         self._root = root
         self._fields = manifest_fields
@@ -372,32 +502,23 @@ class BuildDataset(beam.PTransform):
             config.encoder, pooling=config.pooling, threads=config.encoder_threads, device=config.encoder_device,
             batch_rows=config.embed_batch_size, dtype=config.encoder_dtype,
         )
-        # One element holding the whole mapping (word -> word-table row), typed: Beam neither
-        # infers a type per entry nor rebuilds a dict from pairs in every bundle.
-        index = vocabulary_index(self._vocabulary)
-        vocabulary = pipeline | "Vocabulary" >> beam.Create([index]).with_output_types(dict[str, int])
-        encoded = pipeline | "EncodedWords" >> beam.Create([{w: index[w] for w in self._encoded}]).with_output_types(
-            dict[str, int])
-
-        scored = {"vocabulary": vocabulary, "encoded": encoded} | "ScoreWords" >> ScoreWordTable(
-            self._seeds, handler, config.reduce)
-        similarity = scored["word_table"] | "SimilarityArray" >> beam.Map(similarity_array)
+        word_stats = pipeline | "ReadWordStats" >> ReadWordStats(self._stats_dir)
+        words = word_stats | "ScoreWords" >> ScoreWordTable(config, self._seeds, handler)
         tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
-            config.tokenizer, beam.pvalue.AsSingleton(vocabulary), max_length=config.max_length,
+            config.tokenizer, beam.pvalue.AsSingleton(words["lookup"]), max_length=config.max_length,
             packing=config.packing, pack_group_size=config.pack_group_size, batch_size=config.tokenize_batch_size)
         staged = tokenized["windows"] | "StageWindows" >> beam.Map(stage_windows, version_url)
         numbering = staged | "AssignSequenceIds" >> AssignSequenceIds(config.num_shards, config.shard_rows)
-        masked = staged | "MaskAndShard" >> MaskAndShard(version_url, config, similarity, numbering)
-        books = {**corpus, "no_tokens": tokenized["rejects"]} | "Bookkeeping" >> Bookkeeping(version_url)
-
-        words_written = scored["word_table"] | "WriteWordTable" >> beam.Map(
-            lambda table: write_word_table(version_url, self._fields["word_table"], table))
+        masked = staged | "MaskAndShard" >> MaskAndShard(version_url, config, words["scores"], numbering)
+        books = ({"documents": corpus["documents"], "rejects": corpus["rejects"], "no_tokens": tokenized["rejects"]}
+                 | "Bookkeeping" >> Bookkeeping(version_url))
+        word_tables = word_stats | "WriteWordTable" >> WriteWordTable(version_url, words)
         if config.write_embeddings:
-            extra = (scored["embeddings"] | "EmbeddingList" >> beam.combiners.ToList()
-                     | "WriteEmbeddings" >> beam.Map(lambda pairs: write_embeddings(version_url, pairs)))
+            extra = words["embeddings"] | "WriteEmbeddings" >> WriteEmbeddings(version_url, words["lookup"])
         else:
             extra = pipeline | "NoEmbeddings" >> beam.Create([])
-        written = (words_written, books["rejects_written"]) | "FilesWritten" >> beam.Flatten()
+        written = (word_tables, books["rejects_written"], extra) | "FilesWritten" >> beam.Flatten()
         return pipeline | "WriteManifest" >> WriteManifest(
-            self._root, self._fields, shards=masked["shards"], word_table=scored["word_table"],
-            documents=books["documents"], tallies=masked["tallies"], extra_files=extra, written=written)
+            self._root, self._fields, shards=masked["shards"], documents=books["documents"],
+            tallies=masked["tallies"], vocabulary=words["vocabulary"], lookup=words["lookup"],
+            scores=words["scores"], fingerprint=corpus["fingerprint"], extra_files=extra, written=written)

@@ -21,7 +21,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -270,16 +270,16 @@ def nearest_seed_similarity(
 
 class ScoreWords(beam.DoFn):
     """Batches of (word, embedding) -> a table of word-table rows (WORD_TABLE_SCHEMA) of those in
-    `vocabulary` (word -> row), scored against the seed embeddings."""
+    the vocabulary (`WordLookup`), scored against the seed embeddings."""
 
     def __init__(self, reduce: str):
         self._reduce = reduce
 
-    def process(self, batch: Sequence[tuple[str, np.ndarray]], seeds: list[tuple[str, np.ndarray]],
-                vocabulary: Mapping[str, int]):
+    def process(self, batch: Sequence[tuple[str, np.ndarray]], seeds: list[tuple[str, np.ndarray]], lookup):
         from pipelines.dataset.build_steps import score_words
 
-        words = [(word, embedding) for word, embedding in batch if word in vocabulary]
+        known = lookup.index_of([word for word, _ in batch]) >= 0
+        words = [pair for pair, k in zip(batch, known, strict=True) if k]
         if not words:
             return
-        yield score_words([w for w, _ in words], np.stack([e for _, e in words]), seeds, self._reduce, vocabulary)
+        yield score_words([w for w, _ in words], np.stack([e for _, e in words]), seeds, self._reduce, lookup)

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     from pipelines.dataset.dataset_writer import join, verify_shard
     from pipelines.dataset.signal import comparison_lines, format_report, map_tallies, plot_report
-    from schemas.manifest import ManifestError, load_manifest
+    from schemas.manifest import ManifestError, load_manifest, read_word_table
     from schemas.tables import SEQUENCE_SCHEMA, SchemaMismatch, check_schema
 
     try:
@@ -131,8 +131,7 @@ def run(args: argparse.Namespace) -> int:
     rates: list[float] = []
     shown: list[dict[str, Any]] = []
     columns = ["sequence_id", "input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability"]
-    with fsspec.open(join(version_url, manifest.word_table), "rb") as f:
-        word_table = pq.read_table(f)
+    word_table = read_word_table(version_url, manifest.word_table)
     similarity = np.zeros(word_table.num_rows, np.float32)
     similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
     tallies = []  # one per shard: the whole dataset is never in memory at once

@@ -32,7 +32,7 @@ import hashlib
 import itertools
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.dataset.word_lookup import WordLookup
 from schemas.alignment import align_tokens_to_words
 from schemas.words import normalize_word, word_boundaries
 
@@ -75,11 +76,12 @@ def flat(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     return values, offsets - offsets[0]
 
 
-def word_spans_of_text(text: str, vocabulary: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def word_spans_of_text(text: str, vocabulary: WordLookup) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(starts, ends, word-table row or -1) of every word of `text` (`schemas.words`).
 
     The words are cut out of the text's UTF-8 bytes as one Arrow array and dictionary-encoded,
-    so only each distinct spelling is normalized and looked up in Python."""
+    so only each distinct spelling is normalized and hashed in Python, then looked up in the
+    vocabulary's sorted hashes at once."""
     starts, ends = word_boundaries(text)
     if len(starts) == 0:
         return starts, ends, np.zeros(0, np.int32)
@@ -93,8 +95,7 @@ def word_spans_of_text(text: str, vocabulary: Mapping[str, int]) -> tuple[np.nda
     pieces = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(bounds) - 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)])
     spellings = pc.dictionary_encode(pieces.take(pa.array(np.arange(0, len(bounds) - 1, 2))))
     distinct = spellings.dictionary.to_pylist()
-    row_of = np.fromiter((vocabulary.get(normalize_word(s.decode("utf-8", "surrogatepass")), -1) for s in distinct),
-                         np.int32, len(distinct))
+    row_of = vocabulary.index_of([normalize_word(s.decode("utf-8", "surrogatepass")) for s in distinct])
     return starts, ends, row_of[spellings.indices.to_numpy()]
 
 
@@ -113,7 +114,7 @@ def encoding_arrays(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, n
 
 
 def tokenize_documents(tokenizer, documents: Sequence[Any],
-                       vocabulary: Mapping[str, int]) -> tuple[pa.Table, list, int]:
+                       vocabulary: WordLookup) -> tuple[pa.Table, list, int]:
     """(TOKENIZED_SCHEMA table of the documents with tokens, the documents without any token,
     the number of tokens across two or more words (`schemas.alignment`)).
 
@@ -412,7 +413,7 @@ class TokenizeDocuments(beam.DoFn):
         self._tokenizer = load_backend_tokenizer(self._tokenizer_name)
         self._prefix, self._suffix = special_template(self._tokenizer)
 
-    def process(self, batch: Sequence[Any], vocabulary: Mapping[str, int]) -> Iterator[Any]:
+    def process(self, batch: Sequence[Any], vocabulary: WordLookup) -> Iterator[Any]:
         started = time.perf_counter()
         table, empty, across = tokenize_documents(self._tokenizer, batch, vocabulary)
         self._across.inc(across)

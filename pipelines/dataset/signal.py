@@ -19,7 +19,7 @@ tally and the word table into the figures users read:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -136,7 +136,7 @@ def merge_map_tallies(tallies: Iterable[dict[str, dict[str, np.ndarray]]]) -> di
     return {name: merge_tallies([t[name] for t in tallies]) for name in tallies[0]}
 
 
-def build_diagnostics(tallies: dict[str, dict[str, np.ndarray]] | None, word_table: Any,
+def build_diagnostics(tallies: dict[str, dict[str, np.ndarray]] | None, words: WordsForReport,
                       seeds: Iterable[str]) -> dict[str, Any]:
     """A manifest's `diagnostics`: the built map's `dataset_diagnostics`, plus under `comparison`
     each compared map's lifts, entropy ratio and budget error."""
@@ -144,26 +144,49 @@ def build_diagnostics(tallies: dict[str, dict[str, np.ndarray]] | None, word_tab
         return {}
     seeds = list(seeds)
     (name, built), *others = tallies.items()
-    report = {"map": name, **dataset_diagnostics(built, word_table, seeds), "comparison": {}}
+    report = {"map": name, **words.diagnostics(built, seeds), "comparison": {}}
     for other, counts in others:
-        full = dataset_diagnostics(counts, word_table, seeds)
+        full = words.diagnostics(counts, seeds)
         report["comparison"][other] = {key: full[key] for key in ("groups", "entropy_ratio", "max_budget_error")}
     return report
+
+
+class WordsForReport:
+    """What `signal_report` needs of the word types, without holding their text: each type's
+    similarity (by word_index), the word_index of given words, and the text of a few types.
+
+    `of_table` serves a whole word table in memory (inspect); the build passes its compact arrays
+    (`pipelines.dataset.word_lookup`) and reads the few words it names from the word-table files."""
+
+    def __init__(self, similarity: np.ndarray, index_of: Callable[[Sequence[str]], np.ndarray],
+                 text_of: Callable[[np.ndarray], list[str]]):
+        self.similarity, self.index_of, self.text_of = similarity, index_of, text_of
+
+    @classmethod
+    def of_table(cls, word_table: Any) -> WordsForReport:
+        """From a word table (pyarrow, WORD_TABLE_SCHEMA) in memory."""
+        index = word_table.column("word_index").to_numpy()
+        words = np.empty(word_table.num_rows, object)
+        words[index] = word_table.column("word").to_pylist()
+        similarity = np.zeros(word_table.num_rows, np.float32)
+        similarity[index] = word_table.column("similarity").to_numpy()
+        row = {word: i for i, word in enumerate(words)}
+        return cls(similarity, lambda names: np.array([row.get(w, -1) for w in names], np.int64),
+                   lambda indices: [words[i] for i in indices])
+
+    def diagnostics(self, counts: dict[str, np.ndarray] | None, seeds: Iterable[str]) -> dict[str, Any]:
+        """`signal_report` of a tally with scikit-learn's English stop words; {} without a tally (no rows)."""
+        from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
+
+        if counts is None:
+            return {}
+        return signal_report(counts, self, seeds, ENGLISH_STOP_WORDS)
 
 
 def dataset_diagnostics(counts: dict[str, np.ndarray] | None, word_table: Any, seeds: Iterable[str]) -> dict[str, Any]:
     """A manifest's `diagnostics`: `signal_report` of a tally, with the word table (pyarrow,
     WORD_TABLE_SCHEMA) and scikit-learn's English stop words; {} without a tally (no rows)."""
-    from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
-
-    if counts is None:
-        return {}
-    index = word_table.column("word_index").to_numpy()
-    words = np.empty(word_table.num_rows, object)
-    words[index] = word_table.column("word").to_pylist()
-    similarity = np.zeros(word_table.num_rows, np.float32)
-    similarity[index] = word_table.column("similarity").to_numpy()
-    return signal_report(counts, list(words), similarity, seeds, ENGLISH_STOP_WORDS)
+    return WordsForReport.of_table(word_table).diagnostics(counts, seeds)
 
 
 def merge_tallies(tallies: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -192,19 +215,25 @@ def _share(tokens: int, masks: float, total_tokens: int, total_masks: float) -> 
             "lift": mask_share / token_share if token_share else 0.0}
 
 
-def signal_report(counts: dict[str, np.ndarray], words: Sequence[str], similarity: np.ndarray,
-                  seeds: Iterable[str], stop_words: Iterable[str]) -> dict[str, Any]:
-    """The figures of the module docstring, JSON-ready. `words[i]`, `similarity[i]`: word type i."""
+def signal_report(counts: dict[str, np.ndarray], words: WordsForReport, seeds: Iterable[str],
+                  stop_words: Iterable[str]) -> dict[str, Any]:
+    """The figures of the module docstring, JSON-ready, for a tally over `len(words.similarity)` word types."""
     tokens, masks = counts["tokens"], counts["masks"]
+    similarity = words.similarity
     total_tokens = int(tokens.sum() + counts["other"][0])
     total_masks = float(masks.sum() + counts["other"][1])
-    seeds, stop_words = set(seeds), set(stop_words)
-    is_seed = np.fromiter((w in seeds for w in words), bool, len(words))
-    is_stop = np.fromiter((w in stop_words for w in words), bool, len(words))
+
+    def members(names):
+        index = np.asarray(words.index_of(sorted(set(names))), np.int64)
+        member = np.zeros(len(tokens), bool)
+        member[index[index >= 0]] = True
+        return member
+
+    is_seed, is_stop = members(seeds), members(stop_words)
     present = np.flatnonzero((tokens > 0) & ~is_seed)
     # The top 1 % of the dataset's other word types by similarity (at least one).
     similar = present[np.argsort(-similarity[present], kind="stable")[: max(1, round(SIMILAR_FRACTION * len(present)))]]
-    is_similar = np.zeros(len(words), bool)
+    is_similar = np.zeros(len(tokens), bool)
     is_similar[similar] = True
     groups = {
         "seed_words": _share(tokens[is_seed].sum(), masks[is_seed].sum(), total_tokens, total_masks),
@@ -213,15 +242,16 @@ def signal_report(counts: dict[str, np.ndarray], words: Sequence[str], similarit
         "outside_words": _share(int(counts["other"][0]), counts["other"][1], total_tokens, total_masks),
     }
     ratio = entropy_ratio(total_masks, float(counts["sum_p_log_p"][0]), total_tokens)
-    by_masks = np.lexsort((np.arange(len(words)), -masks))[:TOP_WORDS]
-    frequent = np.lexsort((np.arange(len(words)), -tokens))[:FREQUENT_WORDS]
+    by_masks = np.lexsort((np.arange(len(tokens)), -masks))[:TOP_WORDS]
+    frequent = np.lexsort((np.arange(len(tokens)), -tokens))[:FREQUENT_WORDS]
     frequent = frequent[tokens[frequent] > 0]
     rate = masks / np.maximum(tokens, 1)
     fewest = frequent[np.lexsort((frequent, rate[frequent]))][:TOP_WORDS]
 
     def word_rows(indices):
-        return [{"word": words[i], "tokens": int(tokens[i]), "expected_masks": float(masks[i]),
-                 "mean_probability": float(rate[i]), "similarity": float(similarity[i])} for i in indices]
+        text = words.text_of(indices)
+        return [{"word": text[n], "tokens": int(tokens[i]), "expected_masks": float(masks[i]),
+                 "mean_probability": float(rate[i]), "similarity": float(similarity[i])} for n, i in enumerate(indices)]
 
     report = {
         "tokens": total_tokens,

@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 FALLBACK = "mean similarity of the encoded word types"
 SKIPPED = ""  # `nearest_seed` of a word the encoder did not see
@@ -50,57 +49,21 @@ def encoded_words(counts: Mapping[str, int], min_word_count: int, seeds: Iterabl
     return encoded
 
 
-def complete_word_table(scored: pa.Table, vocabulary: Mapping[str, int]) -> pa.Table:
-    """The scored (encoded) rows of the word table plus a `FALLBACK` row for every other word of
-    `vocabulary` (word -> word_index), in `word_index` order."""
-    from pipelines.dataset.dataset_writer import word_table
-
-    scored = scored.sort_by("word_index")
-    if scored.num_rows == len(vocabulary):
-        return scored
-    present = set(scored.column("word").to_pylist())
-    skipped = sorted((i, w) for w, i in vocabulary.items() if w not in present)
-    fallback = fallback_similarity(scored.column("similarity").to_numpy())
-    rows = word_table([w for _, w in skipped], np.array([i for i, _ in skipped], np.int32),
-                      np.full(len(skipped), fallback, np.float32), [SKIPPED] * len(skipped))
-    return pa.concat_tables([scored, rows]).sort_by("word_index")
-
-
 def fallback_similarity(encoded_similarity: np.ndarray) -> np.float32:
     """`FALLBACK`: the mean of the encoded words' similarities (float64 sum, in the order given)."""
     return np.float32(np.asarray(encoded_similarity, np.float64).mean())
 
 
-def vocabulary_counts(counts: Mapping[str, int], encoded: Iterable[str], min_word_count: int) -> dict[str, Any]:
-    """The manifest's `vocabulary` figures known before the build: threshold, fallback, types and
-    word occurrences encoded (from the corpus counts)."""
-    encoded = set(encoded)
-    occurrences = sum(counts.values())
-    covered = sum(n for w, n in counts.items() if w in encoded)
-    return {
-        "min_word_count": min_word_count,
-        "fallback": FALLBACK,
-        "word_types": len(counts),
-        "word_types_encoded": len(encoded & counts.keys()),
-        "word_types_skipped": len(counts.keys() - encoded),
-        "word_occurrences": occurrences,
-        "word_occurrences_encoded": covered,
-        "word_occurrence_coverage": covered / occurrences if occurrences else 1.0,
-    }
-
-
-def token_coverage(tallies: dict[str, dict[str, np.ndarray]] | None, word_table: pa.Table) -> dict[str, Any]:
+def token_coverage(tallies: dict[str, dict[str, np.ndarray]] | None, scores: Any) -> dict[str, Any]:
     """Tokens inside a word, and those whose word was encoded, from the build's signal tallies
-    (`pipelines.dataset.signal`: non-special tokens per word type) and the complete word table;
-    the fallback similarity the skipped words got (None when none was skipped)."""
-    encoded = np.zeros(word_table.num_rows, bool)
-    nearest = np.asarray(word_table.column("nearest_seed").to_pylist(), object)
-    encoded[word_table.column("word_index").to_numpy()] = nearest != SKIPPED
+    (`pipelines.dataset.signal`: non-special tokens per word type) and the words' `WordScores`
+    (pipelines/dataset/word_lookup.py); the fallback similarity the skipped words got (None when
+    none was skipped)."""
+    encoded = scores.encoded
     tokens = next(iter(tallies.values()))["tokens"] if tallies else np.zeros(len(encoded), np.int64)
     in_words, covered = int(tokens.sum()), int(tokens[encoded].sum())
-    skipped_similarity = word_table.column("similarity").to_numpy()[nearest == SKIPPED]
     return {
-        "fallback_similarity": float(skipped_similarity[0]) if len(skipped_similarity) else None,
+        "fallback_similarity": scores.fallback,
         "tokens_in_words": in_words,
         "tokens_encoded": covered,
         "token_coverage": covered / in_words if in_words else 1.0,

@@ -52,7 +52,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.dataset.build_steps import similarity_array
 from pipelines.dataset.dataset_writer import join, write_atomically
 from pipelines.dataset.sequences import TOKENIZED_SCHEMA, natural_key
 from schemas.models import MAX_WORD_TOKENS
@@ -167,7 +166,9 @@ class ProcessFileFn(beam.DoFn):
                 counts[word] += tf
                 counts[(word,)] += 1  # df under a tuple key, one dict for both
         words = sorted(w for w in counts if isinstance(w, str))
-        local = {w: i for i, w in enumerate(words)}
+        from pipelines.dataset.build_steps import vocabulary_index
+
+        local = vocabulary_index(words)  # the file's own sorted word list
         tables = []
         for start in range(0, len(documents), self._batch_size):
             table, empty, across = tokenize_documents(self._tokenizer, documents[start : start + self._batch_size], local)
@@ -364,7 +365,7 @@ def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float)
     return rows, documents, total
 
 
-def windows_of(entries: Sequence[FileEntry], index: dict[str, int], tokenizer: str, max_length: int,
+def windows_of(entries: Sequence[FileEntry], index: Any, tokenizer: str, max_length: int,
                packing: str) -> pa.Table:
     """Every window of the corpus (WINDOWS_SCHEMA) in sequence-id order, as the build orders them."""
     from pipelines.dataset.build_steps import sequence_ids, sequence_offsets, unit_counts
@@ -387,7 +388,7 @@ def windows_of(entries: Sequence[FileEntry], index: dict[str, int], tokenizer: s
         if entry.tokenized.num_rows == 0:
             continue
         # The file's own word list -> this version's word table rows (a local -1 hits the trailing -1).
-        to_global = np.array([index.get(w, -1) for w in entry.words.column("word").to_pylist()] + [-1], np.int32)
+        to_global = np.append(index.index_of(entry.words.column("word").to_pylist()), np.int32(-1))
         local, offsets = flat(entry.tokenized, "word_index")
         documents = entry.tokenized.set_column(
             entry.tokenized.schema.get_field_index("word_index"), "word_index",
@@ -447,13 +448,13 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     clock.lap("stats_and_seeds")
     embeddings = embed_words(run, statistics)
     clock.lap("embed_words")
-    scored_words = word_similarity(statistics, embeddings, run.config.reduce)
+    scores = word_similarity(statistics, embeddings, run.config.reduce)
     clock.lap("similarity")
     windows = windows_of(entries, statistics.index, run.config.tokenizer, run.config.max_length, run.config.packing)
     clock.lap("windows")
-    shards, tallies = write_shards(run, windows, similarity_array(scored_words))
+    shards, tallies = write_shards(run, windows, scores.similarity)
     clock.lap("mask_probability_and_shards")
-    manifest = write_version(run, entries, statistics, scored_words, shards, tallies)
+    manifest = write_version(run, entries, statistics, scores, shards, tallies)
     clock.lap("write")
     return {"version": run.version_url, "rows": windows.num_rows, "shards": len(shards),
             "word_types": len(statistics.vocabulary), "seeds": statistics.seeds, "vocabulary": manifest.vocabulary,
@@ -546,7 +547,7 @@ class Statistics:
         return [row["word"] for row in self.rows]
 
     @functools.cached_property
-    def index(self) -> dict[str, int]:
+    def index(self) -> Any:  # pipelines.dataset.word_lookup.WordLookup
         from pipelines.dataset.build_steps import vocabulary_index
 
         return vocabulary_index(self.vocabulary)
@@ -590,15 +591,14 @@ def embed_words(run: UpdateRun, statistics: Statistics) -> dict[str, np.ndarray]
     return embeddings
 
 
-def word_similarity(statistics: Statistics, embeddings: dict[str, np.ndarray], reduce: str) -> pa.Table:
-    """The complete word table: each encoded word scored against the seeds, the others the fallback."""
-    from pipelines.dataset.build_steps import score_words
-    from pipelines.dataset.vocabulary import complete_word_table
+def word_similarity(statistics: Statistics, embeddings: dict[str, np.ndarray], reduce: str) -> Any:
+    """Every word type's WordScores: each encoded word scored against the seeds, the others the fallback."""
+    from pipelines.dataset.build_steps import score_words, word_scores
 
     encoded = statistics.encoded
     scored = score_words(encoded, np.stack([embeddings[w] for w in encoded]),
                          [(seed, embeddings[seed]) for seed in statistics.seeds], reduce, statistics.index)
-    return complete_word_table(scored, statistics.index)
+    return word_scores([scored], len(statistics.index), statistics.seeds)
 
 
 def write_shards(run: UpdateRun, windows: pa.Table, similarity: np.ndarray) -> tuple[list, dict | None]:
@@ -624,17 +624,33 @@ def write_shards(run: UpdateRun, windows: pa.Table, similarity: np.ndarray) -> t
     return list(entries), merge_map_tallies(tallies)
 
 
-def write_version(run: UpdateRun, entries: Sequence[FileEntry], statistics: Statistics, scored_words: pa.Table,
+def write_version(run: UpdateRun, entries: Sequence[FileEntry], statistics: Statistics, scores: Any,
           shards: list, tallies: dict | None) -> Any:
     """The word table, rejects, seeds.json and, last, the manifest and `latest`; returns the manifest."""
-    from pipelines.dataset.build_steps import assemble_manifest, manifest_fields, write_rejects
-    from pipelines.dataset.dataset_writer import write_manifest_and_latest, write_word_table
-    from pipelines.dataset.vocabulary import vocabulary_counts
+    from pipelines.dataset.build_steps import (
+        assemble_manifest,
+        manifest_fields,
+        vocabulary_counts,
+        vocabulary_tally,
+        word_table_rows,
+        word_table_shards,
+        write_rejects,
+        write_word_table_shard,
+    )
+    from pipelines.dataset.dataset_writer import write_manifest_and_latest
     from schemas.formulas import FORMULA_VERSIONS
-    from schemas.manifest import SEEDS_NAME, WORD_TABLE_NAME
+    from schemas.manifest import SEEDS_NAME
 
     options, config = run.options, run.config
-    write_word_table(run.version_url, WORD_TABLE_NAME, scored_words)
+    words = pa.array(statistics.vocabulary, pa.string())
+    by_shard: dict[int, list[pa.Table]] = {}
+    for shard, rows in word_table_rows(words, statistics.index, scores):
+        by_shard.setdefault(shard, []).append(rows)
+    for shard, parts in by_shard.items():
+        write_word_table_shard(run.version_url, shard, word_table_shards(len(statistics.index)), parts)
+    tf = np.array([row["tf"] for row in statistics.rows], np.int64)
+    vocabulary = vocabulary_counts(vocabulary_tally(words, tf, config.min_word_count, statistics.seeds),
+                                   config.min_word_count)
     rejects = [r for entry in entries for r in entry.rejects]
     rejected = write_rejects(run.version_url, rejects)
     no_tokens = sum(1 for r in rejects if r["reason"] == "no tokens")
@@ -643,7 +659,6 @@ def write_version(run: UpdateRun, entries: Sequence[FileEntry], statistics: Stat
     write_atomically(join(run.version_url, SEEDS_NAME), (json.dumps(seeds_json, indent=2) + "\n").encode("utf-8"))
     fields = manifest_fields(
         run.version, config, statistics.seeds, run.fingerprint,
-        vocabulary_counts(statistics.word_counts, statistics.encoded, config.min_word_count),
         {"input": list(options.inputs), "seeds_config": statistics.seeds_config,
          "general_language": options.general_language, "unseen_count": options.unseen_count,
          "text_field": options.text_field, "txt_mode": options.txt_mode, "documents": statistics.documents,
@@ -652,6 +667,7 @@ def write_version(run: UpdateRun, entries: Sequence[FileEntry], statistics: Stat
          "beam_args": list(options.beam_args)})
     accepted = statistics.documents - no_tokens
     manifest = assemble_manifest(fields, shards, read=accepted + rejected, accepted=accepted, rejected=rejected,
-                                 extra_files=[], tallies=tallies, word_table=scored_words)
+                                 extra_files=[], tallies=tallies, vocabulary=vocabulary, lookup=statistics.index,
+                                 scores=scores, version_url=run.version_url)
     write_manifest_and_latest(run.root, manifest)
     return manifest
