@@ -204,6 +204,7 @@ class Step:
     name: str
     returncode: int
     wall_s: float
+    cpu_s: float  # user + system of the process and the children it waited for: stable on a busy machine
     peak_mb: float  # the process tree's peak resident set
     largest_process_mb: float  # the largest single process's own peak (os.wait4)
     output: str
@@ -256,9 +257,10 @@ def run_measured(name: str, command: list[str], timeout_s: float) -> Step:
         output.seek(0)
         text = output.read()
     largest = usage.ru_maxrss / 1024
-    step = Step(name, proc.returncode, wall, max(peak[0] / 2**20, largest), largest, text)
+    cpu = usage.ru_utime + usage.ru_stime
+    step = Step(name, proc.returncode, wall, cpu, max(peak[0] / 2**20, largest), largest, text)
     state = "ok" if step.returncode == 0 else f"FAILED (exit {step.returncode})"
-    print(f"  {name}: {state}, {wall:.1f} s, peak {step.peak_mb:,.0f} MB", flush=True)
+    print(f"  {name}: {state}, {wall:.1f} s ({cpu:.1f} s CPU), peak {step.peak_mb:,.0f} MB", flush=True)
     if step.returncode != 0:
         print("    " + "\n    ".join(text.strip().splitlines()[-8:]), flush=True)
     return step
@@ -301,6 +303,10 @@ def _megabytes(step: Step) -> str:
     return f"{step.peak_mb:,.0f}" if step.returncode == 0 else "failed"
 
 
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,}"
+
+
 def _job(step: Step) -> str:
     job = step.job()
     return f"{job[0]:,} B, {job[1]} transforms" if job else "n/a"
@@ -313,14 +319,15 @@ def corpus_report(big: Corpus, tiny: Corpus, steps: dict[str, Step], baseline: d
         f"corpus: {big.word_types:,} word types, {big.words:,} words, {big.documents:,} documents in {big.files} "
         f"JSONL files, written in {generate_s:.1f} s; baseline corpus: {tiny.word_types:,} types, {tiny.words:,} words",
         "",
-        "| step | wall s | peak RSS MB (tree) | largest process MB | baseline peak MB | bytes per word type | job size |",
-        "|---|--:|--:|--:|--:|--:|---|",
+        "| step | wall s | CPU s | peak RSS MB (tree) | largest process MB | baseline peak MB | bytes per word type "
+        "| job size |",
+        "|---|--:|--:|--:|--:|--:|--:|---|",
     ]
     for name, step in steps.items():
         base = baseline[name]
         per_type = (f"{(step.peak_mb - base.peak_mb) * 2**20 / types:,.0f}"
                     if step.returncode == 0 and base.returncode == 0 else "n/a")
-        lines.append(f"| {name} | {step.wall_s:.1f} | {_megabytes(step)} | {step.largest_process_mb:,.0f} | "
+        lines.append(f"| {name} | {step.wall_s:.1f} | {step.cpu_s:.1f} | {_megabytes(step)} | {step.largest_process_mb:,.0f} | "
                      f"{_megabytes(base)} | {per_type} | {_job(step)} |")
     before = BEFORE_ISSUE_28
     lines += ["", "Before issue 28 (build dry run on the shipped corpus, 1,000 encoded words; main's code):",
@@ -352,8 +359,8 @@ def job_size_sweep(sizes: list[int], work: Path, timeout_s: float) -> str:
             "--output", f"{REMOTE_OUTPUT}/datasets", *DATAFLOW_DRY_RUN), timeout_s)
         rows.append((size, encoded_types, seeding, dry))
     lines = ["| word types | encoded | seeds wall s | seeds peak MB | job bytes | transforms | before: job bytes | "
-             "ratio | launcher peak MB | before | launcher wall s | before |",
-             "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "ratio | launcher peak MB (tree) | largest process MB | before | launcher wall s | CPU s | before |",
+             "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for size, encoded_types, seeding, dry in rows:
         before = BEFORE_ISSUE_28.get(size, {})
         job = dry.job()
@@ -361,8 +368,9 @@ def job_size_sweep(sizes: list[int], work: Path, timeout_s: float) -> str:
         lines.append(
             f"| {size:,} | {encoded_types:,} | {seeding.wall_s:.1f} | {_megabytes(seeding)} | "
             f"{f'{job[0]:,}' if job else 'n/a'} | {job[1] if job else 'n/a'} | "
-            f"{before.get('job_bytes', 'n/a'):,} | {ratio} | {_megabytes(dry)} | "
-            f"{before.get('launcher_peak_mb', 'n/a'):,} | {dry.wall_s:.1f} | {before.get('launcher_wall_s', 'n/a')} |")
+            f"{_number(before.get('job_bytes'))} | {ratio} | {_megabytes(dry)} | {dry.largest_process_mb:,.0f} | "
+            f"{_number(before.get('launcher_peak_mb'))} | {dry.wall_s:.1f} | {dry.cpu_s:.1f} | "
+            f"{before.get('launcher_wall_s', 'n/a')} |")
     return "\n".join(lines)
 
 
@@ -390,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         corpora, steps = {}, {}
         for label, word_types in (("baseline", args.baseline_word_types), ("large", args.word_types)):
-            total = args.words if label == "large" and args.words else 3 * word_types
+            # At least 50,000 words: enough documents for the seeds' df filter on the baseline.
+            total = args.words if label == "large" and args.words else max(3 * word_types, 50_000)
             print(f"{label}: writing a corpus of {word_types:,} word types, {total:,} words", flush=True)
             started = time.perf_counter()
             corpora[label] = write_zipf_corpus(work / label / "corpus", word_types, total, shards=args.shards)

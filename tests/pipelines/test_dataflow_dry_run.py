@@ -62,7 +62,7 @@ def corpora(tmp_path_factory: pytest.TempPathFactory, subprocess_env: dict[str, 
     made = {}
     for word_types in WORD_TYPES:
         root = tmp_path_factory.mktemp(f"types-{word_types}")
-        corpus = bench.write_zipf_corpus(root / "corpus", word_types, word_types + word_types // 5, shards=4)
+        corpus = bench.write_zipf_corpus(root / "corpus", word_types, word_types + 50_000, shards=4)
         stats, seeds = root / "stats", root / "seeds" / "seeds.json"
         result = maskstream(subprocess_env, "stats", "--input", corpus.pattern, "--output", str(stats))
         assert result.returncode == 0, result.stderr[-3000:]
