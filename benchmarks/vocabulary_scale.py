@@ -21,9 +21,10 @@ types directly (the table and summary.json `maskstream stats` writes), runs `see
 build's dry run against the shipped corpus with about 1,000 types encoded, and prints the job's
 size, transforms, the launcher's peak RSS and wall time beside the design before issue 28.
 
-Peak RSS is the process tree's: the launcher and every child (Beam workers, the tokenizer's
+Peak memory is the process tree's: the proportional set size (PSS, so that pages a forked child
+shares with its parent count once) of the launcher and every child (Beam workers, the tokenizer's
 processes), sampled every 50 ms and summed, and never below the largest single process's own peak
-(`os.wait4`). Needs psutil (`pip install -e '.[bench]'`).
+RSS (`os.wait4`). Needs psutil (`pip install -e '.[bench]'`).
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ class Step:
     returncode: int
     wall_s: float
     cpu_s: float  # user + system of the process and the children it waited for: stable on a busy machine
-    peak_mb: float  # the process tree's peak resident set
+    peak_mb: float  # the process tree's peak: its summed PSS, at least the largest process's peak RSS
     largest_process_mb: float  # the largest single process's own peak (os.wait4)
     output: str
 
@@ -237,7 +238,8 @@ def run_measured(name: str, command: list[str], timeout_s: float) -> Step:
                 try:
                     for member in [root, *root.children(recursive=True)]:
                         with contextlib.suppress(psutil.NoSuchProcess):
-                            total += member.memory_info().rss
+                            # PSS: a forked child's pages shared with its parent count once, not twice.
+                            total += member.memory_full_info().pss
                 except psutil.NoSuchProcess:
                     return
                 peak[0] = max(peak[0], total)
