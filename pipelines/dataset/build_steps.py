@@ -155,8 +155,8 @@ def word_scores(encoded: Iterable[pa.Table], word_types: int, seeds: Iterable[st
     tables, any order); a word the encoder skipped gets the fallback similarity."""
     from schemas.tables import WORD_TABLE_SCHEMA
 
-    columns = ["word_index", "similarity", "nearest_seed"]
-    table = pa.concat_tables([t.select(columns) for t in [WORD_TABLE_SCHEMA.empty_table(), *encoded]])
+    schema = pa.schema([WORD_TABLE_SCHEMA.field(name) for name in ("word_index", "similarity", "nearest_seed")])
+    table = pa.concat_tables([t.select(schema.names).cast(schema) for t in [schema.empty_table(), *encoded]])
     if not table.num_rows:
         raise ValueError("no word type was encoded: lower --min-word-count")
     return WordScores.of(table, word_types, seeds)

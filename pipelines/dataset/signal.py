@@ -2,9 +2,11 @@
 different, or is it spread almost uniformly?
 
 A *tally* counts, over the non-special tokens of a dataset, the tokens and the expected masks
-(the sum of their mask probabilities) of every word type, plus the tokens outside any word
-(punctuation), a histogram of the probabilities and sum(p log p). Tallies of batches add up
-(`merge_tallies`), so the build keeps one per batch and sums them. `signal_report` turns a
+(the sum of their mask probabilities) of every word type present, plus the tokens outside any
+word (punctuation), a histogram of the probabilities and sum(p log p). Tallies of batches add up
+(`merge_tallies`), so the build keeps one per batch and sums them. A tally is sparse (the word
+types present, sorted, with their counts), so a batch's costs what its words cost, not the
+vocabulary: 16 bytes per type of the batch, whether the corpus has ten thousand types or ten million. `signal_report` turns a
 tally and the word table into the figures users read:
 
 - share of tokens vs share of expected masks, and their ratio (the *lift*), for the seed words,
@@ -36,17 +38,6 @@ NEAR_UNIFORM = {"entropy_ratio_above": 0.95, "seed_lift_below": 2.0, "stop_word_
 COMPARISON_SEQUENCES = 10_000
 
 
-def empty_tally(word_types: int) -> dict[str, np.ndarray]:
-    return {
-        "tokens": np.zeros(word_types, np.int64),  # non-special tokens of each word type
-        "masks": np.zeros(word_types, np.float64),  # their expected masks (sum of p)
-        "other": np.zeros(2, np.float64),  # tokens outside any word, their expected masks
-        "histogram": np.zeros(len(HISTOGRAM_EDGES) - 1, np.int64),
-        "sum_p_log_p": np.zeros(1, np.float64),
-        "max_budget_error": np.zeros(1, np.float64),
-    }
-
-
 def budget_errors(special: np.ndarray, probability: np.ndarray, offsets: np.ndarray, budget: float) -> np.ndarray:
     """|sum(p) - budget * n| / (budget * n) of each sequence (n: its non-special tokens), from the
     stored float32 probabilities."""
@@ -57,8 +48,8 @@ def budget_errors(special: np.ndarray, probability: np.ndarray, offsets: np.ndar
     return np.abs(expected - target) / np.maximum(target, 1e-12)
 
 
-def tally(word_index: np.ndarray, special: np.ndarray, probability: np.ndarray, word_types: int,
-          offsets: np.ndarray, budget: float) -> dict[str, np.ndarray]:
+def tally(word_index: np.ndarray, special: np.ndarray, probability: np.ndarray, offsets: np.ndarray,
+          budget: float) -> dict[str, np.ndarray]:
     """The tally of a batch of sequences, flat: sequence i is `[offsets[i], offsets[i + 1])`."""
     errors = budget_errors(special, probability, offsets, budget)
     valid = np.asarray(special) == 0
@@ -66,9 +57,11 @@ def tally(word_index: np.ndarray, special: np.ndarray, probability: np.ndarray, 
     p = np.asarray(probability, np.float64)[valid]
     known = index >= 0
     positive = p[p > 0]
+    words, inverse = np.unique(index[known], return_inverse=True)
     return {
-        "tokens": np.bincount(index[known], minlength=word_types).astype(np.int64),
-        "masks": np.bincount(index[known], weights=p[known], minlength=word_types),
+        "words": words,  # the word types present (word_index), sorted; "tokens" and "masks" are theirs
+        "tokens": np.bincount(inverse, minlength=len(words)).astype(np.int64),
+        "masks": np.bincount(inverse, weights=p[known], minlength=len(words)),
         "other": np.array([(~known).sum(), p[~known].sum()], np.float64),
         "histogram": np.histogram(p, bins=HISTOGRAM_EDGES)[0].astype(np.int64),
         "sum_p_log_p": np.array([(positive * np.log(positive)).sum()]),
@@ -120,14 +113,14 @@ def map_tallies(rows: Any, similarity: np.ndarray, config: dict[str, Any],
         return offsets - offsets[0]
 
     tallies = {built_name(config): tally(flat(rows, "word_index"), flat(rows, "special_tokens_mask"),
-                                         flat(rows, "mask_probability"), len(similarity), list_offsets(rows), budget)}
+                                         flat(rows, "mask_probability"), list_offsets(rows), budget)}
     stride = comparison_stride(total_sequences)
     compared = rows.filter(pa.array(rows.column("sequence_id").to_numpy() % stride == 0)) if stride > 1 else rows
     word_ids, word_index = flat(compared, "word_ids"), flat(compared, "word_index")
     special, offsets = flat(compared, "special_tokens_mask"), list_offsets(compared)
     for name, options in comparison_maps(config).items():
         p = mask_probabilities_flat(word_ids, word_index, special, offsets, similarity, **options)
-        tallies[name] = tally(word_index, special, p, len(similarity), offsets, budget)
+        tallies[name] = tally(word_index, special, p, offsets, budget)
     return tallies
 
 
@@ -190,14 +183,19 @@ def dataset_diagnostics(counts: dict[str, np.ndarray] | None, word_table: Any, s
 
 
 def merge_tallies(tallies: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The sum of tallies: per word type the tokens and masks in the order given (so the sums are the
+    same bit for bit as adding dense arrays tally by tally), the rest added or maxed."""
     tallies = list(tallies)
-    merged = {key: value.copy() for key, value in tallies[0].items()}
-    for other in tallies[1:]:
-        for key in merged:
-            if key == "max_budget_error":
-                merged[key] = np.maximum(merged[key], other[key])
-            else:
-                merged[key] += other[key]
+    words, inverse = np.unique(np.concatenate([t["words"] for t in tallies]), return_inverse=True)
+    merged = {
+        "words": words,
+        "tokens": np.bincount(inverse, weights=np.concatenate([t["tokens"] for t in tallies]),
+                              minlength=len(words)).astype(np.int64),
+        "masks": np.bincount(inverse, weights=np.concatenate([t["masks"] for t in tallies]), minlength=len(words)),
+    }
+    for key in tallies[0].keys() - merged.keys():
+        values = [t[key] for t in tallies]
+        merged[key] = np.maximum.reduce(values) if key == "max_budget_error" else sum(values[1:], values[0].copy())
     return merged
 
 
@@ -217,17 +215,15 @@ def _share(tokens: int, masks: float, total_tokens: int, total_masks: float) -> 
 
 def signal_report(counts: dict[str, np.ndarray], words: WordsForReport, seeds: Iterable[str],
                   stop_words: Iterable[str]) -> dict[str, Any]:
-    """The figures of the module docstring, JSON-ready, for a tally over `len(words.similarity)` word types."""
-    tokens, masks = counts["tokens"], counts["masks"]
-    similarity = words.similarity
+    """The figures of the module docstring, JSON-ready, of a (merged) tally."""
+    present_words, tokens, masks = counts["words"], counts["tokens"], counts["masks"]
+    similarity = words.similarity[present_words]  # of the types present, in word_index order
     total_tokens = int(tokens.sum() + counts["other"][0])
     total_masks = float(masks.sum() + counts["other"][1])
 
     def members(names):
         index = np.asarray(words.index_of(sorted(set(names))), np.int64)
-        member = np.zeros(len(tokens), bool)
-        member[index[index >= 0]] = True
-        return member
+        return np.isin(present_words, index[index >= 0])
 
     is_seed, is_stop = members(seeds), members(stop_words)
     present = np.flatnonzero((tokens > 0) & ~is_seed)
@@ -242,16 +238,16 @@ def signal_report(counts: dict[str, np.ndarray], words: WordsForReport, seeds: I
         "outside_words": _share(int(counts["other"][0]), counts["other"][1], total_tokens, total_masks),
     }
     ratio = entropy_ratio(total_masks, float(counts["sum_p_log_p"][0]), total_tokens)
-    by_masks = np.lexsort((np.arange(len(tokens)), -masks))[:TOP_WORDS]
-    frequent = np.lexsort((np.arange(len(tokens)), -tokens))[:FREQUENT_WORDS]
+    by_masks = np.lexsort((present_words, -masks))[:TOP_WORDS]
+    frequent = np.lexsort((present_words, -tokens))[:FREQUENT_WORDS]
     frequent = frequent[tokens[frequent] > 0]
     rate = masks / np.maximum(tokens, 1)
     fewest = frequent[np.lexsort((frequent, rate[frequent]))][:TOP_WORDS]
 
-    def word_rows(indices):
-        text = words.text_of(indices)
+    def word_rows(positions):
+        text = words.text_of(present_words[positions])
         return [{"word": text[n], "tokens": int(tokens[i]), "expected_masks": float(masks[i]),
-                 "mean_probability": float(rate[i]), "similarity": float(similarity[i])} for n, i in enumerate(indices)]
+                 "mean_probability": float(rate[i]), "similarity": float(similarity[i])} for n, i in enumerate(positions)]
 
     report = {
         "tokens": total_tokens,

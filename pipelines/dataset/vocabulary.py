@@ -59,9 +59,9 @@ def token_coverage(tallies: dict[str, dict[str, np.ndarray]] | None, scores: Any
     (`pipelines.dataset.signal`: non-special tokens per word type) and the words' `WordScores`
     (pipelines/dataset/word_lookup.py); the fallback similarity the skipped words got (None when
     none was skipped)."""
-    encoded = scores.encoded
-    tokens = next(iter(tallies.values()))["tokens"] if tallies else np.zeros(len(encoded), np.int64)
-    in_words, covered = int(tokens.sum()), int(tokens[encoded].sum())
+    built = next(iter(tallies.values())) if tallies else {"words": np.zeros(0, np.int64), "tokens": np.zeros(0, np.int64)}
+    tokens = built["tokens"]
+    in_words, covered = int(tokens.sum()), int(tokens[scores.encoded[built["words"]]].sum())
     return {
         "fallback_similarity": scores.fallback,
         "tokens_in_words": in_words,

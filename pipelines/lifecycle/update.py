@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = options_from_args(args, args.input, args.output)
         report = update(options)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, MemoryError) as e:
         LOG.error("%s", e)
         return 2
     print(json.dumps(report, indent=2))

@@ -142,7 +142,7 @@ class Watcher:
                  _summary(changes["removed"]), len(changes["changed"]), _summary(changes["changed"]))
         try:
             report = update(options_from_args(self.args, files, self.root))
-        except (ValueError, FileNotFoundError, FileExistsError) as e:
+        except (ValueError, FileNotFoundError, FileExistsError, MemoryError) as e:
             LOG.error("build failed: %s", e)
             self._checked = None  # retry at the next poll
             return EXIT_INPUT_ERROR

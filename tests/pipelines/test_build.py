@@ -266,7 +266,8 @@ def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys
     assert version_url == f"{root}/v1" and manifest.total_rows >= 30
     fs = fsspec.filesystem("gcs")
     assert fs.cat_file(f"{root.removeprefix('gs://')}/latest").decode().strip() == "v1"
-    embeddings = pq.read_table(fs.open(f"{root.removeprefix('gs://')}/v1/embeddings.parquet"))
+    (embeddings_file,) = fs.glob(f"{root.removeprefix('gs://')}/v1/embeddings/embeddings-*.parquet")
+    embeddings = pq.read_table(fs.open(embeddings_file))
     assert embeddings.num_rows == len(set(inputs["vocabulary"]) | set(SEEDS))
     assert main(["inspect", root, "--plot", str(tmp_path / "gcs.png")]) == 0
     assert "match the manifest" in capsys.readouterr().out

@@ -54,7 +54,7 @@ def run_update(inputs: str, root: str, *extra: str) -> dict:
 def read_version(url: str) -> tuple[pa.Table, pa.Table, list[str]]:
     url, manifest = load_manifest(url)
     rows = pa.concat_tables([pq.read_table(f"{url}/{s.path}") for s in manifest.shards])
-    return rows, pq.read_table(f"{url}/words.parquet"), manifest.seeds
+    return rows, pq.read_table(f"{url}/words"), manifest.seeds
 
 
 def assert_same_dataset(a: str, b: str) -> None:
@@ -83,13 +83,13 @@ def test_change_one_file_redoes_only_that_file_and_equals_a_full_rebuild(first_b
     assert first["counts"]["files_processed"] == FILES
     assert first["counts"]["documents_tokenized"] == FILES * DOCUMENTS_PER_FILE
     before = load_manifest(first["version"])[1]
-    old_words = set(pq.read_table(f"{first['version']}/words.parquet").column("word").to_pylist()) | set(before.seeds)
+    old_words = set(pq.read_table(f"{first['version']}/words").column("word").to_pylist()) | set(before.seeds)
 
     change_one_file(corpus)
     second = run_update(f"{corpus}/*.jsonl", str(root))
     assert second["counts"]["files_processed"] == 1
     assert second["counts"]["documents_tokenized"] == DOCUMENTS_PER_FILE + 1
-    new_words = set(pq.read_table(f"{second['version']}/words.parquet").column("word").to_pylist()) | set(second["seeds"])
+    new_words = set(pq.read_table(f"{second['version']}/words").column("word").to_pylist()) | set(second["seeds"])
     assert second["counts"]["words_encoded"] == len(new_words - old_words) > 0
     assert {"zymurgical", "quixotry", "flibbertigibbet"} <= new_words - old_words
 
@@ -137,7 +137,7 @@ def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first
     assert changed.config["embedding_cache"] not in (manifest.config["embedding_cache"], None)
     assert {p.name for p in (root / "_cache" / "embeddings").iterdir()} == {
         manifest.config["embedding_cache"], changed.config["embedding_cache"]}
-    before, after = (pq.read_table(f"{v}/words.parquet") for v in (url, report["version"]))
+    before, after = (pq.read_table(f"{v}/words") for v in (url, report["version"]))
     assert before.column("word").equals(after.column("word"))
     similarity = [np.asarray(t.column("similarity").to_pylist()) for t in (before, after)]
     assert np.abs(similarity[0] - similarity[1]).max() < 0.01
@@ -268,7 +268,7 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
         (corpus / f"part-{i:03d}.jsonl").write_text("\n".join(lines[2 * i : 2 * i + 2]) + "\n", encoding="utf-8")
     inputs, threshold = f"{corpus}/*.jsonl", ("--min-word-count", "2")
     first = run_update(inputs, str(tmp_path / "root"), *threshold)
-    words = pq.read_table(f"{first['version']}/words.parquet").to_pylist()
+    words = pq.read_table(f"{first['version']}/words").to_pylist()
     skipped = sorted(r["word"] for r in words if r["nearest_seed"] == SKIPPED and r["word"].isalpha())
     assert first["vocabulary"]["word_types_skipped"] >= len(skipped) > 0
     crossing = skipped[len(skipped) // 2]
@@ -276,7 +276,7 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
         f.write(json.dumps({"package": "new", "text": f"A {crossing} toolkit for sequence analysis."}) + "\n")
 
     second = run_update(inputs, str(tmp_path / "root"), *threshold)
-    row = {r["word"]: r for r in pq.read_table(f"{second['version']}/words.parquet").to_pylist()}[crossing]
+    row = {r["word"]: r for r in pq.read_table(f"{second['version']}/words").to_pylist()}[crossing]
     assert row["nearest_seed"] != SKIPPED
     assert second["counts"]["words_encoded"] >= 1
     assert second["vocabulary"]["word_types_skipped"] < first["vocabulary"]["word_types_skipped"]

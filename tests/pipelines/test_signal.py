@@ -122,7 +122,7 @@ def test_build_diagnostics_match_a_count_of_the_shards(sharpened_build):
     """Every figure of the manifest's diagnostics, recomputed from the shards with Counter."""
     manifest, version_url = sharpened_build["manifest"], sharpened_build["version_url"]
     report = manifest.diagnostics
-    word_of = dict(zip(*pq.read_table(f"{version_url}/words.parquet", columns=["word_index", "word"]).to_pydict()
+    word_of = dict(zip(*pq.read_table(f"{version_url}/words", columns=["word_index", "word"]).to_pydict()
                        .values(), strict=True))
     tokens, masks = Counter(), Counter()
     outside_tokens, outside_masks, probabilities, budget_error = 0, 0.0, [], 0.0
@@ -189,7 +189,7 @@ def test_a_near_uniform_map_is_warned_about(sharpened_build):
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
     from pipelines.dataset.signal import map_tallies
 
-    word_table = pq.read_table(f"{version_url}/words.parquet")
+    word_table = pq.read_table(f"{version_url}/words")
     similarity = np.zeros(word_table.num_rows, np.float32)
     similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
     tallies = [map_tallies(pq.read_table(f"{version_url}/{s.path}"), similarity, manifest.config, manifest.total_rows)
@@ -213,7 +213,7 @@ def test_comparison_maps_are_tallied_on_every_kth_sequence(sharpened_build, monk
     from pipelines.dataset import signal
 
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
-    word_table = pq.read_table(f"{version_url}/words.parquet")
+    word_table = pq.read_table(f"{version_url}/words")
     similarity = np.zeros(word_table.num_rows, np.float32)
     similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
     rows = pa.concat_tables(pq.read_table(f"{version_url}/{s.path}") for s in manifest.shards)
