@@ -327,7 +327,7 @@ def corpus_report(big: Corpus, tiny: Corpus, steps: dict[str, Step], baseline: d
     ]
     for name, step in steps.items():
         base = baseline[name]
-        per_type = (f"{(step.peak_mb - base.peak_mb) * 2**20 / types:,.0f}"
+        per_type = (f"{round((step.peak_mb - base.peak_mb) * 2**20 / types):,}"
                     if step.returncode == 0 and base.returncode == 0 else "n/a")
         lines.append(f"| {name} | {step.wall_s:.1f} | {step.cpu_s:.1f} | {_megabytes(step)} | {step.largest_process_mb:,.0f} | "
                      f"{_megabytes(base)} | {per_type} | {_job(step)} |")
