@@ -150,3 +150,18 @@ def test_report_compares_arms_only_when_the_downstream_control_passes(tmp_path: 
     else:
         assert "**FAILS**" in text and "compares nothing" in text and "Not compared" in text
         assert "| `difference` | 8 |" not in text
+
+
+def test_pilot_rule_picks_the_largest_validation_gain_ties_to_fewer_passes() -> None:
+    def line(arm: str, seed: int, passes: float, accuracy: float) -> dict:
+        return {"arm": arm, "seed": seed, "passes": passes, "probe": {"validation": {"accuracy": accuracy}}}
+
+    none = [line("none", s, 0, 0.70) for s in (100, 101)]
+    gains = none + [line("random", 100, 4, 0.74), line("random", 101, 4, 0.72),
+                    line("random", 100, 8, 0.745), line("random", 101, 8, 0.72)]
+    assert run.pilot_choice(gains, [4, 8], [100, 101])["passes"] == 4  # 8 is within 0.5 points of the best
+    clear = none + [line("random", s, 4, 0.71) for s in (100, 101)] + [line("random", s, 8, 0.75) for s in (100, 101)]
+    assert run.pilot_choice(clear, [4, 8], [100, 101])["passes"] == 8
+    lost = none + [line("random", s, p, 0.69) for s in (100, 101) for p in (4, 8)]
+    assert run.pilot_choice(lost, [4, 8], [100, 101]) == {"passes": 8, "gains": pytest.approx({4: -0.01, 8: -0.01}),
+                                                          "no_gain": True}

@@ -69,6 +69,11 @@ def probe_accuracy(r: dict[str, Any]) -> float:
     return r["probe"]["test"]["accuracy"]
 
 
+def hardware(h: dict[str, Any]) -> str:
+    return (f"{h['cpu']}, {h['cpu_count']} cores, {h['torch_threads']} thread(s)"
+            f"{', ' + h['gpu'] if h.get('gpu') else ''}, load {h.get('load_average_at_start')}")
+
+
 # --- sections -----------------------------------------------------------------------------------
 
 
@@ -201,11 +206,9 @@ def section_runs(lines: list[dict[str, Any]]) -> list[str]:
     arms = arm_names(lines)
     for r in sorted(lines, key=lambda r: (r["seed"], arms.index(r["arm"]))):
         held = r["pretraining"]["held_out"]["accuracy"] if r.get("pretraining") and r["pretraining"]["held_out"] else None
-        h = r["hardware"]
         out.append(f"| `{r['arm']}` | {r['seed']} | {pct(r['probe']['validation']['accuracy'])} | "
                    f"{pct(probe_accuracy(r))} | {pct(held)} | {r['seconds']['tapt']:.0f} | {r['seconds']['probe']:.0f} | "
-                   f"{r['seconds']['total']:.0f} | {h['cpu']}, {h['cpu_count']} cores, {h['torch_threads']} thread(s)"
-                   f"{', ' + h['gpu'] if h.get('gpu') else ''}, load {h.get('load_average_at_start')} |")
+                   f"{r['seconds']['total']:.0f} | {hardware(r['hardware'])} |")
     return out + [""]
 
 
@@ -224,13 +227,16 @@ def section_provenance(lines: list[dict[str, Any]], prepared: dict[str, Any]) ->
 def section_pilot(base: str, pilot_lines: list[dict[str, Any]], choice: dict[str, Any] | None) -> list[str]:
     """The pilot's runs (validation only; their seeds are not in the main run)."""
     out = [f"## Pilot for prepared data `{base}`" + ("" if choice else " (IN PROGRESS: no choice yet)"), "",
-           "| arm | seed | TAPT passes | probe validation acc. | total s |", "|---|---:|---:|---:|---:|"]
+           "| arm | seed | TAPT passes | probe validation acc. | TAPT s | probe s | total s | hardware |",
+           "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(pilot_lines, key=lambda r: (r["seed"], r["passes"], r["arm"])):
         out.append(f"| `{r['arm']}` | {r['seed']} | {r['passes']:g} | {pct(r['probe']['validation']['accuracy'])} | "
-                   f"{r['seconds']['total']:.0f} |")
+                   f"{r['seconds']['tapt']:.0f} | {r['seconds']['probe']:.0f} | {r['seconds']['total']:.0f} | "
+                   f"{hardware(r['hardware'])} |")
     if choice:
         out += ["", f"Chosen: {choice['passes']:g} passes (rule: {choice['rule']})"]
-    return out + [""]
+    first = next((r for r in pilot_lines if r.get("pretraining")), pilot_lines[0])
+    return out + [""] + section_design(first["prepared"], None, choice, first)
 
 
 def experiment_sections(chash: str, lines: list[dict[str, Any]], kinds: dict[str, list[dict[str, Any]]]
