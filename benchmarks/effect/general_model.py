@@ -8,6 +8,7 @@ results stay grouped when it is retrained on another machine, and it is rebuilt 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -136,13 +137,16 @@ def ensure_general_model(texts: list[str], texts_sha256: str, tokenizer_name: st
     """(model folder, record): the cached model for these inputs and settings, trained when missing."""
     key = general_key(texts_sha256, config["model"], config["general"], config["max_length"], tokenizer)
     out = cache_root() / "effect-general" / key
-    if (out / "general.json").exists():
-        record = json.loads((out / "general.json").read_text(encoding="utf-8"))
-        print(f"general model {key}: cached (held-out masked-token accuracy {record['held_out']['accuracy']:.4f})")
-    else:
-        print(f"general model {key}: training ({config['general']['steps']} steps)", flush=True)
-        record = train_general_model(texts, tokenizer_name, config["model"], config["general"], config["max_length"],
-                                     out, device)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(key + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process training the same model: wait for it, then reuse
+        if (out / "general.json").exists():
+            record = json.loads((out / "general.json").read_text(encoding="utf-8"))
+            print(f"general model {key}: cached (held-out masked-token accuracy {record['held_out']['accuracy']:.4f})")
+        else:
+            print(f"general model {key}: training ({config['general']['steps']} steps)", flush=True)
+            record = train_general_model(texts, tokenizer_name, config["model"], config["general"],
+                                         config["max_length"], out, device)
     record["key"] = key
     if math.isnan(record["held_out"]["loss"]):
         raise SystemExit(f"general model {key}: held-out loss is nan")

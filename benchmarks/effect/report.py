@@ -277,4 +277,9 @@ def write_report(results: Path, report: Path) -> None:
     for base, pilot_lines in pilots.items():
         choice = next((s for s in kinds["pilot_choice"] if s["base_hash"] == base), None)
         out += section_pilot(base, pilot_lines, choice)
+    started = set(pilots) | {line["base_hash"] for line in kinds["arm"]}
+    for line in kinds["prepared"]:
+        if line["base_hash"] not in started:
+            out += [f"## Prepared data `{line['base_hash']}` (`{line['config_name']}`): no run finished yet", ""]
+            out += section_design(line["prepared"], None, None, {})
     report.write_text("\n".join(out) + "\n", encoding="utf-8")

@@ -310,6 +310,9 @@ class Experiment:
                                                                 "finetune_length_coverage", "sha256", "tokenizer")} | {
             "general_model": {k: v for k, v in self.prepared["general_model"].items() if k != "path"},
             "seconds": self.prepared["seconds"]}
+        if not self.lines("prepared", base_hash=self.base):  # the report shows the data before any arm is done
+            append_result(results, {"kind": "prepared", "base_hash": self.base, "prepared": self.prepared_summary,
+                                    **self.common})
 
     def lines(self, kind: str, **match: Any) -> list[dict[str, Any]]:
         return [r for r in read_jsonl(self.results) if r["kind"] == kind and all(r.get(k) == v for k, v in match.items())]
