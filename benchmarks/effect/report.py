@@ -239,6 +239,21 @@ def section_pilot(base: str, pilot_lines: list[dict[str, Any]], choice: dict[str
     return out + [""] + section_design(first["prepared"], None, choice, first)
 
 
+def section_splits(line: dict[str, Any]) -> list[str]:
+    """Splits and cleaned corpora of a `prepare` still building its datasets and general model."""
+    c = line["cleaning"]
+    return [f"## `{line['config_name']}`: prepare IN PROGRESS (splits done; datasets and general model being built)",
+            "", f"- {c['labeled_rows']} labeled texts in {c['clusters']} near-duplicate clusters (word-trigram Jaccard "
+            f">= {c['threshold']} over the whole text or its first 32 words; {c['texts_in_clusters_of_2_or_more']} texts "
+            f"share a cluster, the largest has {c['largest_cluster']}); rows "
+            + ", ".join(f"{name} {sum(v.values())}" for name, v in line["counts"].items()) + ".",
+            f"- Removed as near-duplicates of a validation or test text: {c['tapt_removed']} TAPT texts, "
+            f"{c['general_removed']} general texts (left: {c['tapt_rows']} and {c['general_rows']}). Validation/test "
+            "texts with a near-duplicate after cleaning: "
+            + ", ".join(f"{k} {v}" for k, v in c["held_out_with_near_duplicate_after"].items()) + ".",
+            f"- Hardware: {hardware(line['hardware'])}; command `{line['command']}`.", ""]
+
+
 def experiment_sections(chash: str, lines: list[dict[str, Any]], kinds: dict[str, list[dict[str, Any]]]
                         ) -> list[str]:
     first = next((r for r in lines if r.get("pretraining")), lines[0])
@@ -277,6 +292,10 @@ def write_report(results: Path, report: Path) -> None:
     for base, pilot_lines in pilots.items():
         choice = next((s for s in kinds["pilot_choice"] if s["base_hash"] == base), None)
         out += section_pilot(base, pilot_lines, choice)
+    prepared_splits = {json.dumps(line["prepared"]["sha256"], sort_keys=True) for line in kinds["prepared"]}
+    for line in kinds["splits"]:
+        if json.dumps(line["sha256"], sort_keys=True) not in prepared_splits:
+            out += section_splits(line)
     started = set(pilots) | {line["base_hash"] for line in kinds["arm"]}
     for line in kinds["prepared"]:
         if line["base_hash"] not in started:

@@ -204,7 +204,8 @@ def build_dataset(name: str, flags: dict[str, list[str]], corpus: Path, work: Pa
 
 
 def prepare(config_name: str, work: Path, labeled: str, text_field: str, label_field: str,
-            domain: list[str] | None, general: list[str], arms: list[str]) -> dict[str, Any]:
+            domain: list[str] | None, general: list[str], arms: list[str], results: Path, command: str
+            ) -> dict[str, Any]:
     """Clean splits, the TAPT and general corpora, the arms' datasets, the (cached) general model."""
     config = CONFIGS[config_name]
     started = time.perf_counter()
@@ -231,6 +232,13 @@ def prepare(config_name: str, work: Path, labeled: str, text_field: str, label_f
               ("general", general_texts))}
     if any(leaks.values()):
         raise SystemExit(f"validation/test texts with a near-duplicate after cleaning: {leaks}")
+    cleaning = {**cluster_info, "labeled_rows": len(rows), "tapt_rows": len(tapt), "tapt_removed": tapt_removed,
+                "general_rows": len(general_texts), "general_removed": general_removed,
+                "held_out_with_near_duplicate_after": leaks, "threshold": neardup.THRESHOLD}
+    counts = {name: {label: sum(r["label"] == label for r in part) for label in labels} for name, part in split.items()}
+    # recorded now: the datasets and the general model can take hours on a shared CPU
+    append_result(results, {"kind": "splits", "config_name": config_name, "sha256": sha, "cleaning": cleaning,
+                            "counts": counts, "command": command, **environment(device_of(config))})
     lengths = token_lengths([r["text"] for r in rows])
     finetune_length = min(int(math.ceil(np.percentile(lengths, 95) / 8) * 8), config["max_length"])
     tokenizer_name, tokenizer = tokenizer_identity()
@@ -242,7 +250,6 @@ def prepare(config_name: str, work: Path, labeled: str, text_field: str, label_f
             datasets[arm.dataset] = build_dataset(arm.dataset, flags, work / "tapt.jsonl", work, config["max_length"])
     general_dir, general_record = ensure_general_model(general_texts, sha["general"], tokenizer_name, tokenizer,
                                                        config, device_of(config))
-    counts = {name: {label: sum(r["label"] == label for r in part) for label in labels} for name, part in split.items()}
     prepared = {
         "config_name": config_name, "config": config, "arms": arms, "labels": labels, "counts": counts,
         "majority": {name: max(c.values()) / max(sum(c.values()), 1) for name, c in counts.items()},
@@ -250,9 +257,7 @@ def prepare(config_name: str, work: Path, labeled: str, text_field: str, label_f
                    "domain": [display_path(p) for p in domain] if domain else None,
                    "general": [display_path(p) for p in general]},
         "rejects": {"labeled": len(rejects), "domain": len(domain_rejects), "general": len(general_rejects)},
-        "cleaning": {**cluster_info, "labeled_rows": len(rows), "tapt_rows": len(tapt), "tapt_removed": tapt_removed,
-                     "general_rows": len(general_texts), "general_removed": general_removed,
-                     "held_out_with_near_duplicate_after": leaks, "threshold": neardup.THRESHOLD},
+        "cleaning": cleaning,
         "finetune_max_length": finetune_length,
         "finetune_length_coverage": float(np.mean(lengths <= finetune_length)),
         "sha256": sha, "tokenizer": tokenizer, "general_model": {"path": str(general_dir), **general_record},
@@ -549,13 +554,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.report}")
         return 0
     work = args.work / args.config
+    command = "python -m benchmarks.effect.run " + " ".join(
+        display_path(a) if os.path.isabs(a) else a for a in (sys.argv[1:] if argv is None else argv))
     if args.stage == "prepare":
         labeled = args.labeled or str(REPO / DEBIAN["labeled"])
         label_field = args.label_field or ("label" if args.labeled else DEBIAN["label_field"])
         general = [p if Path(p).is_absolute() else str(REPO / p) if (REPO / p).exists() else p
                    for p in args.general_corpus]
         prepare(args.config, work, labeled, args.text_field, label_field, args.domain_corpus, general,
-                parse_arms(args.arms))
+                parse_arms(args.arms), args.results, command)
         return 0
     import torch
 
@@ -563,8 +570,6 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"config {args.config} needs a CUDA GPU; torch sees none")
     if device_of(CONFIGS[args.config]) == "cpu":
         torch.set_num_threads(1)  # on a shared CPU, more OpenMP threads spin against other jobs
-    command = "python -m benchmarks.effect.run " + " ".join(
-        display_path(a) if os.path.isabs(a) else a for a in (sys.argv[1:] if argv is None else argv))
     experiment = Experiment(work, args.config, args.results, command)
     if args.stage == "pilot":
         run_pilot(experiment)
