@@ -45,6 +45,8 @@ ARMS: dict[str, Arm] = {
     "whole_word": Arm("whole-word random masking", train=("--strategy", "whole_word")),
     "difference": Arm("difference masking, the paper's map (K=20 seeds, nearest seed, 15%)",
                       train=("--strategy", "difference")),
+    "rank_map": Arm("difference masking, the reference implementation's rank map", train=("--strategy", "difference"),
+                    build=("--weighting", "rank")),
     "background_sharpened": Arm("difference masking, background-contrast seeds and sharpened map "
                                 "(sharpness 8, floor 0.01)",
                                 train=("--strategy", "difference"), stats=BACKGROUND_STATS,
