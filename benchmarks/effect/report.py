@@ -110,7 +110,7 @@ def section_design(prepared: dict[str, Any], selection: dict[str, Any] | None, p
            f"({c['texts_in_clusters_of_2_or_more']} texts share a cluster, the largest has {c['largest_cluster']}); "
            "rows " + ", ".join(f"{name} {sum(v.values())}" for name, v in prepared["counts"].items()) + ".",
            f"- **Pretraining corpora cleaned**: {c['tapt_removed']} TAPT texts and {c['general_removed']} general texts "
-           "removed as near-duplicates of a validation or test text, leaving "
+           "removed because they are, or nearly duplicate, a validation or test text, leaving "
            f"{c['tapt_rows']} and {c['general_rows']}. Validation/test texts with a near-duplicate after cleaning: "
            + ", ".join(f"{k} {v}" for k, v in c["held_out_with_near_duplicate_after"].items()) + ".",
            f"- **TAPT**: {first['pretraining']['steps'] if first.get('pretraining') else '–'} steps "
@@ -247,7 +247,7 @@ def section_splits(line: dict[str, Any]) -> list[str]:
             f">= {c['threshold']} over the whole text or its first 32 words; {c['texts_in_clusters_of_2_or_more']} texts "
             f"share a cluster, the largest has {c['largest_cluster']}); rows "
             + ", ".join(f"{name} {sum(v.values())}" for name, v in line["counts"].items()) + ".",
-            f"- Removed as near-duplicates of a validation or test text: {c['tapt_removed']} TAPT texts, "
+            f"- Removed because they are, or nearly duplicate, a validation or test text: {c['tapt_removed']} TAPT texts, "
             f"{c['general_removed']} general texts (left: {c['tapt_rows']} and {c['general_rows']}). Validation/test "
             "texts with a near-duplicate after cleaning: "
             + ", ".join(f"{k} {v}" for k, v in c["held_out_with_near_duplicate_after"].items()) + ".",
