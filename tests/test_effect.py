@@ -165,3 +165,22 @@ def test_pilot_rule_picks_the_largest_validation_gain_ties_to_fewer_passes() -> 
     lost = none + [line("random", s, p, 0.69) for s in (100, 101) for p in (4, 8)]
     assert run.pilot_choice(lost, [4, 8], [100, 101]) == {"passes": 8, "gains": pytest.approx({4: -0.01, 8: -0.01}),
                                                           "no_gain": True}
+
+
+def test_corpora_read_every_format_and_count_what_they_reject(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmarks.effect.corpora import read_labeled, read_texts
+
+    labeled = tmp_path / "l.jsonl"
+    labeled.write_text('{"t": "good one", "y": "a"}\n{"t": "good two", "y": 2}\nnot json\n{"t": "", "y": "a"}\n'
+                       '{"t": "no label"}\n')
+    rows, rejects = read_labeled(str(labeled), "t", "y")
+    assert rows == [{"text": "good one", "label": "a"}, {"text": "good two", "label": "2"}] and len(rejects) == 3
+    pq.write_table(pa.table({"body": ["p1", "p2"]}), tmp_path / "d.parquet")
+    (tmp_path / "d.txt").write_text("t1\n\nt2\n")
+    texts, rejects = read_texts([str(tmp_path / "d.*")], "body")
+    assert [r["text"] for r in texts] == ["p1", "p2", "t1", "t2"] and rejects == []
+    with pytest.raises(SystemExit, match="matches no file"):
+        read_texts([str(tmp_path / "none*.jsonl")])
