@@ -130,7 +130,8 @@ def arm_line(arm: str, seed: int, accuracy: float) -> dict:
                                       "texts_in_clusters_of_2_or_more": 0, "largest_cluster": 1, "tapt_removed": 0,
                                       "general_removed": 0, "tapt_rows": 1, "general_rows": 1,
                                       "held_out_with_near_duplicate_after": {"train": 0}},
-                         "counts": {"test": {"a": 1}}, "majority": {"test": 1.0}, "inputs": {}, "sha256": {}}}
+                         "counts": {"test": {"a": 1}}, "majority": {"test": 1.0}, "inputs": {}, "sha256": {},
+                         "finetune_max_length": 8, "finetune_length_coverage": 0.96}}
 
 
 @pytest.mark.parametrize("pretraining_helps", [True, False])

@@ -178,8 +178,11 @@ def section_comparisons(lines: list[dict[str, Any]]) -> list[str]:
     return out + [""]
 
 
-def section_secondary(finetune: list[dict[str, Any]], selection: dict[str, Any] | None) -> list[str]:
-    out = ["### 3. Secondary readout: full fine-tuning", ""]
+def section_secondary(finetune: list[dict[str, Any]], selection: dict[str, Any] | None, prepared: dict[str, Any]
+                      ) -> list[str]:
+    out = ["### 3. Secondary readout: full fine-tuning", "",
+           f"Max length {prepared['finetune_max_length']} tokens, covering "
+           f"{pct(prepared['finetune_length_coverage'])} % of the labeled texts.", ""]
     if selection:
         out.append(f"{selection['rule']} Mean validation macro-F1 by learning rate: "
                    + ", ".join(f"{g['learning_rate']:g}: {pct(g['validation_macro_f1'])} %" for g in selection["grid"])
@@ -264,7 +267,7 @@ def experiment_sections(chash: str, lines: list[dict[str, Any]], kinds: dict[str
     finetune = [r for r in kinds["finetune"] if r["config_hash"] == chash]
     return ([f"## Experiment `{first['config_name']}`, config hash `{chash}`", ""]
             + section_status(first["config_name"], lines)
-            + section_control(lines) + section_comparisons(lines) + section_secondary(finetune, ft_selection)
+            + section_control(lines) + section_comparisons(lines) + section_secondary(finetune, ft_selection, first["prepared"])
             + section_design(first["prepared"], selection, pilot, first)
             + section_runs(lines) + section_provenance(lines, first["prepared"]))
 
