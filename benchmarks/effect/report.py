@@ -229,7 +229,7 @@ def section_provenance(lines: list[dict[str, Any]], prepared: dict[str, Any]) ->
 
 def section_pilot(base: str, pilot_lines: list[dict[str, Any]], choice: dict[str, Any] | None) -> list[str]:
     """The pilot's runs (validation only; their seeds are not in the main run)."""
-    out = [f"## Pilot for prepared data `{base}`" + ("" if choice else " (IN PROGRESS: no choice yet)"), "",
+    out = [f"## Pilot for prepared data `{base}`" + ("" if choice else " (no choice recorded: in progress, or stopped)"), "",
            "| arm | seed | TAPT passes | probe validation acc. | TAPT s | probe s | total s | hardware |",
            "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(pilot_lines, key=lambda r: (r["seed"], r["passes"], r["arm"])):
