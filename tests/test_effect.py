@@ -1,45 +1,37 @@
-"""The effect experiment (benchmarks/effect): the dedupe of the pretraining corpus, the seed-level
-statistics against scipy, and the whole experiment (prepare, run, report) on its tiny config."""
+"""The effect experiment (benchmarks/effect): near-duplicate-free splits, the seed-level statistics
+against scipy, the report's gate, and the whole harness (prepare, pilot, run, report) on a labeled
+set made here, as a user would run it on their own data."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+import random
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks.effect import neardup, paired, report, run
+
 REPO = Path(__file__).resolve().parents[1]
-EFFECT = REPO / "benchmarks/effect"
+EFFECT = REPO / "benchmarks" / "effect"
 
 
-def load(name: str):
-    sys.path.insert(0, str(EFFECT))
-    spec = importlib.util.spec_from_file_location(f"effect_{name}", EFFECT / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[f"effect_{name}"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_dedupe_removes_every_pretraining_text_that_validation_or_test_holds() -> None:
-    run = load("run")
-    held = [{"text": "Tools for  Gene\tAlignment"}, {"text": "ﬁnite element solver"}]  # ligature: NFKC "fi"
-    corpus = [{"text": "tools for gene alignment"}, {"text": "  TOOLS FOR GENE ALIGNMENT "},
-              {"text": "finite element solver"}, {"text": "finite element solvers"}, {"text": "a circuit simulator"},
-              *held]
-    kept, removed = run.dedupe(corpus, held)
-    assert [r["text"] for r in kept] == ["finite element solvers", "a circuit simulator"]
-    assert removed == 5
-    assert run.dedupe(corpus, []) == (corpus, 0)
+def test_near_duplicates_are_clustered_and_found_exactly() -> None:
+    base = "a solver for sparse linear systems of equations with iterative methods and preconditioners"
+    texts = [base, base + " written in C", "Tools for gene alignment of short reads", base.upper(),
+             "tools for gene alignment of short reads and long reads", "an unrelated circuit simulator"]
+    ids = neardup.clusters(texts)
+    assert ids[0] == ids[1] == ids[3] and ids[2] == ids[4] and len(set(ids)) == 3
+    assert neardup.near_duplicates(texts[0], texts[1]) and not neardup.near_duplicates(texts[0], texts[5])
+    kept, dropped = neardup.drop_near_duplicates(texts, [base])
+    assert kept == [2, 4, 5] and dropped == 3
 
 
 def test_paired_statistics_match_scipy_and_simulation() -> None:
     from scipy import stats
 
-    paired = load("paired")
     arm = {0: 0.71, 1: 0.74, 2: 0.69, 3: 0.73, 4: 0.75, 5: 0.70}
     base = {0: 0.70, 1: 0.71, 2: 0.70, 3: 0.70, 4: 0.72, 5: 0.71, 9: 0.5}  # seed 9 has no pair
     summary = paired.paired_summary(arm, base)
@@ -47,113 +39,149 @@ def test_paired_statistics_match_scipy_and_simulation() -> None:
     assert summary["seeds"] == list(range(6))
     low, high = stats.t.interval(0.95, 5, loc=diffs.mean(), scale=stats.sem(diffs))
     assert summary["ci"] == pytest.approx([low, high], abs=1e-12)
-    assert summary["p_t"] == pytest.approx(stats.ttest_rel([arm[s] for s in range(6)],
-                                                           [base[s] for s in range(6)]).pvalue)
     assert summary["p_wilcoxon"] == pytest.approx(stats.wilcoxon(diffs).pvalue)
-
-    # The minimum detectable effect: simulated paired experiments of that true effect are found
-    # significant by scipy's paired t-test in 80% of the draws.
+    # simulated paired experiments of the MDE's true effect are significant in 80 % of the draws
     sd, n = 0.02, 6
     mde = paired.minimum_detectable_effect(sd, n)
-    rng = np.random.default_rng(0)
-    draws = rng.normal(mde, sd, size=(20_000, n))
-    found = (stats.ttest_1samp(draws, 0.0, axis=1).pvalue < 0.05).mean()
-    assert found == pytest.approx(0.8, abs=0.015)
-    assert paired.minimum_detectable_effect(sd, 4 * n) < mde / 1.8  # four times the seeds, about half
-    assert np.isnan(paired.paired_summary({0: 0.7}, {0: 0.6})["ci"][0])
+    draws = np.random.default_rng(0).normal(mde, sd, size=(20_000, n))
+    assert (stats.ttest_1samp(draws, 0.0, axis=1).pvalue < 0.05).mean() == pytest.approx(0.8, abs=0.015)
+    assert paired.minimum_detectable_effect(sd, 4 * n) < mde / 1.8
+
+
+def test_no_absolute_path_in_the_committed_files() -> None:
+    pattern = re.compile(r"(?<![\w.~])/(?:work|home|tmp|root|Users|opt|var|mnt)/")
+    offenders = [p.relative_to(REPO).as_posix() for p in EFFECT.rglob("*")
+                 if p.is_file() and p.suffix in (".py", ".md", ".jsonl", ".json") and pattern.search(p.read_text())]
+    assert offenders == []
+
+
+def synthetic_labeled(path: Path, rows: int = 72) -> None:
+    """Three classes, each with words of its own in varied sentences: learnable, not Debian."""
+    rng = random.Random(0)
+    vocab = {"astronomy": "telescope orbit galaxy comet planet star spectrum",
+             "cooking": "recipe oven flour butter sauce simmer spice",
+             "sailing": "harbour sail wind anchor keel tide rope"}
+    common = ["the", "a", "tool", "for", "with", "and", "of", "data", "that", "users", "can"]
+    with path.open("w") as f:
+        for i in range(rows):
+            label = list(vocab)[i % 3]
+            words = [rng.choice(vocab[label].split() if rng.random() < 0.5 else common) for _ in range(rng.randint(8, 30))]
+            f.write(json.dumps({"body": f"item {i} " + " ".join(words), "topic": label}) + "\n")
 
 
 @pytest.mark.slow
-def test_whole_experiment_on_the_tiny_config(tmp_path: Path) -> None:
-    run = load("run")
-    work, results, report = tmp_path / "work", tmp_path / "results.jsonl", tmp_path / "REPORT.md"
-    common = ["--config", "tiny", "--work", str(work)]
-    assert run.main(["prepare", *common, "--results", str(results)]) == 0
+def test_the_whole_harness_on_a_labeled_set_of_ones_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MASKSTREAM_CACHE", str(tmp_path / "cache"))
+    labeled, domain = tmp_path / "mine.jsonl", tmp_path / "domain.txt"
+    synthetic_labeled(labeled)
+    synthetic_labeled(tmp_path / "more.jsonl", rows=90)  # unlabeled domain text: same vocabulary, as txt
+    domain.write_text("\n".join(json.loads(x)["body"] for x in (tmp_path / "more.jsonl").read_text().splitlines()))
+    work, results, out = tmp_path / "work", tmp_path / "results.jsonl", tmp_path / "REPORT.md"
+    common = ["--config", "tiny", "--work", str(work), "--results", str(results)]
+    assert run.main(["prepare", *common, "--labeled", str(labeled), "--text-field", "body", "--label-field", "topic",
+                     "--domain-corpus", str(domain), "--arms", "none,random,difference"]) == 0
     prepared = json.loads((work / "tiny" / "prepared.json").read_text())
 
-    # the pretraining corpus holds no validation or test text, and the removed count is exact
-    read = lambda name: [json.loads(x) for x in Path(prepared["paths"][name]).read_text().splitlines()]  # noqa: E731
-    held = {run.normalize(r["text"]) for r in read("validation") + read("test")}
-    domain = read("domain")
-    assert held and not any(run.normalize(r["text"]) in held for r in domain)
-    assert prepared["dedupe_removed"] == prepared["rows"] - len(domain) > 0
+    # no validation or test text has a near-duplicate in train or either pretraining corpus (brute force)
+    read = lambda name: [json.loads(x)["text"] for x in (work / "tiny" / name).read_text().splitlines()]  # noqa: E731
+    held = read("labeled-validation.jsonl") + read("labeled-test.jsonl")
+    assert held
+    for corpus in ("labeled-train.jsonl", "tapt.jsonl", "general.jsonl"):
+        assert not any(neardup.near_duplicates(h, t) for h in held for t in read(corpus)), corpus
+    assert prepared["cleaning"]["tapt_removed"] > 0  # the domain file shares texts with the labeled one
+    assert prepared["general_model"]["held_out"]["masked_tokens"] > 0
 
-    assert run.main(["run", *common, "--seeds", "0", "--results", str(results)]) == 0
-    assert run.main(["run", *common, "--seeds", "0-1", "--results", str(results)]) == 0  # adds seed 1 only
+    with pytest.raises(SystemExit, match="pilot"):
+        run.main(["run", *common, "--arms", "none,random"])
+    assert run.main(["pilot", *common]) == 0
+    assert run.main(["run", *common, "--arms", "none,random,difference", "--seeds", "0"]) == 0
+    assert run.main(["run", *common, "--arms", "none,random,difference", "--seeds", "0-1"]) == 0  # adds seed 1
+    assert run.main(["run", *common, "--arms", "none,random", "--seeds", "0", "--readout", "finetune"]) == 0
     lines = [json.loads(x) for x in results.read_text().splitlines()]
-    assert [x["kind"] for x in lines].count("selection") == 1
+    kinds = [x["kind"] for x in lines]
+    assert kinds.count("probe_selection") == kinds.count("pilot_choice") == 1
+    pilot = [x for x in lines if x["kind"] == "pilot"]
+    assert pilot and all("test" not in x["probe"] for x in pilot)  # the pilot never reads the test set
     arms = [(x["arm"], x["seed"]) for x in lines if x["kind"] == "arm"]
-    assert arms == [(a, s) for s in (0, 1) for a in run.DEFAULT_ARMS]
-    test_rows = len(read("test"))
-    for line in lines[1:]:
-        assert len(line["test"]["predictions"]) == line["test"]["examples"] == test_rows
-        assert line["config_hash"] == lines[0]["config_hash"] and line["git_commit"]
-        assert line["finetune"]["learning_rate"] == lines[0]["chosen"]["learning_rate"]
-        intrinsic = line["intrinsic"]
-        assert intrinsic["random"] > 0 and intrinsic["tokens"]["random"] == (
-            intrinsic["tokens"]["random_seed_similar"] + intrinsic["tokens"]["random_rest"])
-        assert (intrinsic["own"] is None) == (line["arm"] == "none")
-        if line["arm"] != "none":
-            assert line["pretraining"]["steps"] == run.CONFIGS["tiny"]["train"]["steps"]
-    # the `none` arm is the warmed checkpoint itself: the same held-out loss for every seed
-    assert len({x["intrinsic"]["random"] for x in lines if x.get("arm") == "none"}) == 1
-
-    assert run.main(["report", "--results", str(results), "--report", str(report)]) == 0
-    text = report.read_text()
-    order = [text.index(s) for s in ("### 1. Positive control", "### 2. Power", "### 3. Paired results",
-                                     "### 4. Held-out MLM loss", "### 5. What this can and cannot conclude",
-                                     "### Provenance")]
-    assert order == sorted(order)
-    assert prepared["warm"]["sha256"][:16] in text and prepared["sha256"]["corpus"][:16] in text
-    for png in tmp_path.glob("*.png"):
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # mask probabilities and their signal (inspect), downstream, held-out losses
-    assert len(list(tmp_path.glob("*.png"))) == 4
-    assert "mask_probabilities-tiny_signal.png" in text
+    assert arms == [(a, s) for s in (0, 1) for a in ("none", "random", "difference")]
+    steps = {x["pretraining"]["steps"] for x in lines if x["kind"] == "arm" and x["pretraining"]}
+    assert len(steps) == 1  # every arm of every seed: the same number of TAPT steps
+    assert len({x["config_hash"] for x in lines if x["kind"] == "arm"}) == 1
+    assert [x["arm"] for x in lines if x["kind"] == "finetune"] == ["none", "random"]
+    assert run.main(["report", "--results", str(results), "--report", str(out)]) == 0
+    text = out.read_text()
+    assert "### 1. Positive control" in text and "Status: complete" in text  # the tiny config has seeds 0-1
+    assert str(tmp_path) not in results.read_text() + text  # no path of this machine in what gets committed
 
 
-def synthetic_line(arm: str, seed: int, accuracy: float, mlm: float) -> dict:
-    """A results line as `run.py run` writes it, with chosen numbers."""
-    pretraining = None if arm == "none" else {
-        "steps": 40, "config": {"total_steps": 40, "batch_size": 16, "learning_rate": 2e-4, "warmup_steps": 3},
-        "curves": [{"step": 0, "split": "held_out", "loss": 3.0}, {"step": 40, "split": "held_out", "loss": mlm}]}
-    return {
-        "kind": "arm", "config_hash": "h", "config_name": "cpu", "arm": arm, "seed": seed, "pretraining": pretraining,
-        "test": {"accuracy": accuracy, "macro_f1": accuracy - 0.2, "examples": 4, "predictions": [0, 1, 2, 0]},
-        "validation": {"accuracy": 0.7, "macro_f1": 0.5}, "best_epoch": 1,
-        "intrinsic": {"definition": "d", "random": mlm, "own": None if arm == "none" else mlm,
-                      "random_seed_similar": mlm + 0.5, "random_rest": mlm - 0.1},
-        "finetune": {"learning_rate": 1e-4, "tmr": 0.1}, "seconds": {"finetune": 1.0, "total": 2.0},
-        "prepared": {"majority": {"test": 0.7}, "labels": ["a", "b", "c"], "counts": {"test": {"a": 3, "b": 1}},
-                     "model": "/x/minilm/model", "domain_rows": 10, "dedupe_removed": 2, "sha256": {"corpus": "c" * 64},
-                     "warm_sha256": "w" * 64, "datasets": {"main": {"seeds.json": "s" * 64}},
-                     "seconds": {"total": 60.0}, "command": "prepare"},
-        "command": "run", "git_commit": "abc", "git_dirty": False, "versions": {"torch": "x"}, "hardware": {"cpu": "y"},
-    }
+def arm_line(arm: str, seed: int, accuracy: float) -> dict:
+    return {"kind": "arm", "config_hash": "h", "base_hash": "b", "config_name": "cpu", "arm": arm, "seed": seed,
+            "passes": 4, "probe": {"C": 1.0, "validation": {"accuracy": 0.5}, "test": {"accuracy": accuracy}},
+            "pretraining": None, "seconds": {"tapt": 1.0, "probe": 1.0, "total": 2.0},
+            "hardware": {"cpu": "x", "cpu_count": 2, "torch_threads": 1}, "git_commit": "abc", "git_dirty": False,
+            "versions": {"torch": "x"}, "command": "run",
+            "prepared": {"general_model": {"key": "k", "shape": {"num_hidden_layers": 4, "hidden_size": 256},
+                                           "parameters": 1, "settings": {"steps": 1, "batch_size": 1}, "max_length": 8,
+                                           "passes": 1.0, "rows": {"train": 1}, "seconds": 1.0,
+                                           "held_out": {"accuracy": 0.3, "loss": 4.0, "masked_tokens": 10},
+                                           "held_out_before": {"accuracy": 0.0}},
+                         "tokenizer": {"package": "p", "version": "1"},
+                         "cleaning": {"threshold": 0.5, "labeled_rows": 3, "clusters": 3,
+                                      "texts_in_clusters_of_2_or_more": 0, "largest_cluster": 1, "tapt_removed": 0,
+                                      "general_removed": 0, "tapt_rows": 1, "general_rows": 1,
+                                      "held_out_with_near_duplicate_after": {"train": 0}},
+                         "counts": {"test": {"a": 1}}, "majority": {"test": 1.0}, "inputs": {}, "sha256": {},
+                         "finetune_max_length": 8, "finetune_length_coverage": 0.96}}
 
 
 @pytest.mark.parametrize("pretraining_helps", [True, False])
-def test_report_states_the_control_first_and_claims_nothing_when_it_fails(tmp_path: Path,
-                                                                         pretraining_helps: bool) -> None:
-    report_module = load("report")
+def test_report_compares_arms_only_when_the_downstream_control_passes(tmp_path: Path, pretraining_helps: bool) -> None:
     rng = np.random.default_rng(1)
     lines = []
-    for seed in range(5):
-        noise = rng.normal(0, 0.01)
-        lines += [synthetic_line("none", seed, 0.70, 3.0),
-                  synthetic_line("random", seed, 0.72 + noise, (2.5 if pretraining_helps else 3.0) + noise),
-                  synthetic_line("difference", seed, 0.74 + noise + rng.normal(0, 0.002), 2.6 + noise)]
+    for seed in range(8):
+        noise = rng.normal(0, 0.005)
+        lines += [arm_line("none", seed, 0.70), arm_line("random", seed, (0.73 if pretraining_helps else 0.70) + noise),
+                  arm_line("difference", seed, 0.74 + noise + rng.normal(0, 0.002))]
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    report_module.write_report(results, tmp_path / "REPORT.md")
+    report.write_report(results, tmp_path / "REPORT.md")
     text = (tmp_path / "REPORT.md").read_text()
-    assert text.index("### 1. Positive control") < text.index("### 2. Power") < text.index("### 3. Paired")
-    differences = [lines[3 * s + 2]["test"]["accuracy"] - lines[3 * s + 1]["test"]["accuracy"] for s in range(5)]
-    mean = 100 * float(np.mean(differences))
     if pretraining_helps:
-        assert "MLM loss (common random masking): PASSES" in text
-        assert f"Difference masking beats random masking downstream: Δ {mean:+.2f} points" in text
+        assert "**PASSES**" in text and "| `difference` | 8 |" in text and "Status: complete" in text
     else:
-        assert "FAILS" in text and "the experiment is underpowered" in text
-        assert "no conclusion about difference vs random masking is drawn" in text
-        assert "Difference masking beats" not in text
+        assert "**FAILS**" in text and "compares nothing" in text and "Not compared" in text
+        assert "| `difference` | 8 |" not in text
+
+
+def test_pilot_rule_picks_the_largest_validation_gain_ties_to_fewer_passes() -> None:
+    def line(arm: str, seed: int, passes: float, accuracy: float) -> dict:
+        return {"arm": arm, "seed": seed, "passes": passes, "probe": {"validation": {"accuracy": accuracy}}}
+
+    none = [line("none", s, 0, 0.70) for s in (100, 101)]
+    gains = none + [line("random", 100, 4, 0.74), line("random", 101, 4, 0.72),
+                    line("random", 100, 8, 0.745), line("random", 101, 8, 0.72)]
+    assert run.pilot_choice(gains, [4, 8], [100, 101])["passes"] == 4  # 8 is within 0.5 points of the best
+    clear = none + [line("random", s, 4, 0.71) for s in (100, 101)] + [line("random", s, 8, 0.75) for s in (100, 101)]
+    assert run.pilot_choice(clear, [4, 8], [100, 101])["passes"] == 8
+    lost = none + [line("random", s, p, 0.69) for s in (100, 101) for p in (4, 8)]
+    assert run.pilot_choice(lost, [4, 8], [100, 101]) == {"passes": 8, "gains": pytest.approx({4: -0.01, 8: -0.01}),
+                                                          "no_gain": True}
+
+
+def test_corpora_read_every_format_and_count_what_they_reject(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmarks.effect.corpora import read_labeled, read_texts
+
+    labeled = tmp_path / "l.jsonl"
+    labeled.write_text('{"t": "good one", "y": "a"}\n{"t": "good two", "y": 2}\nnot json\n{"t": "", "y": "a"}\n'
+                       '{"t": "no label"}\n')
+    rows, rejects = read_labeled(str(labeled), "t", "y")
+    assert rows == [{"text": "good one", "label": "a"}, {"text": "good two", "label": "2"}] and len(rejects) == 3
+    pq.write_table(pa.table({"body": ["p1", "p2"]}), tmp_path / "d.parquet")
+    (tmp_path / "d.txt").write_text("t1\n\nt2\n")
+    texts, rejects = read_texts([str(tmp_path / "d.*")], "body")
+    assert [r["text"] for r in texts] == ["p1", "p2", "t1", "t2"] and rejects == []
+    with pytest.raises(SystemExit, match="matches no file"):
+        read_texts([str(tmp_path / "none*.jsonl")])

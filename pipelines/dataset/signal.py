@@ -331,8 +331,9 @@ def near_uniform_warning(report: dict[str, Any]) -> str | None:
         reasons.append(f"stop-word lift {stop_lift:.2f} > {NEAR_UNIFORM['stop_word_lift_above']}")
     if not reasons:
         return None
-    return ("near-uniform masking signal (" + "; ".join(reasons) + "): raise `maskstream build --sharpness` "
-            "(e.g. --sharpness 8 --floor 0.01), or pick domain seeds with `maskstream stats --background-input`")
+    return ("near-uniform masking signal (" + "; ".join(reasons) + "): masks fall almost where random masking "
+            "puts them, so difference masking acts like random masking here; sharpen with `maskstream build "
+            "--sharpness 8 --floor 0.01` (domain seeds: `maskstream stats --background-input FILE`)")
 
 
 GROUP_LABELS = {"seed_words": "seed words", "similar_words": "top-1% similar", "stop_words": "stop words",

@@ -1,0 +1,128 @@
+"""The experiment's settings: configs, arms and the rules written down before anything runs.
+
+A config is plain data; its values enter the config hash (run.config_hash), so two result lines
+are compared only when every value that decides them is the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm: how its dataset is made (extra `maskstream stats` / `seeds` / `build` flags; with
+    stats flags the arm gets statistics of its own) and how its task-adaptive pretraining (TAPT)
+    masks (`maskstream train` flags). `pretrain=False`: the general model as it is."""
+
+    title: str
+    train: tuple[str, ...] = ()
+    seeds: tuple[str, ...] = ()
+    build: tuple[str, ...] = ()
+    stats: tuple[str, ...] = ()
+    pretrain: bool = True
+
+    @property
+    def dataset(self) -> str:
+        """Name of the dataset this arm trains on: `main` without extra stats/seeds/build flags."""
+        if not self.stats and not self.seeds and not self.build:
+            return "main"
+        flags = [self.seeds, self.build] + ([self.stats] if self.stats else [])
+        return "v" + hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:10]
+
+
+SHARPENED_BUILD = ("--sharpness", "8", "--floor", "0.01")
+BACKGROUND = "data/debian-background.jsonl.gz"  # relative to the repository; the flag gets it resolved
+BACKGROUND_STATS = ("--background-input", BACKGROUND)
+
+# A new arm is one entry here.
+ARMS: dict[str, Arm] = {
+    "none": Arm("no task-adaptive pretraining (the general model)", pretrain=False),
+    "random": Arm("random masking (BERT, 15%)", train=("--strategy", "random")),
+    "whole_word": Arm("whole-word random masking", train=("--strategy", "whole_word")),
+    "difference": Arm("difference masking, the paper's map (K=20 seeds, nearest seed, 15%)",
+                      train=("--strategy", "difference")),
+    "rank_map": Arm("difference masking, the reference implementation's rank map", train=("--strategy", "difference"),
+                    build=("--weighting", "rank")),
+    "background_sharpened": Arm("difference masking, background-contrast seeds and sharpened map "
+                                "(sharpness 8, floor 0.01)",
+                                train=("--strategy", "difference"), stats=BACKGROUND_STATS,
+                                seeds=("--contrast", "background"), build=SHARPENED_BUILD),
+}
+REQUIRED_ARMS = ("none", "random", "difference", "background_sharpened")
+PILOT_ARMS = ("none", "random")
+BASELINE = "random"  # every arm is compared with it, paired by seed
+CONTROL = ("random", "none")  # the positive control: TAPT with random masking must beat none downstream
+
+# Split by cluster of near-duplicates (neardup.py), by a hash of the cluster's key.
+SPLITS = {"train": (0.0, 0.65), "validation": (0.65, 0.8), "test": (0.8, 1.0)}
+
+PILOT_RULE = (
+    "Before the main run, a pilot on seeds not counted in the main run (the config's `pilot.seeds`) trains "
+    "the `random` arm for each candidate number of TAPT passes (`pilot.passes`) and reads the primary probe "
+    "on **validation only**. Chosen: the candidate with the largest mean validation-accuracy gain of "
+    "`random` over `none` across the pilot seeds; candidates within 0.5 points of the best go to the fewest "
+    "passes. If no candidate gains, the most passes are chosen (where the control is likeliest to pass) and the "
+    "report says so. The test set is not read by the pilot.")
+
+PROBE_RULE = (
+    "Primary readout: the frozen model's last hidden states mean-pooled over every token of the text (the text "
+    "cut into windows of the pretraining length, each window mean-pooled, windows averaged weighted by their "
+    "tokens), standardized, then scikit-learn's LogisticRegression (lbfgs, class_weight='balanced', "
+    "max_iter 5000). Its inverse regularization C is chosen once, before any arm runs, on validation accuracy "
+    "of the `none` arm (the general model) over the config's grid; ties go to the smaller C.")
+
+FINETUNE_RULE = (
+    "Secondary readout: `maskstream finetune` of each arm's model, averaged over the config's fine-tuning seeds, "
+    "at a max length covering at least 95% of the labeled texts, early stopping on validation macro-F1 "
+    "(patience 2). The learning rate is chosen once, before any arm runs, on mean validation macro-F1 of the "
+    "`none` arm over the fine-tuning seeds; ties go to the smaller rate.")
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    # the test's configuration: the whole harness in well under a minute on any labeled set
+    "tiny": {
+        "every_nth": {"general": 40},
+        "model": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64},
+        "max_length": 64,
+        "general": {"steps": 6, "batch_size": 8, "learning_rate": 1e-3, "held_out_fraction": 0.1, "seed": 0},
+        "tapt": {"batch_size": 8, "learning_rate": 5e-4, "held_out_fraction": 0.05, "eval_samples": 16},
+        "pilot": {"seeds": [100], "passes": [1]},
+        "probe": {"grid": [0.1, 1.0]},
+        "finetune": {"seeds": [0], "grid": [1e-3], "epochs": 1, "batch_size": 16, "max_steps": 2},
+        "seeds": [0, 1],
+    },
+    # BERT-mini's shape, sized for 2 shared CPU cores (a training step of 16 x 272 tokens took 5-9 s
+    # there under load): the general model ~20 passes over ~5,900 general texts (300 steps left it on the
+    # unigram plateau: held-out masked-token accuracy 4.1 %, loss 7.03 nats), TAPT 4-8 passes.
+    "cpu": {
+        "every_nth": {"general": 1},
+        "model": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024},
+        "max_length": 272,  # covers 95% of the labeled texts (p95 258 tokens)
+        "general": {"steps": 3000, "batch_size": 16, "learning_rate": 1e-3, "held_out_fraction": 0.03, "seed": 0},
+        "tapt": {"batch_size": 16, "learning_rate": 3e-4, "held_out_fraction": 0.05, "eval_samples": 64},
+        "pilot": {"seeds": [100, 101], "passes": [4, 8]},
+        "probe": {"grid": [0.01, 0.1, 1.0, 10.0]},
+        "finetune": {"seeds": [0, 1, 2], "grid": [1e-4, 3e-4], "epochs": 6, "batch_size": 32, "max_steps": 0},
+        "seeds": list(range(8)),
+    },
+    # BERT-small-shaped and longer, for a machine with a GPU (`run --device cuda` is set by the config)
+    "gpu": {
+        "every_nth": {"general": 1},
+        "model": {"hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8, "intermediate_size": 2048},
+        "max_length": 320,
+        "general": {"steps": 20000, "batch_size": 64, "learning_rate": 5e-4, "held_out_fraction": 0.02, "seed": 0},
+        "tapt": {"batch_size": 32, "learning_rate": 1e-4, "held_out_fraction": 0.05, "eval_samples": 512},
+        "pilot": {"seeds": [100, 101], "passes": [4, 10, 20]},
+        "probe": {"grid": [0.001, 0.01, 0.1, 1.0, 10.0]},
+        "finetune": {"seeds": [0, 1, 2], "grid": [3e-5, 1e-4, 3e-4], "epochs": 10, "batch_size": 32, "max_steps": 0},
+        "seeds": list(range(12)),
+        "device": "cuda",
+    },
+}
+
+
+def device_of(config: dict[str, Any]) -> str:
+    return config.get("device", "cpu")
