@@ -95,7 +95,8 @@ def word_stats_dataset(stats_dir: str) -> Any:
 
 def iter_word_stats(dataset: Any, batch_rows: int = STATS_BATCH_ROWS) -> Iterator[list[dict[str, Any]]]:
     """The rows of a `word_stats_dataset`, in lists of at most `batch_rows`: one batch in memory at a time."""
-    for batch in dataset.to_batches(batch_size=batch_rows):
+    # No read-ahead: memory holds one row group, whatever the number of files.
+    for batch in dataset.to_batches(batch_size=batch_rows, batch_readahead=0, fragment_readahead=0):
         yield batch.to_pylist()
 
 
