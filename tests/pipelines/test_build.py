@@ -79,7 +79,8 @@ class EncoderSpy:
         original = transformers.AutoModel.from_pretrained
 
         def from_pretrained(*args, **kwargs):
-            model = original(*args, **kwargs)
+            loaded = original(*args, **kwargs)  # (model, loading info) with output_loading_info=True
+            model = loaded[0] if isinstance(loaded, tuple) else loaded
 
             def hook(module, args, kwargs):
                 self.calls += 1
@@ -93,7 +94,7 @@ class EncoderSpy:
                 self.rows.extend(rows)
 
             model.register_forward_pre_hook(hook, with_kwargs=True)
-            return model
+            return loaded
 
         monkeypatch.setattr(transformers.AutoModel, "from_pretrained", from_pretrained)
 
