@@ -12,7 +12,14 @@ import pytest
 import torch
 
 from pipelines.dataset.mask_probability import mask_probabilities_flat
-from pipelines.dataset.signal import budget_shortfall, format_report, merge_tallies, signal_report, tally
+from pipelines.dataset.signal import (
+    WordsForReport,
+    budget_shortfall,
+    format_report,
+    merge_tallies,
+    signal_report,
+    tally,
+)
 from schemas.manifest import Manifest
 from trainer.collate import collate_sequences
 from trainer.masking import (
@@ -66,8 +73,8 @@ def test_the_tally_counts_a_code_heavy_sequence_and_the_expected_masks_it_misses
     ordinary_p = mask_probabilities_flat(ordinary["word_ids"], ordinary["word_index"], ordinary["special_tokens_mask"],
                                          ordinary_offsets, similarity(60), budget=BUDGET, width=128)
     merged = merge_tallies([
-        tally(sequence["word_index"], sequence["special_tokens_mask"], p, 61, offsets, BUDGET),
-        tally(ordinary["word_index"], ordinary["special_tokens_mask"], ordinary_p, 61, ordinary_offsets, BUDGET),
+        tally(sequence["word_index"], sequence["special_tokens_mask"], p, offsets, BUDGET),
+        tally(ordinary["word_index"], ordinary["special_tokens_mask"], ordinary_p, ordinary_offsets, BUDGET),
     ])
     assert (merged["sequences"][0], merged["short_sequences"][0]) == (2, 1)
     assert merged["missing_masks"][0] == pytest.approx(4.0)
@@ -82,9 +89,9 @@ def test_the_tally_counts_a_code_heavy_sequence_and_the_expected_masks_it_misses
 def test_the_report_and_printout_give_the_shortfall_and_name_the_floor() -> None:
     sequence = code_heavy_sequence()
     p = probabilities(sequence, floor=0.0)
-    counts = tally(sequence["word_index"], sequence["special_tokens_mask"], p, 12, np.array([0, len(p)]), BUDGET)
+    counts = tally(sequence["word_index"], sequence["special_tokens_mask"], p, np.array([0, len(p)]), BUDGET)
     words = ["unlike"] + [f"word{i}" for i in range(11)]
-    report = signal_report(counts, words, similarity(), ["word0"], ["the"])
+    report = signal_report(counts, WordsForReport.of_table(word_table_of(words)), ["word0"], ["the"])
     assert report["budget_shortfall"] == {"tolerance": 0.01, "sequences": 1, "short_sequences": 1, "short_share": 1.0,
                                           "missing_masks": pytest.approx(4.0),
                                           "missing_share_of_their_budget": pytest.approx(4.0 / 15.0)}
@@ -98,8 +105,9 @@ def test_a_manifest_without_the_shortfall_still_loads_and_prints() -> None:
 
     sequence = code_heavy_sequence()
     p = probabilities(sequence, floor=0.0)
-    counts = tally(sequence["word_index"], sequence["special_tokens_mask"], p, 12, np.array([0, len(p)]), BUDGET)
-    report = signal_report(counts, ["unlike"] + [f"word{i}" for i in range(11)], similarity(), [], [])
+    counts = tally(sequence["word_index"], sequence["special_tokens_mask"], p, np.array([0, len(p)]), BUDGET)
+    report = signal_report(counts, WordsForReport.of_table(word_table_of(["unlike"] + [f"word{i}" for i in range(11)])),
+                           [], [])
     del report["budget_shortfall"]  # as written before issue 31
     manifest = Manifest(version="v1", created_at="2026-01-01T00:00:00Z", tokenizer={}, encoder={}, seeds=[],
                         formulas={}, config={}, source_fingerprint={}, shards=[], diagnostics=report)
@@ -149,7 +157,8 @@ def test_the_shortfall_reaches_the_manifest_through_the_builds_tallies() -> None
     config = {"budget": BUDGET, "alpha": 1.0, "weighting": "similarity", "sharpness": 1.0, "floor": 0.0,
               "max_length": 128}
     names = ["unlike"] + [f"word{i}" for i in range(11)]
-    diagnostics = build_diagnostics(map_tallies(rows, similarity(), config, 1), word_table_of(names), ["word0"])
+    diagnostics = build_diagnostics(map_tallies(rows, similarity(), config, 1),
+                                    WordsForReport.of_table(word_table_of(names)), ["word0"])
     assert diagnostics["budget_shortfall"]["short_sequences"] == 1
     assert diagnostics["budget_shortfall"]["missing_masks"] == pytest.approx(4.0)
     paper = next(v for k, v in diagnostics["comparison"].items() if k.startswith("paper"))

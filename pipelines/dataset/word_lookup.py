@@ -26,7 +26,6 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 HASH_SLICE = 65_536  # words turned into Python strings at once while hashing
 SKIPPED_SEED = -1  # `WordScores.nearest` of a word the encoder did not see (pipelines/dataset/vocabulary.py)
@@ -48,6 +47,8 @@ class WordLookup:
     @classmethod
     def of(cls, words: pa.Array | pa.ChunkedArray | Sequence[str]) -> WordLookup:
         """The lookup of distinct `words` in any order: word_index = rank in sorted (code point) order."""
+        import pyarrow.compute as pc
+
         words = pa.chunked_array([words]) if not isinstance(words, pa.ChunkedArray | pa.Array) else words
         words = words.combine_chunks() if isinstance(words, pa.ChunkedArray) else words
         rank = np.empty(len(words), np.int32)
