@@ -226,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
     # reads no corpus byte and no word of the statistics.
     fields = manifest_fields(version, config, seeds, {}, {"input": list(args.input), "stats": args.stats,
                                                           "seeds": args.seeds, "beam_args": list(args.beam_args)})
+    if not dry_run:
+        write_atomically(join(version_url, SEEDS_NAME), seeds_raw)
     started = time.perf_counter()
     pipeline = beam.Pipeline(options=PipelineOptions(list(args.beam_args)))
     corpus = pipeline | "ReadCorpus" >> ReadCorpus(args.input, text_field=args.text_field, txt_mode=args.txt_mode)
@@ -237,7 +239,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     LOG.info("building %s from the word statistics in %s, %d seeds, min word count %d", version_url, args.stats,
              len(seeds), config.min_word_count)
-    write_atomically(join(version_url, SEEDS_NAME), seeds_raw)
     result = pipeline.run()
     result.wait_until_finish()
     elapsed = time.perf_counter() - started
