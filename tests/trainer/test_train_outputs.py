@@ -78,7 +78,8 @@ def test_train_computes_the_recorded_losses_and_weights(name, two_versions, tiny
     assert actual["held_out_loss"] == pytest.approx(expected["held_out_loss"], rel=1e-5)
     assert sorted(actual["weights"]) == sorted(expected["weights"])
     for tensor, (total, norm) in expected["weights"].items():
-        assert actual["weights"][tensor][1] == pytest.approx(norm, rel=1e-4), tensor
+        # abs: a tensor that training leaves at rounding noise (an attention key bias gets no gradient) is noise on another CPU.
+        assert actual["weights"][tensor][1] == pytest.approx(norm, rel=1e-4, abs=1e-6), tensor
         assert actual["weights"][tensor][0] == pytest.approx(total, rel=1e-4, abs=1e-4), tensor
     if name == "follow_latest":
         epochs = {r["step"]: r["epoch"] for r in read_metrics(out) if r["split"] == "train"}
