@@ -128,7 +128,7 @@ def test_output_validates_against_the_schema(built):
     assert table.column("sequence_id").to_pylist() == list(range(manifest.total_rows))  # dense, in shard order
     assert sum(len(x) for x in table.column("input_ids").to_pylist()) == manifest.total_tokens
     word_table = pq.read_table(f"{version_url}/{manifest.word_table}")
-    check_schema(word_table.schema, WORD_TABLE_SCHEMA, "words.parquet")
+    check_schema(word_table.schema, WORD_TABLE_SCHEMA, "the word table")
     assert word_table.column("word").to_pylist() == built["inputs"]["vocabulary"]
     assert word_table.column("word_index").to_pylist() == list(range(len(built["inputs"]["vocabulary"])))
     seed_rows = [r for r in word_table.to_pylist() if r["word"] in SEEDS]

@@ -39,7 +39,7 @@ def page(sample_corpus, tmp_path_factory):
     version_url, manifest = load_manifest(root)
     table = pa.concat_tables(pq.read_table(f"{version_url}/{s.path}") for s in manifest.shards)
     rows = {row["sequence_id"]: row for row in table.to_pylist()}
-    words = pq.read_table(f"{version_url}/words.parquet").to_pylist()
+    words = pq.read_table(f"{version_url}/words").to_pylist()
     return {"path": path, "root": root, "manifest": manifest, "rows": rows, "folder": folder,
             "word_of": {w["word_index"]: w["word"] for w in words}}
 
