@@ -154,7 +154,7 @@ def run_soak(work: Path, minutes: float = 10.0, files: int = 4, docs_per_file: i
 
     def sample_rss() -> None:
         while not stop.wait(2.0):
-            for name, process in processes.items():
+            for name, process in list(processes.items()):  # a copy: the main thread adds processes
                 if process.poll() is None:
                     rss[name].append((time.monotonic(), tree_rss(process.pid)))
 
