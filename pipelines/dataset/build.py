@@ -116,7 +116,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         raise ValueError(f"--sharpness must be > 0, got {args.sharpness}")
     if not 0.0 <= args.floor <= args.budget:
         raise ValueError(f"--floor must be in [0, --budget = {args.budget}], got {args.floor}")
-    from pipelines.dataset.embeddings import resolve_encoder_dtype
+    from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
     from pipelines.dataset.sequences import check_tokenizer
     from pipelines.dataset.vocabulary import check_min_word_count
 

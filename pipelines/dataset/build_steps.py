@@ -74,22 +74,9 @@ DEFAULTS = BuildConfig(tokenizer="", encoder="")  # the one place the options' d
 
 def tokenizer_info(name: str) -> dict[str, Any]:
     """What the trainer needs from the tokenizer without loading it."""
-    from pipelines.dataset.sequences import load_tokenizer
-    from schemas.manifest import vocab_hash
+    from pipelines.dataset.tokenizer_facts import tokenizer_facts
 
-    tokenizer = load_tokenizer(name)
-    return {
-        **model_entry(name),
-        "class": type(tokenizer).__name__,
-        "vocab_hash": vocab_hash(tokenizer.get_vocab()),
-        "vocab_size": len(tokenizer),
-        "pad_token_id": tokenizer.pad_token_id,
-        "mask_token_id": tokenizer.mask_token_id,
-        "cls_token_id": tokenizer.cls_token_id,
-        "sep_token_id": tokenizer.sep_token_id,
-        "unk_token_id": tokenizer.unk_token_id,
-        "all_special_ids": sorted(set(tokenizer.all_special_ids)),
-    }
+    return {**model_entry(name), **tokenizer_facts(name)["info"]}
 
 
 # ---------------------------------------------------------------- words
@@ -136,13 +123,45 @@ def encoded_mask(words: pa.Array, tf: np.ndarray, min_word_count: int, seeds: It
     return (np.asarray(tf) >= min_word_count) | pc.is_in(words, seeds).to_numpy(zero_copy_only=False)
 
 
+REDUCTIONS = ("max", "mean", "centroid")  # --reduce: how a word's cosines to the seeds become one similarity
+
+
+def _norms(matrix: np.ndarray) -> np.ndarray:
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
+    return np.where(norms > 0, norms, 1.0)
+
+
+def nearest_seed_similarity(
+    word_embeddings: np.ndarray, seed_embeddings: np.ndarray, reduce: str = "max"
+) -> tuple[np.ndarray, np.ndarray]:
+    """(similarity float32 [n], index of the nearest seed int [n]) for each word."""
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
+    seeds = np.asarray(seed_embeddings, np.float64)
+    seeds = seeds / _norms(seeds)[:, None]
+    words = np.asarray(word_embeddings).reshape(len(word_embeddings), seeds.shape[1])
+    # einsum's own loops (not BLAS), accumulating in float64 without copying the words: each
+    # word's sums run in one fixed order, so its score does not depend on how many words share
+    # its batch (a build and an update agree bit for bit).
+    cosine = np.einsum("ij,kj->ik", words, seeds, dtype=np.float64) / _norms(words)[:, None]
+    nearest = cosine.argmax(axis=1)
+    if reduce == "max":
+        similarity = cosine[np.arange(len(words)), nearest]
+    elif reduce == "mean":
+        similarity = cosine.mean(axis=1)
+    else:
+        centroid = seeds.mean(axis=0)
+        centroid = centroid / _norms(centroid[None])[0]
+        similarity = np.einsum("ij,j->i", words, centroid, dtype=np.float64) / _norms(words)
+    return similarity.astype(np.float32), nearest
+
+
 def score_words(words: Sequence[str], embeddings: np.ndarray, seeds: Iterable[tuple[str, np.ndarray]],
                 reduce: str, lookup: WordLookup) -> pa.Table:
     """Words (rows of `embeddings`) scored against the seeds' (word, embedding): WORD_TABLE_SCHEMA
     rows with each word's similarity and nearest seed. The seeds are taken in word order, so the
     nearest of two equally near seeds does not depend on the order they arrived in."""
     from pipelines.dataset.dataset_writer import word_table
-    from pipelines.dataset.embeddings import nearest_seed_similarity
 
     seeds = sorted(seeds, key=lambda seed: seed[0])
     seed_words = [word for word, _ in seeds]

@@ -5,7 +5,7 @@ word's own tokens (specials excluded; the default) or the model's `pooler` outpu
 in Beam's `RunInference` with `WordEncoderHandler`, in batches of ~256 words (sorted by length,
 at most 16 tokens each, words of one token count per batch),
 so the cost grows with the vocabulary, not with the corpus. The forward pass runs in float32 or
-under bfloat16 autocast (`resolve_encoder_dtype`: `auto` picks bfloat16 where the device does it
+under bfloat16 autocast (`encoder_dtype.resolve_encoder_dtype`: `auto` picks bfloat16 where the device does it
 natively); pooling is always done in float32.
 
 Similarity of a word to the seeds is the cosine of their embeddings, reduced by
@@ -27,58 +27,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
+from pipelines.dataset.encoder_dtype import DTYPES
 from schemas.models import MAX_WORD_TOKENS
 
 POOLINGS = ("mean", "pooler")
-REDUCTIONS = ("max", "mean", "centroid")
-DTYPES = ("float32", "bfloat16")  # what the encoder runs in; `auto` resolves to one of them
-CPUINFO = "/proc/cpuinfo"
 
 LOG = logging.getLogger("maskstream.embeddings")
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (Linux /proc/cpuinfo; empty where it cannot be read)."""
-    try:
-        with open(CPUINFO, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.partition(":")[2].split())
-    except OSError:
-        pass
-    return set()
-
-
-def resolve_encoder_dtype(device: str, requested: str) -> str:
-    """`float32` or `bfloat16` for `--encoder-dtype` on `--encoder-device`. `auto` is bfloat16
-    where the device computes it natively (CUDA: `torch.cuda.is_bf16_supported` without
-    emulation; CPU: the avx512_bf16 or amx_bf16 flag), else float32. Resolved where the
-    command runs: with a remote runner whose workers differ, pass the dtype explicitly."""
-    if requested in DTYPES:
-        return requested
-    if requested != "auto":
-        raise ValueError(f"--encoder-dtype must be auto or one of {DTYPES}, got {requested!r}")
-    import torch
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        kind = torch.device(device).type
-    except RuntimeError as e:
-        raise ValueError(f"--encoder-device {device!r}: {e}") from e
-    if kind == "cuda":
-        native = False
-        if torch.cuda.is_available():  # else the encoder fails to load, with a clearer message
-            with torch.cuda.device(torch.device(device)):  # is_bf16_supported asks the current device
-                native = torch.cuda.is_bf16_supported(including_emulation=False)
-    elif kind == "cpu":
-        native = bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
-    else:
-        native = False
-    if not native:
-        LOG.info("--encoder-dtype auto: %s has no native bfloat16, so the encoder runs in float32 "
-                 "(what bfloat16 gains where native: docs/building.md)", kind)
-    return "bfloat16" if native else "float32"
 
 
 class LoadedEncoder:
@@ -243,36 +197,6 @@ class EmbedWords(beam.PTransform):
             | "Encode" >> RunInference(self._handler.with_no_batching())
             | "ToPairs" >> beam.Map(lambda result: (result.example, np.asarray(result.inference, np.float32)))
         )
-
-
-def _norms(matrix: np.ndarray) -> np.ndarray:
-    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
-    return np.where(norms > 0, norms, 1.0)
-
-
-def nearest_seed_similarity(
-    word_embeddings: np.ndarray, seed_embeddings: np.ndarray, reduce: str = "max"
-) -> tuple[np.ndarray, np.ndarray]:
-    """(similarity float32 [n], index of the nearest seed int [n]) for each word."""
-    if reduce not in REDUCTIONS:
-        raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
-    seeds = np.asarray(seed_embeddings, np.float64)
-    seeds = seeds / _norms(seeds)[:, None]
-    words = np.asarray(word_embeddings).reshape(len(word_embeddings), seeds.shape[1])
-    # einsum's own loops (not BLAS), accumulating in float64 without copying the words: each
-    # word's sums run in one fixed order, so its score does not depend on how many words share
-    # its batch (a build and an update agree bit for bit).
-    cosine = np.einsum("ij,kj->ik", words, seeds, dtype=np.float64) / _norms(words)[:, None]
-    nearest = cosine.argmax(axis=1)
-    if reduce == "max":
-        similarity = cosine[np.arange(len(words)), nearest]
-    elif reduce == "mean":
-        similarity = cosine.mean(axis=1)
-    else:
-        centroid = seeds.mean(axis=0)
-        centroid = centroid / _norms(centroid[None])[0]
-        similarity = np.einsum("ij,j->i", words, centroid, dtype=np.float64) / _norms(words)
-    return similarity.astype(np.float32), nearest
 
 
 class ScoreWords(beam.DoFn):

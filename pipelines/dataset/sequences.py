@@ -153,49 +153,27 @@ def load_tokenizer(name: str):
 @functools.lru_cache(maxsize=4)
 def load_backend_tokenizer(name: str):
     """The fast tokenizer's Rust backend, without the padding/truncation its config may carry
-    (loaded once per process and name; callers only encode with it)."""
+    (loaded once per process and name, from tokenizer_facts' cache when there; callers only encode
+    with it)."""
     from tokenizers import Tokenizer
 
-    hf = load_tokenizer(name)
-    if not hf.is_fast:
+    from pipelines.dataset.tokenizer_facts import tokenizer_facts
+
+    backend = tokenizer_facts(name)["backend"]
+    if backend is None:
         raise ValueError(f"{name}: maskstream needs a fast (Rust) tokenizer for offsets")
-    backend = Tokenizer.from_str(hf.backend_tokenizer.to_str())
-    backend.no_padding()
-    backend.no_truncation()
-    return backend
-
-
-# Words whose tokens `check_tokenizer` expects the tokenizer's offsets to find.
-OFFSETS_PROBE = "Offsets: every word of this probe, e.g. x86_64 or naïve, maps to its own tokens."
+    return Tokenizer.from_str(backend)
 
 
 def check_tokenizer(name: str, packing: str = "truncate") -> None:
     """Refuses, before a build starts, a tokenizer maskstream cannot map to words or mask with:
-    raises ValueError saying everything that is missing."""
-    from schemas.words import word_boundaries
+    raises ValueError saying everything that is missing (tokenizer_facts, cached by content)."""
+    from pipelines.dataset.tokenizer_facts import tokenizer_facts
 
-    hf = load_tokenizer(name)
-    problems = []
-    if not hf.is_fast:
-        problems.append(f"no fast tokenizer ({type(hf).__name__} is a slow, Python-only tokenizer, which reports "
-                        "no character offsets): use a model folder with a tokenizer.json (the `tokenizers` library)")
-    if hf.mask_token is None or hf.mask_token_id is None:
-        problems.append("no mask token (mask_token is None): masked-language-model training needs one; add it "
-                        "(`tokenizer.add_special_tokens({'mask_token': '<mask>'})`, save, resize the model's "
-                        "embeddings) or pick a model trained with one")
-    if hf.is_fast:
-        backend = load_backend_tokenizer(name)
-        encoding = backend.encode(OFFSETS_PROBE, add_special_tokens=False)
-        starts, ends = word_boundaries(OFFSETS_PROBE)
-        spans = align_tokens_to_words([s for s, _ in encoding.offsets], [e for _, e in encoding.offsets],
-                                      starts, ends).span
-        missing = len(starts) - len(set(spans[spans >= 0].tolist()))
-        if missing:
-            problems.append(f"no usable character offsets: {missing} of the {len(starts)} words of "
-                            f"{OFFSETS_PROBE!r} overlap no token's offsets")
-        elif packing == "pack" and not pack_separator(name):
-            problems.append("no end-of-sequence token to separate packed documents (--packing pack): "
-                            "use --packing truncate or a tokenizer with an eos or sep token")
+    facts = tokenizer_facts(name)
+    problems = list(facts["problems"])
+    if packing == "pack" and facts["pack_problem"]:
+        problems.append(facts["pack_problem"])
     if problems:
         raise ValueError(f"tokenizer {name} cannot be used: " + "; ".join(problems))
 
@@ -210,15 +188,11 @@ def special_template(tokenizer) -> tuple[list[int], list[int]]:
 
 
 def pack_separator(name: str) -> list[int]:
-    """The token between packed documents: the last one the tokenizer appends to a sequence (BERT
-    `[SEP]`, RoBERTa and T5 `</s>`), else its eos or sep token (Llama-style templates add a BOS
-    only); [] when it has none."""
-    _, suffix = special_template(load_backend_tokenizer(name))
-    if suffix:
-        return suffix[-1:]
-    hf = load_tokenizer(name)
-    token = hf.eos_token_id if hf.eos_token_id is not None else hf.sep_token_id
-    return [] if token is None else [int(token)]
+    """The token between packed documents (tokenizer_facts): the last one the tokenizer appends to
+    a sequence, else its eos or sep token; [] when it has none."""
+    from pipelines.dataset.tokenizer_facts import tokenizer_facts
+
+    return list(tokenizer_facts(name)["pack_separator"])
 
 
 def cut_points(word_ids: np.ndarray, capacity: int) -> list[int]:

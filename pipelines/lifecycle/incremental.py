@@ -7,14 +7,18 @@
         KEY = sha256 of (the file's path, its content sha256, and FileSettings: the tokenizer's
         full definition, the word normalization, text field, txt mode, cache format).
         entry.json is written last: an entry without it is incomplete and is recomputed.
+    ROOT/_cache/general_frequency/LANGUAGE-wordfreq-VERSION/part-*.parquet
+        (word, frequency) of every word looked up in the wordfreq tables so far.
     ROOT/_cache/embeddings/ENCODER_KEY/part-*.parquet
         (word, embedding) of every word and seed encoded so far, by the encoder (name and
         weights hash), pooling, tokens per word and dtype (float32 or bfloat16) of ENCODER_KEY;
         each update appends one part.
 
-`update()` fingerprints the corpus, processes only the files without a cache entry (a Beam
-pipeline: ReadCorpus, then count and tokenize each file), merges the per-file counts, and
-recomputes everything global from them: TF-ICF (the wordfreq tables), the seeds, the word
+`update()` fingerprints the corpus, processes only the files without a cache entry (in its own
+process when they are small, IN_PROCESS_MAX_BYTES, else a Beam pipeline: ReadCorpus, then count
+and tokenize each file, process_files.py), merges the per-file counts, and
+recomputes everything global from them: TF-ICF (the wordfreq tables, whose lookups are cached too),
+the seeds, the word
 table (encoding only the words and seeds missing from the embedding cache, of the words that
 pass `--min-word-count` in the merged counts: pipelines/dataset/vocabulary.py), the nearest-seed
 similarities, the windows and the mask probabilities. Those steps reuse the functions of
@@ -22,10 +26,13 @@ similarities, the windows and the mask probabilities. Those steps reuse the func
 as one with an empty cache (a full rebuild), and as `maskstream build` in `truncate` mode.
 Packing (`--packing pack`) packs documents within each input file, in document order.
 
-What every update pays whatever changed is kept small: the encoder loads on a background thread
-(once per process, so `maskstream watch` keeps it), cached entries are read and shards written on
-threads, windows, probabilities and counts are computed on whole Arrow columns, and Python's
-cyclic garbage collector is paused for the update.
+What every update pays whatever changed is kept small: the word encoder loads only when a file
+the update counted brings a word the embedding cache lacks (on a background thread, while the
+statistics are computed; once per process, so `maskstream watch` keeps it), Beam and torch are
+imported only when used, the tokenizer's facts come from a cache keyed by its content
+(tokenizer_facts.py), cached entries are read and shards written on threads, windows,
+probabilities and counts are computed on whole Arrow columns, and Python's cyclic garbage
+collector is paused for the update.
 """
 
 from __future__ import annotations
@@ -45,7 +52,6 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import apache_beam as beam
 import fsspec
 import numpy as np
 import pyarrow as pa
@@ -61,6 +67,7 @@ LOG = logging.getLogger("maskstream.update")
 CACHE_DIR = "_cache"
 FILES_DIR = "files"
 EMBEDDINGS_DIR = "embeddings"
+FREQUENCIES_DIR = "general_frequency"  # wordfreq lookups, by language and wordfreq version
 ENTRY_NAME = "entry.json"
 CACHE_FORMAT = 2  # bump when what a cache entry holds changes (2: word ids by overlap, schemas.alignment)
 IO_THREADS = 4  # cache reads and shard writes at once
@@ -127,93 +134,64 @@ def _encoder_key(encoder: str, pooling: str, dtype: str, files: tuple) -> str:
     return sha256_text(*parts)[:32]
 
 
-# ---------------------------------------------------------------- per-file entries (Beam)
+# ---------------------------------------------------------------- per-file entries
 
 
-class ProcessFileFn(beam.DoFn):
-    """(path, {"key", "documents", "rejects"}) -> writes the file's cache entry; yields its key.
+def count_and_tokenize_file(path: str, key: str, documents: list, rejects: list[dict[str, str]], cache_url: str,
+                            tokenizer: Any, batch_size: int) -> dict[str, int]:
+    """Writes the cache entry of one input file from its parsed documents and rejects; returns
+    {"documents", "tokens_across_words"}. Counts words exactly as `maskstream stats` (one Counter
+    per document) and tokenizes exactly as `maskstream build` (`tokenize_documents`), in batches."""
+    from collections import Counter
 
-    Counts words exactly as `maskstream stats` (one Counter per document) and tokenizes exactly
-    as `maskstream build` (`tokenize_documents`), in batches.
-    """
+    from pipelines.dataset.build_steps import vocabulary_index
+    from pipelines.dataset.sequences import tokenize_documents
+    from pipelines.statistics.counting import word_counts_of_document
 
-    def __init__(self, cache_url: str, tokenizer: str, batch_size: int):
-        self._cache_url, self._tokenizer_name, self._batch_size = cache_url, tokenizer, batch_size
-        self._files = beam.metrics.Metrics.counter("update", "files_processed")
-        self._documents = beam.metrics.Metrics.counter("update", "documents_tokenized")
-        self._across = beam.metrics.Metrics.counter("update", "tokens_across_words")
-        self._ms = beam.metrics.Metrics.counter("update", "process_files_ms")
-
-    def setup(self) -> None:
-        from pipelines.dataset.sequences import load_backend_tokenizer
-
-        self._tokenizer = load_backend_tokenizer(self._tokenizer_name)
-
-    def process(self, element: tuple[str, dict[str, list]]):
-        from collections import Counter
-
-        from pipelines.dataset.sequences import tokenize_documents
-        from pipelines.statistics.counting import word_counts_of_document
-
-        started = time.perf_counter()
-        path, grouped = element
-        (key,) = grouped["key"]
-        documents = sorted(grouped["documents"], key=lambda d: natural_key(d.document_id))
-        rejects = sorted(grouped["rejects"], key=lambda r: natural_key(r["location"]))
-        counts: Counter = Counter()
-        for document in documents:
-            for word, (tf, _) in word_counts_of_document(document):
-                counts[word] += tf
-                counts[(word,)] += 1  # df under a tuple key, one dict for both
-        words = sorted(w for w in counts if isinstance(w, str))
-        from pipelines.dataset.build_steps import vocabulary_index
-
-        local = vocabulary_index(words)  # the file's own sorted word list
-        tables = []
-        for start in range(0, len(documents), self._batch_size):
-            table, empty, across = tokenize_documents(self._tokenizer, documents[start : start + self._batch_size], local)
-            self._across.inc(across)
-            tables.append(table)
-            rejects.extend({"source": d.source, "location": d.document_id, "reason": "no tokens"} for d in empty)
-        entry_url = join(self._cache_url, FILES_DIR, key)
-        write_parquet_file(pa.table({
-            "word": pa.array(words, pa.string()),
-            "tf": pa.array([counts[w] for w in words], pa.int64()),
-            "df": pa.array([counts[(w,)] for w in words], pa.int64()),
-        }), join(entry_url, "words.parquet"))
-        tokenized = pa.concat_tables(tables) if tables else TOKENIZED_SCHEMA.empty_table()
-        write_parquet_file(tokenized, join(entry_url, "documents.parquet"))
-        entry = {"path": path, "documents": len(documents), "rejects": rejects, "format": CACHE_FORMAT}
-        write_atomically(join(entry_url, ENTRY_NAME), json.dumps(entry).encode("utf-8"))
-        self._files.inc()
-        self._documents.inc(len(documents))
-        self._ms.inc(int((time.perf_counter() - started) * 1000))
-        yield key
+    documents = sorted(documents, key=lambda d: natural_key(d.document_id))
+    rejects = sorted(rejects, key=lambda r: natural_key(r["location"]))
+    counts: Counter = Counter()
+    for document in documents:
+        for word, (tf, _) in word_counts_of_document(document):
+            counts[word] += tf
+            counts[(word,)] += 1  # df under a tuple key, one dict for both
+    words = sorted(w for w in counts if isinstance(w, str))
+    local = vocabulary_index(words)  # the file's own sorted word list
+    tables, across = [], 0
+    for start in range(0, len(documents), batch_size):
+        table, empty, batch_across = tokenize_documents(tokenizer, documents[start : start + batch_size], local)
+        across += batch_across
+        tables.append(table)
+        rejects.extend({"source": d.source, "location": d.document_id, "reason": "no tokens"} for d in empty)
+    entry_url = join(cache_url, FILES_DIR, key)
+    write_parquet_file(pa.table({
+        "word": pa.array(words, pa.string()),
+        "tf": pa.array([counts[w] for w in words], pa.int64()),
+        "df": pa.array([counts[(w,)] for w in words], pa.int64()),
+    }), join(entry_url, "words.parquet"))
+    tokenized = pa.concat_tables(tables) if tables else TOKENIZED_SCHEMA.empty_table()
+    write_parquet_file(tokenized, join(entry_url, "documents.parquet"))
+    entry = {"path": path, "documents": len(documents), "rejects": rejects, "format": CACHE_FORMAT}
+    write_atomically(join(entry_url, ENTRY_NAME), json.dumps(entry).encode("utf-8"))
+    return {"documents": len(documents), "tokens_across_words": across}
 
 
-class ProcessFiles(beam.PTransform):
-    """{path: cache key} -> one cache entry per file (PCollection of the keys written)."""
+def parse_file(path: str, text_field: str, txt_mode: str) -> tuple[list, list[dict[str, str]]]:
+    """(documents, rejects) of one input file, read as `ReadCorpus` reads it, in this process."""
+    from apache_beam.io import fileio
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.pvalue import TaggedOutput
 
-    def __init__(self, keys: dict[str, str], cache_url: str, tokenizer: str, text_field: str, txt_mode: str,
-                 batch_size: int):
-        super().__init__()
-        self._keys, self._cache_url, self._tokenizer = dict(keys), cache_url, tokenizer
-        self._text_field, self._txt_mode, self._batch_size = text_field, txt_mode, batch_size
+    from pipelines.corpus import ParseFileFn
 
-    def expand(self, pbegin):
-        from pipelines.corpus import ReadCorpus
-
-        corpus = pbegin | "ReadCorpus" >> ReadCorpus(sorted(self._keys), self._text_field, self._txt_mode)
-        return (
-            {
-                # Every file gets a group, also one that yields neither documents nor rejects.
-                "key": pbegin | "Files" >> beam.Create(sorted(self._keys.items())),
-                "documents": corpus["documents"] | "DocumentsBySource" >> beam.Map(lambda d: (d.source, d)),
-                "rejects": corpus["rejects"] | "RejectsBySource" >> beam.Map(lambda r: (r["source"], r)),
-            }
-            | "GroupByFile" >> beam.CoGroupByKey()
-            | "CountAndTokenize" >> beam.ParDo(ProcessFileFn(self._cache_url, self._tokenizer, self._batch_size))
-        )
+    (match,) = FileSystems.match([path])
+    documents, rejects = [], []
+    for record in ParseFileFn(text_field, txt_mode).process(fileio.ReadableFile(match.metadata_list[0])):
+        if isinstance(record, TaggedOutput):
+            rejects.append(record.value)
+        else:
+            documents.append(record)
+    return documents, rejects
 
 
 def write_parquet_file(table: pa.Table, url: str) -> None:
@@ -251,12 +229,30 @@ def complete_entries(cache_url: str) -> set[str]:
 # ---------------------------------------------------------------- word embeddings
 
 
-def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.ndarray]:
-    fs, path = fsspec.core.url_to_fs(join(cache_url, EMBEDDINGS_DIR, key))
-    found: dict[str, np.ndarray] = {}
+def read_parts(folder: str) -> list[pa.Table]:
+    """The tables of a cache folder that updates append to (part-*.parquet), oldest first."""
+    fs, path = fsspec.core.url_to_fs(folder)
+    tables = []
     for part in sorted(fs.glob(f"{path}/part-*.parquet")):
         with fs.open(part, "rb") as f:
-            table = pq.read_table(f)
+            tables.append(pq.read_table(f))
+    return tables
+
+
+def append_part(folder: str, table: pa.Table) -> None:
+    """Adds `table` to a cache folder as a new part (named by UTC time and a random suffix)."""
+    name = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    fs, path = fsspec.core.url_to_fs(folder)
+    fs.makedirs(path, exist_ok=True)
+    # Atomic, so readers (which list part-*) never see half a part.
+    write_atomically(join(folder, f"part-{name}.parquet"), buffer.getvalue())
+
+
+def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.ndarray]:
+    found: dict[str, np.ndarray] = {}
+    for table in read_parts(join(cache_url, EMBEDDINGS_DIR, key)):
         table = table.filter(pc.is_in(table.column("word"), pa.array(sorted(wanted), pa.string())))
         dim = table.schema.field("embedding").type.list_size
         vectors = table.column("embedding").combine_chunks().flatten().to_numpy().reshape(-1, dim)
@@ -264,14 +260,51 @@ def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.
     return found
 
 
+def cached_words(cache_url: str, key: str) -> pa.Array:
+    """Every word the embedding cache of encoder `key` holds."""
+    fs, path = fsspec.core.url_to_fs(join(cache_url, EMBEDDINGS_DIR, key))
+    words = []
+    for part in sorted(fs.glob(f"{path}/part-*.parquet")):
+        with fs.open(part, "rb") as f:
+            words.extend(pq.read_table(f, columns=["word"]).column("word").chunks)
+    return pa.chunked_array(words, pa.string()).combine_chunks()
+
+
+def general_frequencies(cache_url: str, language: str, words: pa.Array) -> np.ndarray:
+    """wordfreq's frequency in `language` of each of `words` (float64, aligned with them): those
+    looked up by an earlier update from the cache, the others looked up now and appended to it.
+    (wordfreq takes about 70 us a word: seconds of every update for a vocabulary of 100 k.)"""
+    from importlib import metadata
+
+    from wordfreq import word_frequency
+
+    folder = join(cache_url, FREQUENCIES_DIR, f"{language}-wordfreq-{metadata.version('wordfreq')}")
+    parts = read_parts(folder)
+    cached = pa.concat_tables(parts) if parts else pa.table({"word": pa.array([], pa.string()),
+                                                             "frequency": pa.array([], pa.float64())})
+    position = pc.index_in(words, cached.column("word")).to_numpy(zero_copy_only=False)
+    found = ~np.isnan(position)
+    frequencies = np.zeros(len(words), np.float64)
+    frequencies[found] = cached.column("frequency").to_numpy()[position[found].astype(np.int64)]
+    missing = np.flatnonzero(~found)
+    if len(missing):
+        new = words.take(pa.array(missing)).to_pylist()
+        frequencies[missing] = [word_frequency(w, language) for w in new]
+        append_part(folder, pa.table({"word": pa.array(new, pa.string()),
+                                      "frequency": pa.array(frequencies[missing], pa.float64())}))
+    return frequencies
+
+
 @functools.lru_cache(maxsize=1)
 def _load_encoder(encoder: str, pooling: str, threads: int, device: str, batch_rows: int, dtype: str) -> Future:
     def load():
+        started = time.perf_counter()
         from pipelines.dataset.embeddings import WordEncoderHandler
 
         handler = WordEncoderHandler(encoder, pooling=pooling, max_word_tokens=MAX_WORD_TOKENS, threads=threads,
                                      device=device, batch_rows=batch_rows, dtype=dtype)
-        return handler, handler.load_model()
+        model = handler.load_model()
+        return handler, model, round(time.perf_counter() - started, 3)
 
     executor = ThreadPoolExecutor(1, thread_name_prefix="load-encoder")
     future = executor.submit(load)
@@ -292,7 +325,13 @@ class EncoderLoader:
     def get(self):
         if self._future.exception() is not None:
             _load_encoder.cache_clear()
-        return self._future.result()
+        return self._future.result()[:2]
+
+    def load_seconds(self) -> float | None:
+        """Seconds the load took (in the background), None while it runs or if it failed."""
+        if not self._future.done() or self._future.exception() is not None:
+            return None
+        return self._future.result()[2]
 
 
 def encode_words(words: Sequence[str], encoder: EncoderLoader) -> dict[str, np.ndarray]:
@@ -314,15 +353,7 @@ def write_embeddings_part(cache_url: str, key: str, embeddings: dict[str, np.nda
         return
     from pipelines.dataset.dataset_writer import embeddings_table
 
-    table = embeddings_table(embeddings)
-    name = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd")
-    folder = join(cache_url, EMBEDDINGS_DIR, key)
-    fs, path = fsspec.core.url_to_fs(folder)
-    fs.makedirs(path, exist_ok=True)
-    # Atomic, so readers (which list part-*) never see half a part.
-    write_atomically(join(folder, f"part-{name}.parquet"), buffer.getvalue())
+    append_part(join(cache_url, EMBEDDINGS_DIR, key), embeddings_table(embeddings))
 
 
 # ---------------------------------------------------------------- the update
@@ -346,10 +377,9 @@ class UpdateOptions:
     beam_args: list[str] = dataclasses.field(default_factory=list)
 
 
-def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float) -> tuple[list[dict], int, int]:
+def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float, cache_url: str
+               ) -> tuple[list[dict], int, int]:
     """(WORD_STATS rows sorted by word, documents N, total words), as `maskstream stats` computes them."""
-    from wordfreq import word_frequency
-
     from pipelines.statistics.tf_icf import word_stats_row, wordfreq_floor
 
     entries = list(entries)
@@ -357,11 +387,12 @@ def word_stats(entries: Iterable[FileEntry], language: str, unseen_count: float)
     # Sum (tf, df) per word over the files, in Arrow; then one row per word, sorted by word.
     merged = pa.concat_tables([entry.words for entry in entries]).group_by("word").aggregate(
         [("tf", "sum"), ("df", "sum")]).sort_by("word")
+    frequencies = general_frequencies(cache_url, language, merged.column("word").combine_chunks())
     words, tf, df = (merged.column(c).to_pylist() for c in ("word", "tf_sum", "df_sum"))
     total = sum(tf)
     floor = wordfreq_floor(unseen_count)
-    rows = [word_stats_row((w, (t, d), word_frequency(w, language)), total, floor)
-            for w, t, d in zip(words, tf, df, strict=True)]
+    rows = [word_stats_row((w, (t, d), f), total, floor)
+            for w, t, d, f in zip(words, tf, df, frequencies.tolist(), strict=True)]
     return rows, documents, total
 
 
@@ -444,8 +475,9 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     clock.lap("count_and_tokenize")
     check_memory(run)
     entries = read_cache(run)
+    start_encoder_if_new_words(run, entries)
     clock.lap("read_cache")
-    statistics = stats_and_seeds(entries, options, run.config)
+    statistics = stats_and_seeds(entries, options, run.config, run.cache_url)
     clock.lap("stats_and_seeds")
     embeddings = embed_words(run, statistics)
     clock.lap("embed_words")
@@ -459,7 +491,8 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     clock.lap("write")
     return {"version": run.version_url, "rows": windows.num_rows, "shards": len(shards),
             "word_types": len(statistics.vocabulary), "seeds": statistics.seeds, "vocabulary": manifest.vocabulary,
-            "counts": run.counters, "seconds": clock.seconds}
+            "counts": run.counters, "seconds": clock.seconds,
+            "encoder_load_seconds": run.encoder.load_seconds() if run.encoder else None}
 
 
 @dataclasses.dataclass
@@ -475,12 +508,13 @@ class UpdateRun:
     fingerprint: dict[str, Any]
     settings: FileSettings
     keys: dict[str, str]  # input path -> cache key
-    encoder: EncoderLoader
     counters: dict[str, int]
+    processed: set[str] = dataclasses.field(default_factory=set)  # keys counted and tokenized by this update
+    encoder: EncoderLoader | None = None  # started only when there are words to encode
 
 
 def start_update(options: UpdateOptions) -> UpdateRun:
-    """The corpus's files and their cache keys; a fresh version folder; the encoder starts loading."""
+    """The corpus's files and their cache keys; a fresh version folder."""
     from pipelines.corpus import corpus_fingerprint
     from pipelines.dataset.dataset_writer import new_version_name, prepare_version
 
@@ -491,26 +525,49 @@ def start_update(options: UpdateOptions) -> UpdateRun:
     keys = {f["path"]: settings.entry_key(f["path"], f["sha256"]) for f in found["files"]}
     version = options.version or new_version_name()
     version_url = prepare_version(root, version)
-    # After file_settings: the tokenizer (transformers) is imported here before the loader's thread
-    # imports the model (transformers' lazy imports are not safe from two threads at once).
-    encoder = EncoderLoader(config)
-    counters = {"files": len(keys), "files_processed": 0, "documents_tokenized": 0}
+    counters = {"files": len(keys), "files_processed": 0, "documents_tokenized": 0, "bytes_changed": 0}
     return UpdateRun(options, config, root, join(root, CACHE_DIR), version, version_url, found, settings, keys,
-                     encoder, counters)
+                     counters)
+
+
+# Changed input up to this size is counted and tokenized in the update's own process; above it, by
+# a Beam pipeline (which a multi-worker runner spreads). Starting the pipeline costs about as much
+# as this many bytes take in one process (benchmarks/small_update.py measures both).
+IN_PROCESS_MAX_BYTES = 64 << 20
 
 
 def count_and_tokenize(run: UpdateRun) -> None:
-    """A cache entry for every input file that has none (a Beam pipeline over those files only)."""
+    """A cache entry for every input file that has none: in this process when the files are small
+    (IN_PROCESS_MAX_BYTES in all), else a Beam pipeline over those files only."""
+    complete = complete_entries(run.cache_url)
+    missing = {path: key for path, key in run.keys.items() if key not in complete}
+    sizes = {f["path"]: f["bytes"] for f in run.fingerprint["files"]}
+    changed = sum(sizes[path] for path in missing)
+    in_process = changed <= IN_PROCESS_MAX_BYTES
+    LOG.info("%s: %d input files, %d cached, %d to count and tokenize (%.1f MB, %s)", run.version_url,
+             len(run.keys), len(run.keys) - len(missing), len(missing), changed / 1e6,
+             "in this process" if in_process else "a Beam pipeline")
+    run.counters["bytes_changed"] = changed
+    run.processed = set(missing.values())
+    if not missing:
+        return
+    if in_process:
+        from pipelines.dataset.sequences import load_backend_tokenizer
+
+        tokenizer = load_backend_tokenizer(run.config.tokenizer)
+        for path, key in sorted(missing.items()):
+            documents, rejects = parse_file(path, run.options.text_field, run.options.txt_mode)
+            done = count_and_tokenize_file(path, key, documents, rejects, run.cache_url, tokenizer,
+                                           run.config.tokenize_batch_size)
+            run.counters["files_processed"] += 1
+            run.counters["documents_tokenized"] += done["documents"]
+        return
+    import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.dataset.build_steps import pipeline_counters
+    from pipelines.lifecycle.process_files import ProcessFiles
 
-    complete = complete_entries(run.cache_url)
-    missing = {path: key for path, key in run.keys.items() if key not in complete}
-    LOG.info("%s: %d input files, %d cached, %d to count and tokenize", run.version_url, len(run.keys),
-             len(run.keys) - len(missing), len(missing))
-    if not missing:
-        return
     options = run.options
     pipeline = beam.Pipeline(options=PipelineOptions(list(options.beam_args)))
     _ = pipeline | "ProcessFiles" >> ProcessFiles(missing, run.cache_url, run.config.tokenizer, options.text_field,
@@ -519,6 +576,19 @@ def count_and_tokenize(run: UpdateRun) -> None:
     result.wait_until_finish()
     for name, value in pipeline_counters(result, "update").items():
         run.counters[name] = run.counters.get(name, 0) + value
+
+
+def start_encoder_if_new_words(run: UpdateRun, entries: Sequence[FileEntry]) -> None:
+    """Starts loading the word encoder in the background (while the statistics are computed) if a
+    file this update counted has a word the embedding cache lacks: the only way new words appear."""
+    config = run.config
+    new_files = [entry.words.column("word") for entry in entries if entry.key in run.processed]
+    if not new_files:
+        return
+    cached = cached_words(run.cache_url, encoder_key(config.encoder, config.pooling, config.encoder_dtype))
+    candidates = pc.unique(pa.chunked_array(new_files, pa.string()))
+    if not pc.all(pc.is_in(candidates, cached)).as_py():
+        run.encoder = EncoderLoader(config)
 
 
 # What the in-process update holds per word type, at most: measured 1.6 kB (peak RSS over a 2 k-type
@@ -583,13 +653,13 @@ class Statistics:
     encoded: list[str]
 
 
-def stats_and_seeds(entries: Sequence[FileEntry], options: UpdateOptions, config: Any) -> Statistics:
+def stats_and_seeds(entries: Sequence[FileEntry], options: UpdateOptions, config: Any, cache_url: str) -> Statistics:
     """`maskstream stats` and `seeds` on the merged per-file counts; the words to encode."""
     from pipelines.dataset.build_steps import vocabulary_index
     from pipelines.dataset.vocabulary import encoded_words
     from pipelines.statistics.seed_selection import load_stop_words, select_seeds
 
-    rows, documents, total_words = word_stats(entries, options.general_language, options.unseen_count)
+    rows, documents, total_words = word_stats(entries, options.general_language, options.unseen_count, cache_url)
     if not rows:
         raise ValueError(f"no word in {' '.join(options.inputs)}")
     seed_rows = select_seeds(rows, options.top_k, min_df=options.min_df, min_length=options.min_length,
@@ -611,7 +681,10 @@ def embed_words(run: UpdateRun, statistics: Statistics) -> dict[str, np.ndarray]
     key = encoder_key(config.encoder, config.pooling, config.encoder_dtype)
     wanted = set(statistics.encoded) | set(statistics.seeds)
     embeddings = read_embeddings(run.cache_url, key, wanted)
-    new = encode_words(sorted(wanted - embeddings.keys()), run.encoder)
+    missing = sorted(wanted - embeddings.keys())
+    if missing and run.encoder is None:
+        run.encoder = EncoderLoader(config)
+    new = encode_words(missing, run.encoder) if missing else {}
     write_embeddings_part(run.cache_url, key, new)
     embeddings.update(new)
     run.counters["words_encoded"] = len(new)

@@ -198,7 +198,7 @@ def test_encoder_sees_exactly_the_unique_words_and_seeds(built, minilm_path):
 
 
 def test_manifest_records_the_resolved_encoder_dtype(built):
-    from pipelines.dataset.embeddings import resolve_encoder_dtype
+    from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
 
     manifest = built["manifest"]
     dtype = resolve_encoder_dtype("auto", "auto")  # the build ran with the default --encoder-dtype auto

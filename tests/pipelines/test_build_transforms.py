@@ -186,7 +186,7 @@ def test_nearest_seed_similarity_matches_scikit_learn(reduce):
     from sklearn.metrics.pairwise import cosine_similarity
     from sklearn.preprocessing import normalize
 
-    from pipelines.dataset.embeddings import nearest_seed_similarity
+    from pipelines.dataset.build_steps import nearest_seed_similarity
 
     rng = np.random.default_rng(1)
     words_, seeds = rng.normal(size=(40, 16)), rng.normal(size=(5, 16))

@@ -12,14 +12,11 @@ import pytest
 import torch
 
 from maskstream.cli import build_parser
-from pipelines.dataset import embeddings
+from pipelines.dataset import encoder_dtype
 from pipelines.dataset.build import config_from_args
-from pipelines.dataset.embeddings import (
-    WordEncoderHandler,
-    nearest_seed_similarity,
-    resolve_encoder_dtype,
-    word_batches,
-)
+from pipelines.dataset.build_steps import nearest_seed_similarity
+from pipelines.dataset.embeddings import WordEncoderHandler, word_batches
+from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
 from pipelines.lifecycle.incremental import encoder_key
 from schemas.words import words
 
@@ -29,6 +26,7 @@ SEEDS = ["astronomy", "molecular", "protein", "simulation", "statistics"]
 @pytest.fixture
 def no_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(encoder_dtype, "gpu_driver_present", lambda: False)
 
 
 @pytest.fixture
@@ -45,6 +43,7 @@ def fake_cuda(monkeypatch):
         return contextlib.nullcontext()
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(encoder_dtype, "gpu_driver_present", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
     monkeypatch.setattr(torch.cuda, "device", device)
     return state
@@ -57,18 +56,18 @@ def fake_cuda(monkeypatch):
     (set(), "float32"),  # no /proc/cpuinfo
 ])
 def test_auto_on_cpu_follows_the_bf16_flags(monkeypatch, no_cuda, flags, expected):
-    monkeypatch.setattr(embeddings, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(encoder_dtype, "cpu_flags", lambda: flags)
     assert resolve_encoder_dtype("cpu", "auto") == expected
     assert resolve_encoder_dtype("auto", "auto") == expected  # no GPU: auto is the CPU
 
 
 def test_auto_says_when_it_falls_back_to_float32(monkeypatch, no_cuda, caplog):
     caplog.set_level("INFO", logger="maskstream.embeddings")
-    monkeypatch.setattr(embeddings, "cpu_flags", lambda: {"avx2", "avx512_vnni"})
+    monkeypatch.setattr(encoder_dtype, "cpu_flags", lambda: {"avx2", "avx512_vnni"})
     assert resolve_encoder_dtype("cpu", "auto") == "float32"
     assert "cpu has no native bfloat16, so the encoder runs in float32" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(embeddings, "cpu_flags", lambda: {"amx_bf16"})
+    monkeypatch.setattr(encoder_dtype, "cpu_flags", lambda: {"amx_bf16"})
     assert resolve_encoder_dtype("cpu", "auto") == "bfloat16"
     assert resolve_encoder_dtype("cpu", "float32") == "float32"  # asked for: nothing to say
     assert "float32" not in caplog.text
@@ -77,15 +76,15 @@ def test_auto_says_when_it_falls_back_to_float32(monkeypatch, no_cuda, caplog):
 def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: fpu sse2 avx512_bf16\n\nprocessor\t: 1\n")
-    monkeypatch.setattr(embeddings, "CPUINFO", str(cpuinfo))
-    assert embeddings.cpu_flags() == {"fpu", "sse2", "avx512_bf16"}
-    monkeypatch.setattr(embeddings, "CPUINFO", str(tmp_path / "missing"))
-    assert embeddings.cpu_flags() == set()
+    monkeypatch.setattr(encoder_dtype, "CPUINFO", str(cpuinfo))
+    assert encoder_dtype.cpu_flags() == {"fpu", "sse2", "avx512_bf16"}
+    monkeypatch.setattr(encoder_dtype, "CPUINFO", str(tmp_path / "missing"))
+    assert encoder_dtype.cpu_flags() == set()
 
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_on_cuda_asks_for_native_bf16(monkeypatch, fake_cuda, native):
-    monkeypatch.setattr(embeddings, "cpu_flags", lambda: {"avx512_bf16"})  # the CPU is not asked
+    monkeypatch.setattr(encoder_dtype, "cpu_flags", lambda: {"avx512_bf16"})  # the CPU is not asked
     fake_cuda["bf16"] = native
     expected = "bfloat16" if native else "float32"
     assert resolve_encoder_dtype("auto", "auto") == expected
@@ -95,7 +94,7 @@ def test_auto_on_cuda_asks_for_native_bf16(monkeypatch, fake_cuda, native):
 
 
 def test_explicit_dtypes_are_kept_and_others_refused(monkeypatch, no_cuda):
-    monkeypatch.setattr(embeddings, "cpu_flags", lambda: set())
+    monkeypatch.setattr(encoder_dtype, "cpu_flags", lambda: set())
     assert resolve_encoder_dtype("cpu", "bfloat16") == "bfloat16"  # emulated, but asked for
     assert resolve_encoder_dtype("cuda", "float32") == "float32"
     with pytest.raises(ValueError, match="encoder-dtype"):
@@ -118,10 +117,10 @@ def test_the_config_holds_the_resolved_dtype(monkeypatch, no_cuda, command):
         args, _ = build_parser().parse_known_args(["update", *io, *extra])
         return options_from_args(args, args.input, args.output).build
 
-    monkeypatch.setattr(embeddings, "cpu_flags", lambda: {"avx512_bf16"})
+    monkeypatch.setattr(encoder_dtype, "cpu_flags", lambda: {"avx512_bf16"})
     assert config().encoder_dtype == "bfloat16"
     assert config("--encoder-dtype", "float32").encoder_dtype == "float32"
-    monkeypatch.setattr(embeddings, "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(encoder_dtype, "cpu_flags", lambda: {"avx2"})
     assert config().encoder_dtype == "float32"
     assert config("--encoder-dtype", "bfloat16").encoder_dtype == "bfloat16"
 

@@ -103,6 +103,42 @@ def test_change_one_file_redoes_only_that_file_and_equals_a_full_rebuild(first_b
     first_build["second"] = second
 
 
+def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, monkeypatch) -> None:
+    """Changes above IN_PROCESS_MAX_BYTES go through a Beam pipeline: the same cache entries, the same dataset."""
+    from pipelines.lifecycle import incremental
+
+    second = first_build.get("second") or pytest.skip("needs the incremental test")
+    corpus, base = first_build["corpus"], first_build["base"]
+    monkeypatch.setattr(incremental, "IN_PROCESS_MAX_BYTES", -1)
+    with_beam = run_update(f"{corpus}/*.jsonl", str(base / "with-beam"))
+    assert with_beam["counts"]["files_processed"] == FILES and "process_files_ms" in with_beam["counts"]
+    assert "process_files_ms" not in second["counts"]  # that one ran in its own process
+    assert_same_dataset(second["version"], with_beam["version"])
+    in_process = {p.relative_to(first_build["root"]): p.read_bytes()
+                  for p in (first_build["root"] / "_cache" / "files").rglob("*.parquet")}
+    beam = {p.relative_to(base / "with-beam"): p.read_bytes()
+            for p in (base / "with-beam" / "_cache" / "files").rglob("*.parquet")}
+    assert beam and all(in_process[path] == content for path, content in beam.items())
+
+
+def test_an_update_without_new_words_never_loads_the_encoder(first_build, subprocess_env) -> None:
+    from pipelines.dataset.encoder_dtype import gpu_driver_present
+
+    script = ("import json, sys\nfrom maskstream.cli import main\n"
+              f"main(['--log-level', 'WARNING', 'update', '--input', '{first_build['corpus']}/*.jsonl', "
+              f"'--output', '{first_build['root']}', '--shard-rows', '100'])\n"
+              "print(json.dumps({'torch': 'torch' in sys.modules, 'transformers': 'transformers' in sys.modules}))")
+    for _ in range(2):  # the first catches up with the corpus; the second finds nothing changed
+        result = subprocess.run([sys.executable, "-c", script], env=subprocess_env, capture_output=True, text=True,
+                                check=True)
+    report = json.loads(result.stdout[: result.stdout.index("\n}\n") + 2])
+    assert report["counts"]["files_processed"] == 0 and report["counts"]["words_encoded"] == 0
+    assert report["fixed_seconds"]["encoder_load"] is None and report["fixed_seconds"]["checks"] >= 0
+    imported = json.loads(result.stdout.strip().splitlines()[-1])
+    if not gpu_driver_present():  # with a GPU driver, `--encoder-dtype auto` asks torch
+        assert imported == {"torch": False, "transformers": False}
+
+
 def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) -> None:
     from tests.conftest import run_cli
 
@@ -116,7 +152,7 @@ def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) 
 
 
 def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first_build) -> None:
-    from pipelines.dataset.embeddings import resolve_encoder_dtype
+    from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
     from pipelines.lifecycle.incremental import encoder_key
     from pipelines.lifecycle.update import options_from_args
 

@@ -8,9 +8,9 @@ these hashes as they are. A commit that changes an output format on purpose upda
 
 What is normalized before hashing, and why:
 - `created_at` in manifest.json: the wall-clock time of the run.
-- the embedding cache's part names (`_cache/embeddings/KEY/part-TIME-RANDOM.parquet`): the time
-  and a random suffix keep concurrent writers apart; the sorted hashes of their contents are
-  hashed as one entry `part-*.parquet`.
+- the part names of the embedding and word-frequency caches (`_cache/embeddings/KEY/part-TIME-RANDOM.parquet`,
+  `_cache/general_frequency/...`): the time and a random suffix keep concurrent writers apart;
+  the sorted hashes of their contents are hashed as one entry `part-*.parquet`.
 - the build's and stats' rejects: every `rejects*.jsonl` file of a folder is hashed as one entry,
   its lines sorted, because a Beam text sink chooses the number of files and the order of lines
   at run time.
@@ -65,7 +65,7 @@ def output_hashes(folder: Path) -> dict[str, str]:
             rejects.setdefault(f"{path.parent.relative_to(folder).as_posix()}/rejects*.jsonl", []).extend(
                 path.read_bytes().splitlines())
             continue
-        if "/_cache/embeddings/" in name:
+        if "/_cache/embeddings/" in name or "/_cache/general_frequency/" in name:
             parts.setdefault(f"{path.parent.relative_to(folder).as_posix()}/part-*.parquet", []).append(
                 hashlib.sha256(path.read_bytes()).hexdigest())
             continue
