@@ -94,11 +94,9 @@ def main() -> int:
     for size in args.sizes:
         keys = changed_files(lines, size, work / f"corpus-{size:g}")
         measured = {}
-        for name, run in (("in process", lambda c: in_process(keys, c, model)),
-                          ("Beam, 1 worker", lambda c: with_beam(keys, c, model, 1)),
-                          (f"Beam, {args.workers} workers", lambda c: with_beam(keys, c, model, args.workers))):
-            cache = work / "cache"
-            measured[name] = run(str(cache))
+        for name, workers in (("in process", 0), ("Beam, 1 worker", 1), (f"Beam, {args.workers} workers", args.workers)):
+            cache = str(work / "cache")
+            measured[name] = in_process(keys, cache, model) if workers == 0 else with_beam(keys, cache, model, workers)
             shutil.rmtree(cache)
         rows.append((size, measured))
         print(f"{size:g} MB: " + ", ".join(f"{k} {v:.2f} s" for k, v in measured.items()), flush=True)
