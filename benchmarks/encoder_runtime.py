@@ -159,7 +159,11 @@ def compare_runtimes(vocabulary: list[str], seeds: list[str], model: str, names:
             "onnxruntime int8 dynamic": lambda: onnx_runtime(model, True, Path(tmp), threads),
         }
         for name in ["torch float32", *(n for n in names if n != "torch float32")]:
-            encode = makers[name]()
+            try:
+                encode = makers[name]()
+            except ImportError as e:  # an optional peer (onnxruntime) that is not installed: said, not fatal
+                print(f"  {name}: not measured ({e}; `pip install onnx onnxruntime` to include it)", flush=True)
+                continue
             encode(*prepared[0][1:])  # warm-up
             start = time.perf_counter()
             embeddings = {w: e for group, inputs, own in prepared for w, e in zip(group, encode(inputs, own), strict=True)}

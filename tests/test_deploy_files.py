@@ -243,7 +243,7 @@ def test_each_images_default_command_runs() -> None:
     from maskstream.cli import build_parser
 
     scripts = pyproject()["project"]["scripts"]
-    assert scripts["maskstream"] == "maskstream.cli:main"
+    assert scripts["maskstream"] == "maskstream.cli:run"
     checked = 0
     for name, _, instructions in dockerfile_stages()[1]:
         entrypoint = [json.loads(rest) for i, rest in instructions if i == "ENTRYPOINT"]
