@@ -155,10 +155,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OS_ERROR
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def run() -> int:
     """The `maskstream` command: `main()`, then the process ends. Python's last cyclic collection
     at exit would walk the millions of objects torch and transformers keep alive (1.3 s measured
@@ -169,3 +165,7 @@ def run() -> int:
     status = main()
     gc.freeze()
     return status
+
+
+if __name__ == "__main__":
+    sys.exit(run())

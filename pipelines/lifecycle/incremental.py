@@ -140,22 +140,24 @@ def _encoder_key(encoder: str, pooling: str, dtype: str, files: tuple) -> str:
 def count_and_tokenize_file(path: str, key: str, documents: list, rejects: list[dict[str, str]], cache_url: str,
                             tokenizer: Any, batch_size: int) -> dict[str, int]:
     """Writes the cache entry of one input file from its parsed documents and rejects; returns
-    {"documents", "tokens_across_words"}. Counts words exactly as `maskstream stats` (one Counter
-    per document) and tokenizes exactly as `maskstream build` (`tokenize_documents`), in batches."""
+    {"documents", "tokens_across_words"}. Counts words exactly as `maskstream stats`
+    (`word_counts_of_texts`) and tokenizes exactly as `maskstream build` (`tokenize_documents`),
+    in batches."""
     from collections import Counter
 
     from pipelines.dataset.build_steps import vocabulary_index
     from pipelines.dataset.sequences import tokenize_documents
-    from pipelines.statistics.counting import word_counts_of_document
+    from pipelines.statistics.counting import word_counts_of_texts
 
     documents = sorted(documents, key=lambda d: natural_key(d.document_id))
     rejects = sorted(rejects, key=lambda r: natural_key(r["location"]))
-    counts: Counter = Counter()
-    for document in documents:
-        for word, (tf, _) in word_counts_of_document(document):
-            counts[word] += tf
-            counts[(word,)] += 1  # df under a tuple key, one dict for both
-    words = sorted(w for w in counts if isinstance(w, str))
+    tf: Counter = Counter()
+    df: Counter = Counter()
+    for start in range(0, len(documents), batch_size):
+        for word, (count, holding) in word_counts_of_texts([d.text for d in documents[start : start + batch_size]]):
+            tf[word] += count
+            df[word] += holding
+    words = sorted(tf)
     local = vocabulary_index(words)  # the file's own sorted word list
     tables, across = [], 0
     for start in range(0, len(documents), batch_size):
@@ -166,8 +168,8 @@ def count_and_tokenize_file(path: str, key: str, documents: list, rejects: list[
     entry_url = join(cache_url, FILES_DIR, key)
     write_parquet_file(pa.table({
         "word": pa.array(words, pa.string()),
-        "tf": pa.array([counts[w] for w in words], pa.int64()),
-        "df": pa.array([counts[(w,)] for w in words], pa.int64()),
+        "tf": pa.array([tf[w] for w in words], pa.int64()),
+        "df": pa.array([df[w] for w in words], pa.int64()),
     }), join(entry_url, "words.parquet"))
     tokenized = pa.concat_tables(tables) if tables else TOKENIZED_SCHEMA.empty_table()
     write_parquet_file(tokenized, join(entry_url, "documents.parquet"))
@@ -229,13 +231,13 @@ def complete_entries(cache_url: str) -> set[str]:
 # ---------------------------------------------------------------- word embeddings
 
 
-def read_parts(folder: str) -> list[pa.Table]:
+def read_parts(folder: str, columns: list[str] | None = None) -> list[pa.Table]:
     """The tables of a cache folder that updates append to (part-*.parquet), oldest first."""
     fs, path = fsspec.core.url_to_fs(folder)
     tables = []
     for part in sorted(fs.glob(f"{path}/part-*.parquet")):
         with fs.open(part, "rb") as f:
-            tables.append(pq.read_table(f))
+            tables.append(pq.read_table(f, columns=columns))
     return tables
 
 
@@ -262,12 +264,9 @@ def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.
 
 def cached_words(cache_url: str, key: str) -> pa.Array:
     """Every word the embedding cache of encoder `key` holds."""
-    fs, path = fsspec.core.url_to_fs(join(cache_url, EMBEDDINGS_DIR, key))
-    words = []
-    for part in sorted(fs.glob(f"{path}/part-*.parquet")):
-        with fs.open(part, "rb") as f:
-            words.extend(pq.read_table(f, columns=["word"]).column("word").chunks)
-    return pa.chunked_array(words, pa.string()).combine_chunks()
+    parts = read_parts(join(cache_url, EMBEDDINGS_DIR, key), columns=["word"])
+    return pa.chunked_array([chunk for part in parts for chunk in part.column("word").chunks], pa.string()
+                            ).combine_chunks()
 
 
 def general_frequencies(cache_url: str, language: str, words: pa.Array) -> np.ndarray:
@@ -313,9 +312,10 @@ def _load_encoder(encoder: str, pooling: str, threads: int, device: str, batch_r
 
 
 class EncoderLoader:
-    """The word encoder, loaded on a background thread started before the files are counted
-    (importing torch and reading the model costs seconds that would otherwise add to every
-    update), and once per process: `maskstream watch` keeps it between rebuilds.
+    """The word encoder, loaded on a background thread (importing torch and transformers and
+    reading the model cost seconds; the update starts it once it knows there are new words, and
+    computes the statistics meanwhile), and once per process: `maskstream watch` keeps it between
+    rebuilds.
     `get()` waits for it and re-raises its error (and forgets a failed load)."""
 
     def __init__(self, config: Any):
@@ -334,12 +334,13 @@ class EncoderLoader:
         return self._future.result()[2]
 
 
-def encode_words(words: Sequence[str], encoder: EncoderLoader) -> dict[str, np.ndarray]:
-    """Embeddings of `words` with the build's encoder, batched as the build batches them."""
-    from pipelines.dataset.embeddings import word_batches
-
+def encode_words(words: Sequence[str], encoder: EncoderLoader | None) -> dict[str, np.ndarray]:
+    """Embeddings of `words` with the build's encoder, batched as the build batches them (none
+    wanted: no encoder needed, and nothing imported: embeddings.py brings in Beam's RunInference and torch)."""
     if not words:
         return {}
+    from pipelines.dataset.embeddings import word_batches
+
     handler, model = encoder.get()
     result: dict[str, np.ndarray] = {}
     for batch in word_batches(words, handler.model_name, handler.batch_rows, handler.max_word_tokens):
@@ -508,6 +509,7 @@ class UpdateRun:
     fingerprint: dict[str, Any]
     settings: FileSettings
     keys: dict[str, str]  # input path -> cache key
+    embedding_key: str  # the embedding cache's folder (encoder_key)
     counters: dict[str, int]
     processed: set[str] = dataclasses.field(default_factory=set)  # keys counted and tokenized by this update
     encoder: EncoderLoader | None = None  # started only when there are words to encode
@@ -527,7 +529,7 @@ def start_update(options: UpdateOptions) -> UpdateRun:
     version_url = prepare_version(root, version)
     counters = {"files": len(keys), "files_processed": 0, "documents_tokenized": 0, "bytes_changed": 0}
     return UpdateRun(options, config, root, join(root, CACHE_DIR), version, version_url, found, settings, keys,
-                     counters)
+                     encoder_key(config.encoder, config.pooling, config.encoder_dtype), counters)
 
 
 # Changed input up to this size is counted and tokenized in the update's own process; above it, by
@@ -586,7 +588,7 @@ def start_encoder_if_new_words(run: UpdateRun, entries: Sequence[FileEntry]) -> 
     new_files = [entry.words.column("word") for entry in entries if entry.key in run.processed]
     if not new_files:
         return
-    cached = cached_words(run.cache_url, encoder_key(config.encoder, config.pooling, config.encoder_dtype))
+    cached = cached_words(run.cache_url, run.embedding_key)
     candidates = pc.unique(pa.chunked_array(new_files, pa.string()))
     if not pc.all(pc.is_in(candidates, cached)).as_py():
         run.encoder = EncoderLoader(config)
@@ -650,7 +652,6 @@ class Statistics:
     seeds: list[str]
     vocabulary: list[str]  # the word types, sorted: position = word_index
     index: Any  # pipelines.dataset.word_lookup.WordLookup: word -> word_index
-    word_counts: dict[str, int]
     encoded: list[str]
 
 
@@ -672,20 +673,20 @@ def stats_and_seeds(entries: Sequence[FileEntry], options: UpdateOptions, config
     seeds, vocabulary = [row["word"] for row in seed_rows], [row["word"] for row in rows]
     word_counts = {row["word"]: row["tf"] for row in rows}
     return Statistics(rows, documents, total_words, seed_rows, seeds_config, seeds, vocabulary,
-                      vocabulary_index(vocabulary), word_counts, encoded_words(word_counts, config.min_word_count, seeds))
+                      vocabulary_index(vocabulary), encoded_words(word_counts, config.min_word_count, seeds))
 
 
 def embed_words(run: UpdateRun, statistics: Statistics) -> dict[str, np.ndarray]:
     """Embeddings of the encoded words and the seeds: from the cache, the missing ones encoded
     (and appended to the cache)."""
     config = run.config
-    key = encoder_key(config.encoder, config.pooling, config.encoder_dtype)
+    key = run.embedding_key
     wanted = set(statistics.encoded) | set(statistics.seeds)
     embeddings = read_embeddings(run.cache_url, key, wanted)
     missing = sorted(wanted - embeddings.keys())
     if missing and run.encoder is None:
         run.encoder = EncoderLoader(config)
-    new = encode_words(missing, run.encoder) if missing else {}
+    new = encode_words(missing, run.encoder)
     write_embeddings_part(run.cache_url, key, new)
     embeddings.update(new)
     run.counters["words_encoded"] = len(new)
@@ -745,11 +746,9 @@ def write_version(run: UpdateRun, entries: Sequence[FileEntry], statistics: Stat
 
     options, config = run.options, run.config
     words = pa.array(statistics.vocabulary, pa.string())
-    by_shard: dict[int, list[pa.Table]] = {}
-    for shard, rows in word_table_rows(words, statistics.index, scores):
-        by_shard.setdefault(shard, []).append(rows)
-    for shard, parts in by_shard.items():
-        write_word_table_shard(run.version_url, shard, word_table_shards(len(statistics.index)), parts)
+    shards_of_words = word_table_shards(len(statistics.index))
+    for shard, rows in word_table_rows(words, statistics.index, scores):  # the whole vocabulary: each shard once
+        write_word_table_shard(run.version_url, shard, shards_of_words, [rows])
     tf = np.array([row["tf"] for row in statistics.rows], np.int64)
     vocabulary = vocabulary_counts(vocabulary_tally(words, tf, config.min_word_count, statistics.seeds),
                                    config.min_word_count)
@@ -765,7 +764,7 @@ def write_version(run: UpdateRun, entries: Sequence[FileEntry], statistics: Stat
          "general_language": options.general_language, "unseen_count": options.unseen_count,
          "text_field": options.text_field, "txt_mode": options.txt_mode, "documents": statistics.documents,
          "total_words": statistics.total_words, "file_cache_settings": run.settings.key(),
-         "embedding_cache": encoder_key(config.encoder, config.pooling, config.encoder_dtype),
+         "embedding_cache": run.embedding_key,
          "beam_args": list(options.beam_args)})
     accepted = statistics.documents - no_tokens
     manifest = assemble_manifest(fields, shards, read=accepted + rejected, accepted=accepted, rejected=rejected,

@@ -9,7 +9,6 @@ funnelled through one global dictionary, and a word is shuffled once per batch t
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.corpus import Document
-from schemas.words import code_points, in_words, normalize_word, runs, words
+from schemas.words import code_points, in_words, normalize_word, runs
 
 # Characters per counting batch: large enough that the per-batch costs (one element per distinct
 # word of the batch into the keyed sum) stay small beside the per-character work, small enough
@@ -29,17 +28,11 @@ DOCUMENTS = "documents"
 WORDS = "words"
 
 
-def word_counts_of_document(document: Document) -> Iterator[tuple[str, tuple[int, int]]]:
-    """(word, (occurrences in this document, 1)) for each distinct word of the document."""
-    for word, count in Counter(words(document.text)).items():
-        yield word, (count, 1)
-
-
 def word_counts_of_texts(texts: Sequence[str]) -> Iterator[tuple[str, tuple[int, int]]]:
     """(word, (occurrences in `texts`, texts holding it)) for each distinct word of `texts`.
 
-    The same counts as `word_counts_of_document` summed over the texts, computed over the batch
-    at once: word spans from `schemas.words`' character table over the texts' code points, the
+    The same counts as `collections.Counter(schemas.words.words(text))` per text, summed over the
+    texts (tests/pipelines/test_stats_transforms.py), computed over the batch at once: word spans from `schemas.words`' character table over the texts' code points, the
     distinct spans found by Arrow's hashing, and only those distinct spans normalized in Python.
     Spans are normalized one by one, never the whole text, because NFKC and lower-casing can
     change where words end ('½' is one word whose NFKC form '1⁄2' is not).
