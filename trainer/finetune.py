@@ -26,7 +26,7 @@ import json
 import logging
 import math
 import posixpath
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -359,11 +359,9 @@ class FinetuneConfig:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> FinetuneConfig:
-        """The config of parsed CLI arguments; a setting out of range exits with its message."""
-        try:
-            return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
-        except ValueError as e:
-            raise SystemExit(str(e)) from None
+        from trainer.train import config_from_args
+
+        return config_from_args(cls, args)
 
 
 def train_epoch(model, samples, epoch: int, step: int, total_steps: int, config: FinetuneConfig, pad_token_id: int,

@@ -238,11 +238,16 @@ class TrainConfig:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TrainConfig:
-        """The config of parsed CLI arguments; a setting out of range exits with its message."""
-        try:
-            return cls(**{field.name: getattr(args, field.name) for field in dataclasses.fields(cls)})
-        except ValueError as e:
-            raise SystemExit(str(e)) from None
+        return config_from_args(cls, args)
+
+
+def config_from_args(cls: type, args: argparse.Namespace) -> Any:
+    """The config dataclass `cls` of parsed CLI arguments (a field per option); a setting out of
+    range exits with its message."""
+    try:
+        return cls(**{field.name: getattr(args, field.name) for field in dataclasses.fields(cls)})
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def check_ranges(*checks: tuple[str, Any, bool]) -> None:

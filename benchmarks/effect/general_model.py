@@ -12,7 +12,6 @@ import fcntl
 import hashlib
 import json
 import math
-import os
 import shutil
 import time
 from pathlib import Path
@@ -20,12 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.dataset.tokenizer_facts import cache_root  # the user cache, shared with the tokenizer facts
+
 EVAL_SEED = 1234  # the held-out masks: the same for every evaluation
-
-
-def cache_root() -> Path:
-    """$MASKSTREAM_CACHE, else ~/.cache/maskstream."""
-    return Path(os.environ.get("MASKSTREAM_CACHE") or Path.home() / ".cache" / "maskstream")
 
 
 def general_key(texts_sha256: str, shape: dict[str, Any], settings: dict[str, Any], max_length: int,

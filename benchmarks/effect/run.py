@@ -41,7 +41,8 @@ from benchmarks.effect.configs import (
     device_of,
 )
 from benchmarks.effect.corpora import read_labeled, read_texts
-from benchmarks.effect.general_model import cache_root, ensure_general_model
+from benchmarks.effect.general_model import ensure_general_model
+from pipelines.dataset.tokenizer_facts import cache_root
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any
 
-from pipelines.dataset.build_steps import DEFAULTS, BuildConfig, tokenizer_info  # noqa: F401 (their old home)
+from pipelines.dataset.build_steps import DEFAULTS, BuildConfig
 from schemas.manifest import SEEDS_NAME
 
 LOG = logging.getLogger("maskstream.build")

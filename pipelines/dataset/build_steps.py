@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipelines.dataset.word_lookup import WordLookup, WordScores
+from pipelines.dataset.word_lookup import WordLookup, WordScores, word_keys
 from schemas.manifest import WORD_TABLE_FORMAT, WORD_TABLE_NAME, WORD_TABLE_SHARD_ROWS, Manifest, ShardEntry
 from schemas.models import MAX_WORD_TOKENS, model_entry
 
@@ -225,17 +224,11 @@ def unit_counts(windows: pa.Table) -> pa.Table:
                     schema=UNIT_COUNTS_SCHEMA)
 
 
-def unit_keys(units: Sequence[str]) -> np.ndarray:
-    """A 64-bit key per unit name (blake2b): fixed width, whatever the names' lengths."""
-    return np.fromiter((int.from_bytes(hashlib.blake2b(unit.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                                       "little") for unit in units), np.uint64, len(units))
-
-
 def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
     """First sequence id of every unit (`unit_counts` tables), numbering the units in natural
     order (ties broken by name), and the total.
 
-    Returned as arrays, units by their `unit_keys` sorted (for `searchsorted`) and their first
+    Returned as arrays, units by their `word_keys` (blake2b, 64 bits) sorted (for `searchsorted`) and their first
     ids: 16 bytes a unit, which Beam sizes and pickles as two buffers, not as a dict of strings."""
     from pipelines.dataset.sequences import natural_key
 
@@ -243,7 +236,7 @@ def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
     units = counts.column("unit").to_pylist()
     order = sorted(range(len(units)), key=lambda i: (natural_key(units[i]), units[i]))
     first = np.concatenate([[0], np.cumsum(counts.column("windows").to_numpy()[order], dtype=np.int64)])
-    keys = unit_keys([units[i] for i in order])
+    keys = word_keys([units[i] for i in order])
     by_key = np.argsort(keys, kind="stable")
     keys = keys[by_key]
     if np.any(keys[1:] == keys[:-1]):  # two names with one key (about 1 in 10^7 for a million units)
@@ -253,7 +246,7 @@ def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
 
 def sequence_ids(windows: pa.Table, offsets: dict[str, Any]) -> np.ndarray:
     """The `sequence_id` of each window: its unit's first id (`sequence_offsets`) + its index."""
-    keys = unit_keys(windows.column("unit").to_pylist())
+    keys = word_keys(windows.column("unit").to_pylist())
     position = np.minimum(np.searchsorted(offsets["keys"], keys), max(len(offsets["keys"]) - 1, 0))
     if len(keys) and (len(offsets["keys"]) == 0 or not np.array_equal(offsets["keys"][position], keys)):
         raise KeyError("a window's unit has no sequence offset")

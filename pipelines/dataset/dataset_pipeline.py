@@ -35,12 +35,11 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from pipelines.dataset.build_steps import (  # noqa: F401 (sequence ids and shards: re-exported, used by tests)
+from pipelines.dataset.build_steps import (
     REJECTS_PREFIX,
     BuildConfig,
     assemble_manifest,
     encoded_mask,
-    probability_options,
     sequence_ids,
     sequence_offsets,
     sequence_rows,
@@ -48,7 +47,6 @@ from pipelines.dataset.build_steps import (  # noqa: F401 (sequence ids and shar
     shard_of,
     signal_tally,
     unit_counts,
-    unit_keys,
     vocabulary_counts,
     vocabulary_index,
     vocabulary_tally,

@@ -53,12 +53,6 @@ def expected_and_budget(special: np.ndarray, probability: np.ndarray, offsets: n
     return expected, target
 
 
-def budget_errors(special: np.ndarray, probability: np.ndarray, offsets: np.ndarray, budget: float) -> np.ndarray:
-    """|sum(p) - budget * n| / (budget * n) of each sequence."""
-    expected, target = expected_and_budget(special, probability, offsets, budget)
-    return np.abs(expected - target) / np.maximum(target, 1e-12)
-
-
 SHORTFALL_KEYS = ("sequences", "short_sequences", "short_budget", "missing_masks")
 
 
@@ -70,7 +64,11 @@ def budget_shortfall(special: np.ndarray, probability: np.ndarray, offsets: np.n
     since only tokens with p > 0 are ever masked). A sequence falls short when fewer than
     budget * n of its tokens have p > 0 (tokens outside words, words of similarity <= 0); any
     `--floor` > 0 gives every token p > 0 and closes the gap."""
-    expected, target = expected_and_budget(special, probability, offsets, budget)
+    return shortfall_of(*expected_and_budget(special, probability, offsets, budget))
+
+
+def shortfall_of(expected: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray]:
+    """`budget_shortfall` from each sequence's (sum(p), budget * n)."""
     short = expected < (1.0 - SHORTFALL_TOLERANCE) * target
     return {"sequences": np.array([float(len(target))]), "short_sequences": np.array([float(short.sum())]),
             "short_budget": np.array([target[short].sum()]),
@@ -80,7 +78,8 @@ def budget_shortfall(special: np.ndarray, probability: np.ndarray, offsets: np.n
 def tally(word_index: np.ndarray, special: np.ndarray, probability: np.ndarray, offsets: np.ndarray,
           budget: float) -> dict[str, np.ndarray]:
     """The tally of a batch of sequences, flat: sequence i is `[offsets[i], offsets[i + 1])`."""
-    errors = budget_errors(special, probability, offsets, budget)
+    expected, target = expected_and_budget(special, probability, offsets, budget)
+    errors = np.abs(expected - target) / np.maximum(target, 1e-12)  # |sum(p) - budget * n| / (budget * n)
     valid = np.asarray(special) == 0
     index = np.asarray(word_index, np.int64)[valid]
     p = np.asarray(probability, np.float64)[valid]
@@ -95,7 +94,7 @@ def tally(word_index: np.ndarray, special: np.ndarray, probability: np.ndarray, 
         "histogram": np.histogram(p, bins=HISTOGRAM_EDGES)[0].astype(np.int64),
         "sum_p_log_p": np.array([(positive * np.log(positive)).sum()]),
         "max_budget_error": np.array([errors.max(initial=0.0)]),
-        **budget_shortfall(special, probability, offsets, budget),
+        **shortfall_of(expected, target),
     }
 
 

@@ -34,15 +34,13 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from pipelines.statistics.seed_selection import (  # noqa: F401 (their old home)
+from pipelines.statistics.seed_selection import (
     DEFAULT_MIN_DF,
     DEFAULT_MIN_LENGTH,
     DEFAULT_TOP_K,
     REPORT_CANDIDATES,
     SeedRanking,
-    filter_reasons,
     load_stop_words,
-    select_seeds,
 )
 
 STATS_BATCH_ROWS = 65_536  # word-stats rows held at once while ranking
