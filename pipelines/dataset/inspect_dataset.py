@@ -100,10 +100,10 @@ def plot_histograms(probabilities, rates, path: str, title: str) -> None:
 def signal_reports(tallies: list[dict], word_table: Any, seeds: list[str]) -> dict[str, dict]:
     """`signal_report` per map of the shards' `pipelines.dataset.signal.map_tallies` (one per shard):
     the stored probabilities first, then each map of `comparison_maps`, recomputed."""
-    from pipelines.dataset.signal import dataset_diagnostics, merge_map_tallies
+    from pipelines.dataset.signal import WordsForReport, merge_map_tallies
 
-    merged = merge_map_tallies(tallies)
-    return {name: dataset_diagnostics(tally, word_table, seeds) for name, tally in merged.items()}
+    words = WordsForReport.of_table(word_table)  # once: it holds every word type's text and index
+    return {name: words.diagnostics(tally, seeds) for name, tally in merge_map_tallies(tallies).items()}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -160,17 +160,19 @@ def merge_map_tallies(tallies: Iterable[dict[str, dict[str, np.ndarray]]]) -> di
 
 def build_diagnostics(tallies: dict[str, dict[str, np.ndarray]] | None, words: WordsForReport,
                       seeds: Iterable[str]) -> dict[str, Any]:
-    """A manifest's `diagnostics`: the built map's `dataset_diagnostics`, plus under `comparison`
+    """A manifest's `diagnostics`: the built map's `WordsForReport.diagnostics`, plus under `comparison`
     each compared map's lifts, entropy ratio and budget error."""
     if tallies is None:
         return {}
     seeds = list(seeds)
     (name, built), *others = tallies.items()
     report = {"map": name, **words.diagnostics(built, seeds), "comparison": {}}
-    for other, counts in others:
-        full = words.diagnostics(counts, seeds)
-        report["comparison"][other] = {key: full[key] for key in ("groups", "entropy_ratio", "max_budget_error",
-                                                                     "budget_shortfall")}
+    from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
+
+    for other, counts in others:  # figures only: no word's text is read for a compared map
+        figures = signal_figures(counts, words, seeds, ENGLISH_STOP_WORDS)
+        report["comparison"][other] = {key: figures[key] for key in ("groups", "entropy_ratio", "max_budget_error",
+                                                                        "budget_shortfall")}
     return report
 
 
@@ -204,12 +206,6 @@ class WordsForReport:
         if counts is None:
             return {}
         return signal_report(counts, self, seeds, ENGLISH_STOP_WORDS)
-
-
-def dataset_diagnostics(counts: dict[str, np.ndarray] | None, word_table: Any, seeds: Iterable[str]) -> dict[str, Any]:
-    """A manifest's `diagnostics`: `signal_report` of a tally, with the word table (pyarrow,
-    WORD_TABLE_SCHEMA) and scikit-learn's English stop words; {} without a tally (no rows)."""
-    return WordsForReport.of_table(word_table).diagnostics(counts, seeds)
 
 
 def merge_tallies(tallies: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -246,6 +242,19 @@ def _share(tokens: int, masks: float, total_tokens: int, total_masks: float) -> 
 def signal_report(counts: dict[str, np.ndarray], words: WordsForReport, seeds: Iterable[str],
                   stop_words: Iterable[str]) -> dict[str, Any]:
     """The figures of the module docstring, JSON-ready, of a (merged) tally."""
+    report = {
+        **signal_figures(counts, words, seeds, stop_words),
+        **named_words(counts, words),
+        "histogram": {"edges": HISTOGRAM_EDGES.tolist(), "counts": counts["histogram"].tolist()},
+        "near_uniform_thresholds": dict(NEAR_UNIFORM),
+    }
+    report["warning"] = near_uniform_warning(report)
+    return report
+
+
+def signal_figures(counts: dict[str, np.ndarray], words: WordsForReport, seeds: Iterable[str],
+                   stop_words: Iterable[str]) -> dict[str, Any]:
+    """The report's figures that need no word's text: totals, group shares, entropy ratio, budget."""
     present_words, tokens, masks = counts["words"], counts["tokens"], counts["masks"]
     similarity = words.similarity[present_words]  # of the types present, in word_index order
     total_tokens = int(tokens.sum() + counts["other"][0])
@@ -267,33 +276,34 @@ def signal_report(counts: dict[str, np.ndarray], words: WordsForReport, seeds: I
         "stop_words": _share(tokens[is_stop].sum(), masks[is_stop].sum(), total_tokens, total_masks),
         "outside_words": _share(int(counts["other"][0]), counts["other"][1], total_tokens, total_masks),
     }
-    ratio = entropy_ratio(total_masks, float(counts["sum_p_log_p"][0]), total_tokens)
+    return {
+        "tokens": total_tokens,
+        "expected_masks": total_masks,
+        "groups": groups,
+        "similar_words_count": int(len(similar)),
+        "entropy_ratio": entropy_ratio(total_masks, float(counts["sum_p_log_p"][0]), total_tokens),
+        "max_budget_error": float(counts["max_budget_error"][0]),
+        "budget_shortfall": shortfall_report(counts),
+    }
+
+
+def named_words(counts: dict[str, np.ndarray], words: WordsForReport) -> dict[str, list[dict[str, Any]]]:
+    """The most masked word types and the frequent ones masked least, with their text (one `text_of`)."""
+    present_words, tokens, masks = counts["words"], counts["tokens"], counts["masks"]
+    similarity = words.similarity[present_words]
     by_masks = np.lexsort((present_words, -masks))[:TOP_WORDS]
     frequent = np.lexsort((present_words, -tokens))[:FREQUENT_WORDS]
     frequent = frequent[tokens[frequent] > 0]
     rate = masks / np.maximum(tokens, 1)
     fewest = frequent[np.lexsort((frequent, rate[frequent]))][:TOP_WORDS]
+    text = dict(zip(np.concatenate([by_masks, fewest]).tolist(),
+                    words.text_of(present_words[np.concatenate([by_masks, fewest])]), strict=True))
 
     def word_rows(positions):
-        text = words.text_of(present_words[positions])
-        return [{"word": text[n], "tokens": int(tokens[i]), "expected_masks": float(masks[i]),
-                 "mean_probability": float(rate[i]), "similarity": float(similarity[i])} for n, i in enumerate(positions)]
+        return [{"word": text[int(i)], "tokens": int(tokens[i]), "expected_masks": float(masks[i]),
+                 "mean_probability": float(rate[i]), "similarity": float(similarity[i])} for i in positions]
 
-    report = {
-        "tokens": total_tokens,
-        "expected_masks": total_masks,
-        "groups": groups,
-        "similar_words_count": int(len(similar)),
-        "entropy_ratio": ratio,
-        "max_budget_error": float(counts["max_budget_error"][0]),
-        "budget_shortfall": shortfall_report(counts),
-        "most_masked": word_rows(by_masks),
-        "frequent_least_masked": word_rows(fewest),
-        "histogram": {"edges": HISTOGRAM_EDGES.tolist(), "counts": counts["histogram"].tolist()},
-        "near_uniform_thresholds": dict(NEAR_UNIFORM),
-    }
-    report["warning"] = near_uniform_warning(report)
-    return report
+    return {"most_masked": word_rows(by_masks), "frequent_least_masked": word_rows(fewest)}
 
 
 def shortfall_report(counts: dict[str, np.ndarray]) -> dict[str, Any]:
