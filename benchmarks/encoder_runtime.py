@@ -57,13 +57,13 @@ def vocabulary_and_seeds(corpus: Path, top_k: int = 20) -> tuple[list[str], list
 
 
 def batches(vocabulary: list[str], model: str) -> list[list[str]]:
-    from pipelines.dataset.embeddings import word_batches
+    from pipelines.dataset.word_encoder import word_batches
 
     return word_batches(vocabulary, model, BATCH)
 
 
 def inputs_of(batch: list[str], model: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    from pipelines.dataset.embeddings import load_word_tokenizer
+    from pipelines.dataset.word_encoder import load_word_tokenizer
     from schemas.models import MAX_WORD_TOKENS
 
     encodings = load_word_tokenizer(model, MAX_WORD_TOKENS).encode_batch(batch)

@@ -7,7 +7,7 @@ Counts the corpus' words (`collections.Counter` under the shared word normalizat
 (`pipelines.dataset.sequences.tokenize_documents`: each token's word type). For each threshold N
 prints the word types encoded (count >= N), the share of word occurrences and of tokens inside a
 word whose word is encoded (the manifest's `word_occurrence_coverage` and `token_coverage`), and
-the time of the build's word encoder (`WordEncoderHandler`, batches as the build makes them) on
+the time of the build's word encoder (`WordEncoder`, batches as the build makes them) on
 those types, with its ratio to N = 1 (every type), all in one run (the fastest of --rounds
 interleaved timings). Seeds are left out: the 20
 seeds a build adds cost the same at every N.
@@ -46,18 +46,17 @@ def tokens_per_word(texts: list[str], vocabulary: dict[str, int], model: str) ->
 def encoder_timer(model: str, threads: int):
     """A function: word types -> seconds the build's word encoder takes on them (model loaded once)."""
     from pipelines.dataset.build import DEFAULTS
-    from pipelines.dataset.embeddings import WordEncoderHandler, word_batches
+    from pipelines.dataset.word_encoder import WordEncoder
 
-    handler = WordEncoderHandler(model, threads=threads, device="cpu", dtype="float32",
-                                 batch_rows=DEFAULTS.embed_batch_size)
-    encoder = handler.load_model()
+    settings = WordEncoder(model, threads=threads, device="cpu", dtype="float32", batch_rows=DEFAULTS.embed_batch_size)
+    encoder = settings.load()
 
     def seconds(words: list[str]) -> float:
-        batches = word_batches(words, handler.model_name, handler.batch_rows, handler.max_word_tokens)
-        list(handler.run_inference(batches[0], encoder))  # warm-up
+        batches = settings.batches(words)
+        encoder.encode(batches[0])  # warm-up
         started = time.perf_counter()
         for batch in batches:
-            list(handler.run_inference(batch, encoder))
+            encoder.encode(batch)
         return time.perf_counter() - started
 
     return seconds

@@ -62,9 +62,9 @@ from pipelines.dataset.dataset_writer import (
     write_parquet,
     write_shard,
 )
-from pipelines.dataset.embeddings import EmbedWords, ScoreWords, WordEncoderHandler, word_batches
-from pipelines.dataset.sequences import TokenizeToWindows
+from pipelines.dataset.embeddings import EmbedWords, ScoreWords, WordEncoderHandler
 from pipelines.dataset.signal import merge_map_tallies
+from pipelines.dataset.tokenize_to_windows import TokenizeToWindows
 from pipelines.dataset.word_lookup import WordLookup, WordScores
 from schemas.manifest import WORD_TABLE_SHARD_ROWS, ShardEntry
 
@@ -155,8 +155,7 @@ class EncodedWordBatches(beam.DoFn):
         words = stats.column("word").combine_chunks()
         keep = encoded_mask(words, stats.column("tf").to_numpy(), self._min_word_count, ())
         chosen = [w for w in words.filter(pa.array(keep)).to_pylist() if w not in self._seeds]
-        handler = self._handler
-        yield from word_batches(chosen, handler.model_name, handler.batch_rows, handler.max_word_tokens)
+        yield from self._handler.encoder.batches(chosen)
 
 
 def encoded_rows(table: pa.Table) -> pa.Table:
@@ -190,7 +189,7 @@ class ScoreWordTable(beam.PTransform):
             EncodedWordBatches(handler, config.min_word_count, seeds))
         # The seeds are few (K): they may live in the graph.
         seed_batches = pipeline | "SeedBatches" >> beam.Create(
-            word_batches(seeds, handler.model_name, handler.batch_rows, handler.max_word_tokens))
+            handler.encoder.batches(seeds))
         embeddings = (
             (word_batches_, seed_batches)
             | "AllWordBatches" >> beam.Flatten()

@@ -45,11 +45,12 @@ import hashlib
 import io
 import json
 import logging
+import logging.handlers
 import os
 import time
 import uuid
-from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 import fsspec
@@ -138,11 +139,12 @@ def _encoder_key(encoder: str, pooling: str, dtype: str, files: tuple) -> str:
 
 
 def count_and_tokenize_file(path: str, key: str, documents: list, rejects: list[dict[str, str]], cache_url: str,
-                            tokenizer: Any, batch_size: int) -> dict[str, int]:
+                            tokenizer: Any, batch_size: int,
+                            counted: Callable[[list[str]], None] | None = None) -> dict[str, int]:
     """Writes the cache entry of one input file from its parsed documents and rejects; returns
     {"documents", "tokens_across_words"}. Counts words exactly as `maskstream stats`
     (`word_counts_of_texts`) and tokenizes exactly as `maskstream build` (`tokenize_documents`),
-    in batches."""
+    in batches. `counted(words)` is called with the file's word types before it is tokenized."""
     from collections import Counter
 
     from pipelines.dataset.build_steps import vocabulary_index
@@ -158,6 +160,8 @@ def count_and_tokenize_file(path: str, key: str, documents: list, rejects: list[
             tf[word] += count
             df[word] += holding
     words = sorted(tf)
+    if counted is not None:
+        counted(words)
     local = vocabulary_index(words)  # the file's own sorted word list
     tables, across = [], 0
     for start in range(0, len(documents), batch_size):
@@ -294,59 +298,93 @@ def general_frequencies(cache_url: str, language: str, words: pa.Array) -> np.nd
     return frequencies
 
 
+# The word encoder runs in a process of its own: importing torch and transformers and loading the
+# model take seconds of CPU that hold the GIL, which on a thread beside the statistics slowed both
+# (0.22 s of statistics took 1.36 s beside the load); a second process uses a second core and
+# imports neither Beam nor pyarrow's dataset code. Words and embeddings cross as arrays.
+_LOADED: Any = None  # in the encoder's process: its LoadedEncoder
+
+
+def _start_encoder_process(records: Any, level: int) -> None:
+    """The encoder process's initializer: its log records go to the parent's loggers."""
+    root = logging.getLogger()
+    root.handlers[:] = [logging.handlers.QueueHandler(records)]
+    root.setLevel(level)
+
+
+def _load_in_encoder_process(encoder: Any) -> float:
+    """Loads `encoder` (a WordEncoder) in the encoder's process; returns the seconds it took."""
+    global _LOADED
+    started = time.perf_counter()
+    _LOADED = encoder.load()
+    # Leave torch's objects out of the collector's passes, the last one at exit included (see cli.run).
+    gc.freeze()
+    return round(time.perf_counter() - started, 3)
+
+
+def _encode_in_encoder_process(words: list[str]) -> tuple[list[str], np.ndarray]:
+    """(words, float32 embeddings row by row) of `words`, in `word_batches` order."""
+    batches = _LOADED.encoder.batches(words)
+    if not batches:
+        return [], np.zeros((0, 0), np.float32)
+    return [w for batch in batches for w in batch], np.concatenate([_LOADED.encode(batch) for batch in batches])
+
+
+class _RelogHandler(logging.Handler):
+    """The encoder process's records, handled by this process's logger of the same name."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)
+
+
 @functools.lru_cache(maxsize=1)
-def _load_encoder(encoder: str, pooling: str, threads: int, device: str, batch_rows: int, dtype: str) -> Future:
-    def load():
-        started = time.perf_counter()
-        from pipelines.dataset.embeddings import WordEncoderHandler
+def _encoder_process(encoder: Any) -> tuple[ProcessPoolExecutor, Future]:
+    import multiprocessing
 
-        handler = WordEncoderHandler(encoder, pooling=pooling, max_word_tokens=MAX_WORD_TOKENS, threads=threads,
-                                     device=device, batch_rows=batch_rows, dtype=dtype)
-        model = handler.load_model()
-        return handler, model, round(time.perf_counter() - started, 3)
-
-    executor = ThreadPoolExecutor(1, thread_name_prefix="load-encoder")
-    future = executor.submit(load)
-    executor.shutdown(wait=False)
-    return future
+    context = multiprocessing.get_context("spawn")  # CUDA-safe, and free of this process's threads
+    records = context.Queue()
+    logging.handlers.QueueListener(records, _RelogHandler()).start()
+    pool = ProcessPoolExecutor(1, mp_context=context, initializer=_start_encoder_process,
+                               initargs=(records, logging.getLogger().getEffectiveLevel()))
+    return pool, pool.submit(_load_in_encoder_process, encoder)
 
 
 class EncoderLoader:
-    """The word encoder, loaded on a background thread (importing torch and transformers and
-    reading the model cost seconds; the update starts it once it knows there are new words, and
-    computes the statistics meanwhile), and once per process: `maskstream watch` keeps it between
-    rebuilds.
-    `get()` waits for it and re-raises its error (and forgets a failed load)."""
+    """The word encoder of `config`, started loading in a process of its own, once per process:
+    `maskstream watch` keeps it between rebuilds. `encode()` waits for the load and re-raises its
+    error (and forgets a failed load)."""
 
     def __init__(self, config: Any):
-        self._future = _load_encoder(config.encoder, config.pooling, config.encoder_threads,
-                                     config.encoder_device, config.embed_batch_size, config.encoder_dtype)
+        from pipelines.dataset.word_encoder import WordEncoder
 
-    def get(self):
-        if self._future.exception() is not None:
-            _load_encoder.cache_clear()
-        return self._future.result()[:2]
+        self._encoder = WordEncoder(config.encoder, pooling=config.pooling, threads=config.encoder_threads,
+                                    device=config.encoder_device, batch_rows=config.embed_batch_size,
+                                    dtype=config.encoder_dtype)
+        self._pool, self._loading = _encoder_process(self._encoder)
+
+    def submit(self, words: Sequence[str]) -> Future:
+        """Starts encoding `words` (batched as the build batches them, `word_batches`) once loaded;
+        `result()` of the returned future gives their embeddings."""
+        return self._pool.submit(_encode_in_encoder_process, list(words))
+
+    def result(self, pending: Future) -> dict[str, np.ndarray]:
+        """{word: float32 embedding} of a `submit`; the load's error if it failed."""
+        try:
+            self._loading.result()
+            encoded, vectors = pending.result()
+        except BaseException:
+            _encoder_process.cache_clear()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        return dict(zip(encoded, vectors, strict=True))
 
     def load_seconds(self) -> float | None:
         """Seconds the load took (in the background), None while it runs or if it failed."""
-        if not self._future.done() or self._future.exception() is not None:
+        if not self._loading.done() or self._loading.exception() is not None:
             return None
-        return self._future.result()[2]
-
-
-def encode_words(words: Sequence[str], encoder: EncoderLoader | None) -> dict[str, np.ndarray]:
-    """Embeddings of `words` with the build's encoder, batched as the build batches them (none
-    wanted: no encoder needed, and nothing imported: embeddings.py brings in Beam's RunInference and torch)."""
-    if not words:
-        return {}
-    from pipelines.dataset.embeddings import word_batches
-
-    handler, model = encoder.get()
-    result: dict[str, np.ndarray] = {}
-    for batch in word_batches(words, handler.model_name, handler.batch_rows, handler.max_word_tokens):
-        for prediction in handler.run_inference(batch, model):
-            result[prediction.example] = np.asarray(prediction.inference, np.float32)
-    return result
+        return self._loading.result()
 
 
 def write_embeddings_part(cache_url: str, key: str, embeddings: dict[str, np.ndarray]) -> None:
@@ -476,16 +514,20 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     clock.lap("count_and_tokenize")
     check_memory(run)
     entries = read_cache(run)
-    start_encoder_if_new_words(run, entries)
+    for entry in entries:  # files a Beam pipeline counted
+        if entry.key in run.processed:
+            start_encoder_if_new_words(run, entry.words.column("word"))
     clock.lap("read_cache")
     statistics = stats_and_seeds(entries, options, run.config, run.cache_url)
     clock.lap("stats_and_seeds")
-    embeddings = embed_words(run, statistics)
+    embeddings_of = embed_words(run, statistics)
+    # The windows need no embedding: cut while the encoder's process loads and encodes.
+    windows = windows_of(entries, statistics.index, run.config.tokenizer, run.config.max_length, run.config.packing)
+    clock.lap("windows")
+    embeddings = embeddings_of()
     clock.lap("embed_words")
     scores = word_similarity(statistics, embeddings, run.config.reduce)
     clock.lap("similarity")
-    windows = windows_of(entries, statistics.index, run.config.tokenizer, run.config.max_length, run.config.packing)
-    clock.lap("windows")
     shards, tallies = write_shards(run, windows, scores.similarity)
     clock.lap("mask_probability_and_shards")
     manifest = write_version(run, entries, statistics, scores, shards, tallies)
@@ -513,6 +555,7 @@ class UpdateRun:
     counters: dict[str, int]
     processed: set[str] = dataclasses.field(default_factory=set)  # keys counted and tokenized by this update
     encoder: EncoderLoader | None = None  # started only when there are words to encode
+    cached_words: pa.Array | None = None  # the embedding cache's words, read once needed
 
 
 def start_update(options: UpdateOptions) -> UpdateRun:
@@ -561,7 +604,8 @@ def count_and_tokenize(run: UpdateRun) -> None:
         for path, key in sorted(missing.items()):
             documents, rejects = parse_file(path, run.options.text_field, run.options.txt_mode)
             done = count_and_tokenize_file(path, key, documents, rejects, run.cache_url, tokenizer,
-                                           run.config.tokenize_batch_size)
+                                           run.config.tokenize_batch_size,
+                                           counted=functools.partial(start_encoder_if_new_words, run))
             run.counters["files_processed"] += 1
             run.counters["documents_tokenized"] += done["documents"]
         return
@@ -581,17 +625,17 @@ def count_and_tokenize(run: UpdateRun) -> None:
         run.counters[name] = run.counters.get(name, 0) + value
 
 
-def start_encoder_if_new_words(run: UpdateRun, entries: Sequence[FileEntry]) -> None:
-    """Starts loading the word encoder in the background (while the statistics are computed) if a
-    file this update counted has a word the embedding cache lacks: the only way new words appear."""
-    config = run.config
-    new_files = [entry.words.column("word") for entry in entries if entry.key in run.processed]
-    if not new_files:
+def start_encoder_if_new_words(run: UpdateRun, words: list[str] | pa.ChunkedArray) -> None:
+    """Starts loading the word encoder in the background (while this process counts, tokenizes and
+    computes the statistics) if `words`, counted in a file this update processed, hold one the
+    embedding cache lacks: the only way new words appear."""
+    if run.encoder is not None:
         return
-    cached = cached_words(run.cache_url, run.embedding_key)
-    candidates = pc.unique(pa.chunked_array(new_files, pa.string()))
-    if not pc.all(pc.is_in(candidates, cached)).as_py():
-        run.encoder = EncoderLoader(config)
+    if run.cached_words is None:
+        run.cached_words = cached_words(run.cache_url, run.embedding_key)
+    candidates = pc.unique(pa.array(words, pa.string()) if isinstance(words, list) else words)
+    if not pc.all(pc.is_in(candidates, run.cached_words)).as_py():
+        run.encoder = EncoderLoader(run.config)
 
 
 # What the in-process update holds per word type, at most: measured 1.6 kB (peak RSS over a 2 k-type
@@ -676,22 +720,27 @@ def stats_and_seeds(entries: Sequence[FileEntry], options: UpdateOptions, config
                       vocabulary_index(vocabulary), encoded_words(word_counts, config.min_word_count, seeds))
 
 
-def embed_words(run: UpdateRun, statistics: Statistics) -> dict[str, np.ndarray]:
-    """Embeddings of the encoded words and the seeds: from the cache, the missing ones encoded
-    (and appended to the cache)."""
-    config = run.config
+def embed_words(run: UpdateRun, statistics: Statistics) -> Callable[[], dict[str, np.ndarray]]:
+    """Starts encoding the encoded words and seeds the embedding cache lacks (in the encoder's
+    process); returns a function that waits for them, appends them to the cache and returns the
+    embeddings of all of them."""
     key = run.embedding_key
     wanted = set(statistics.encoded) | set(statistics.seeds)
     embeddings = read_embeddings(run.cache_url, key, wanted)
     missing = sorted(wanted - embeddings.keys())
     if missing and run.encoder is None:
-        run.encoder = EncoderLoader(config)
-    new = encode_words(missing, run.encoder)
-    write_embeddings_part(run.cache_url, key, new)
-    embeddings.update(new)
-    run.counters["words_encoded"] = len(new)
-    run.counters["words_from_cache"] = len(wanted) - len(new)
-    return embeddings
+        run.encoder = EncoderLoader(run.config)
+    pending = run.encoder.submit(missing) if missing else None
+
+    def result() -> dict[str, np.ndarray]:
+        new = run.encoder.result(pending) if pending is not None else {}
+        write_embeddings_part(run.cache_url, key, new)
+        embeddings.update(new)
+        run.counters["words_encoded"] = len(new)
+        run.counters["words_from_cache"] = len(wanted) - len(new)
+        return embeddings
+
+    return result
 
 
 def word_similarity(statistics: Statistics, embeddings: dict[str, np.ndarray], reduce: str) -> Any:

@@ -19,7 +19,8 @@ from transformers import AutoTokenizer
 from pipelines.corpus import Document
 from pipelines.dataset.build_steps import vocabulary_index
 from pipelines.dataset.mask_probability import mask_probabilities
-from pipelines.dataset.sequences import TokenizeToWindows, cut_points, load_backend_tokenizer
+from pipelines.dataset.sequences import cut_points, load_backend_tokenizer
+from pipelines.dataset.tokenize_to_windows import TokenizeToWindows
 from schemas.alignment import align_tokens_to_words
 from schemas.words import word_spans
 
@@ -260,7 +261,7 @@ def test_word_tokenizer_gives_the_hugging_face_ids_and_masks(minilm_path, tmp_pa
 
     from transformers import AutoTokenizer
 
-    from pipelines.dataset.embeddings import load_word_tokenizer
+    from pipelines.dataset.word_encoder import load_word_tokenizer
 
     model = tmp_path / "model"
     shutil.copytree(minilm_path, model)

@@ -15,8 +15,9 @@ from maskstream.cli import build_parser
 from pipelines.dataset import encoder_dtype
 from pipelines.dataset.build import config_from_args
 from pipelines.dataset.build_steps import nearest_seed_similarity
-from pipelines.dataset.embeddings import WordEncoderHandler, word_batches
+from pipelines.dataset.embeddings import WordEncoderHandler
 from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
+from pipelines.dataset.word_encoder import word_batches
 from pipelines.lifecycle.incremental import encoder_key
 from schemas.words import words
 
