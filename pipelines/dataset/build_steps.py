@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE
 from pipelines.dataset.word_lookup import WordLookup, WordScores, word_keys
 from schemas.manifest import WORD_TABLE_FORMAT, WORD_TABLE_NAME, WORD_TABLE_SHARD_ROWS, Manifest, ShardEntry
 from schemas.models import MAX_WORD_TOKENS, model_entry
@@ -60,7 +61,7 @@ class BuildConfig:
     shard_rows: int = 50_000
     row_group_rows: int = 1024
     tokenize_batch_size: int = 1024
-    embed_batch_size: int = 256
+    embed_batch_size: int = DEFAULT_EMBED_BATCH_SIZE
     encoder_threads: int = 0
     encoder_device: str = "auto"
     encoder_dtype: str = "float32"  # resolved (`resolve_encoder_dtype`): float32 or bfloat16, never auto

@@ -26,6 +26,7 @@ from pipelines.dataset.encoder_dtype import DTYPES
 from schemas.models import MAX_WORD_TOKENS
 
 POOLINGS = ("mean", "pooler")
+DEFAULT_EMBED_BATCH_SIZE = 256  # words per encoder call, every call padded to it (`--embed-batch-size`)
 
 LOG = logging.getLogger("maskstream.embeddings")
 

@@ -27,9 +27,9 @@ as one with an empty cache (a full rebuild), and as `maskstream build` in `trunc
 Packing (`--packing pack`) packs documents within each input file, in document order.
 
 What every update pays whatever changed is kept small: the word encoder loads only when a file
-the update counted brings a word the embedding cache lacks (on a background thread, while the
-statistics are computed; once per process, so `maskstream watch` keeps it), Beam and torch are
-imported only when used, the tokenizer's facts come from a cache keyed by its content
+the update counted brings a word the embedding cache lacks (in a process of its own, started as
+soon as that file is counted, while this one tokenizes and computes the statistics and the
+windows; once per process, so `maskstream watch` keeps it), torch is imported only there, the tokenizer's facts come from a cache keyed by its content
 (tokenizer_facts.py), cached entries are read and shards written on threads, windows,
 probabilities and counts are computed on whole Arrow columns, and Python's cyclic garbage
 collector is paused for the update.
@@ -61,6 +61,7 @@ import pyarrow.parquet as pq
 
 from pipelines.dataset.dataset_writer import join, write_atomically
 from pipelines.dataset.sequences import TOKENIZED_SCHEMA, natural_key
+from pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE
 from schemas.models import MAX_WORD_TOKENS
 
 LOG = logging.getLogger("maskstream.update")
@@ -110,23 +111,25 @@ def file_settings(tokenizer: str, text_field: str, txt_mode: str) -> FileSetting
     return FileSettings(tokenizer, sha256_text(definition), text_field, txt_mode)
 
 
-def encoder_key(encoder: str, pooling: str, dtype: str = "float32") -> str:
+def encoder_key(encoder: str, pooling: str, dtype: str = "float32", batch_rows: int = DEFAULT_EMBED_BATCH_SIZE) -> str:
     """Identifies word embeddings: the encoder's name, or for a local folder the hash of its
-    weights and config (a retrained model in the same folder gets a new key), and the dtype it
-    ran in (float32 keys are those of caches made before the dtype existed)."""
+    weights and config (a retrained model in the same folder gets a new key), the dtype it ran in
+    and the rows of its batches (a batch's shape can change an embedding's last bits). Keys of the
+    defaults, float32 and DEFAULT_EMBED_BATCH_SIZE, are those of caches made before either was in it."""
     files: tuple = ()
     if os.path.isdir(encoder):
         names = sorted(n for n in os.listdir(encoder) if n.endswith((".safetensors", ".bin", ".json", ".txt")))
         stats = [os.stat(os.path.join(encoder, n)) for n in names]
         files = tuple((n, st.st_size, st.st_mtime_ns) for n, st in zip(names, stats, strict=True))
-    return _encoder_key(encoder, pooling, dtype, files)
+    return _encoder_key(encoder, pooling, dtype, batch_rows, files)
 
 
 @functools.lru_cache(maxsize=8)
-def _encoder_key(encoder: str, pooling: str, dtype: str, files: tuple) -> str:
+def _encoder_key(encoder: str, pooling: str, dtype: str, batch_rows: int, files: tuple) -> str:
     # Keyed also on each file's size and modification time: a long-running watch hashes a local
     # model's weights once, not on every rebuild, and still sees them replaced.
     parts = [encoder, pooling, str(MAX_WORD_TOKENS)] + ([f"dtype:{dtype}"] if dtype != "float32" else [])
+    parts += [f"batch_rows:{batch_rows}"] if batch_rows != DEFAULT_EMBED_BATCH_SIZE else []
     for name, _, _ in files:
         with open(os.path.join(encoder, name), "rb") as f:
             parts.append(f"{name}:{hashlib.sha256(f.read()).hexdigest()}")
@@ -301,7 +304,7 @@ def general_frequencies(cache_url: str, language: str, words: pa.Array) -> np.nd
 # The word encoder runs in a process of its own: importing torch and transformers and loading the
 # model take seconds of CPU that hold the GIL, which on a thread beside the statistics slowed both
 # (0.22 s of statistics took 1.36 s beside the load); a second process uses a second core and
-# imports neither Beam nor pyarrow's dataset code. Words and embeddings cross as arrays.
+# imports no Beam. Words and embeddings cross as arrays.
 _LOADED: Any = None  # in the encoder's process: its LoadedEncoder
 
 
@@ -572,7 +575,7 @@ def start_update(options: UpdateOptions) -> UpdateRun:
     version_url = prepare_version(root, version)
     counters = {"files": len(keys), "files_processed": 0, "documents_tokenized": 0, "bytes_changed": 0}
     return UpdateRun(options, config, root, join(root, CACHE_DIR), version, version_url, found, settings, keys,
-                     encoder_key(config.encoder, config.pooling, config.encoder_dtype), counters)
+                     encoder_key(config.encoder, config.pooling, config.encoder_dtype, config.embed_batch_size), counters)
 
 
 # Changed input up to this size is counted and tokenized in the update's own process; above it, by

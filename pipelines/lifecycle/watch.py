@@ -160,9 +160,8 @@ class Watcher:
 
         LOG.info("watching %s every %g s (settle %g s), building into %s", self.source, self.interval,
                  self.settle, self.root)
-        # Long-lived: load the word encoder now, in the background, so that the first rebuild does
-        # not wait for it either (the process keeps it for every later one). The tokenizer first,
-        # here: transformers' lazy imports are not safe from two threads at once.
+        # Long-lived: start the word encoder's process now, so that the first rebuild does not wait
+        # for it either (the process keeps it for every later one); the tokenizer is loaded here too.
         config = options_from_args(self.args, [], self.root).build
         load_backend_tokenizer(config.tokenizer)
         EncoderLoader(config)

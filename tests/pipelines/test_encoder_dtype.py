@@ -17,7 +17,7 @@ from pipelines.dataset.build import config_from_args
 from pipelines.dataset.build_steps import nearest_seed_similarity
 from pipelines.dataset.embeddings import WordEncoderHandler
 from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
-from pipelines.dataset.word_encoder import word_batches
+from pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE, word_batches
 from pipelines.lifecycle.incremental import encoder_key
 from schemas.words import words
 
@@ -131,6 +131,15 @@ def test_the_dtype_changes_the_embedding_cache_key(minilm_path):
     assert fp32 != bf16
     assert fp32 == encoder_key(minilm_path, "mean")  # caches made before the dtype existed were float32
     assert encoder_key("some/model", "mean", "bfloat16") != encoder_key("some/model", "mean", "float32")
+
+
+def test_the_batch_rows_change_the_embedding_cache_key(minilm_path):
+    # `--embed-batch-size` pads every encoder call to its rows: another shape, maybe other last bits,
+    # so an update with another batch size must not reuse the embeddings of this one.
+    default = encoder_key(minilm_path, "mean", "bfloat16")
+    assert default == encoder_key(minilm_path, "mean", "bfloat16", DEFAULT_EMBED_BATCH_SIZE)
+    assert default != encoder_key(minilm_path, "mean", "bfloat16", 64)
+    assert encoder_key(minilm_path, "mean", "bfloat16", 64) != encoder_key(minilm_path, "mean", "bfloat16", 0)
 
 
 @pytest.fixture(scope="module")
