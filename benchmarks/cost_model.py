@@ -11,7 +11,7 @@ two, x3 all of it (repeating one text would hide the vocabulary's growth).
 Every contender runs on one core (RAYON_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS = 1 and one
 DirectRunner worker), so each figure is per core:
 
-- read: `pipelines.corpus.ParseFileFn` over the JSONL (parsing, validation, rejects), in process;
+- read: `pipelines.corpus.FileParser` over the JSONL (parsing, validation, rejects), in process;
 - count: `word_counts_of_texts` over batches of documents plus summing into one Counter (the work of
   `maskstream stats`' CountWords, without Beam's shuffle), in process; whole stats: the wall time
   of `maskstream stats` itself (the projection uses this one);
@@ -86,22 +86,19 @@ def run_maskstream(*args: str, env: dict[str, str]) -> tuple[str, float, float, 
 
 
 def read_seconds(path: Path) -> tuple[list, float]:
-    """(documents, seconds) of ParseFileFn over one JSONL file, in this process."""
-    from apache_beam.io import fileio
-    from apache_beam.io.filesystems import FileSystems
+    """(documents, seconds) of the corpus reader (FileParser) over one JSONL file, in this process."""
+    from pipelines.corpus import Document, FileParser
 
-    from pipelines.corpus import Document, ParseFileFn
-
-    metadata = FileSystems.match([str(path)])[0].metadata_list[0]
     started = time.perf_counter()
-    documents = [d for d in ParseFileFn().process(fileio.ReadableFile(metadata)) if isinstance(d, Document)]
+    documents = [d for d in FileParser().records(str(path)) if isinstance(d, Document)]
     return documents, time.perf_counter() - started
 
 
 def count_seconds(documents: list) -> tuple[Counter, float]:
     """(word -> occurrences, seconds) of the stats' counting, batches of about BATCH_CHARACTERS characters
     as `CountWords` makes them, plus one global sum."""
-    from pipelines.statistics.counting import BATCH_CHARACTERS, word_counts_of_texts
+    from pipelines.statistics.counting import word_counts_of_texts
+    from pipelines.statistics.stats_transforms import BATCH_CHARACTERS
 
     started = time.perf_counter()
     total: Counter = Counter()

@@ -1,7 +1,10 @@
 """Reading a text corpus into documents, with every bad record kept as a reject.
 
-`ReadCorpus` turns local paths or `gs://` globs of `.txt`, `.jsonl` and `.parquet` files
-(optionally compressed, e.g. `.jsonl.gz`) into `Document`s. Nothing is dropped silently:
+`FileParser` turns a local or `gs://` file of `.txt`, `.jsonl` or `.parquet` (optionally
+compressed, e.g. `.jsonl.gz`) into `Document`s; `expand_inputs` lists the files of paths, folders
+and globs, `corpus_fingerprint` hashes them. Beam runs them on workers (`pipelines.read_corpus`:
+`ReadCorpus`, `FingerprintFiles`); `maskstream update` runs them in its own process, where local
+files are read without importing Beam (`open_stored`). Nothing is dropped silently:
 each record that cannot become a document (bytes that are not UTF-8, an empty document, a
 JSONL line that is not a JSON object or lacks the text field, a Parquet file without the text
 column, a file of unknown type) becomes a reject `{"source", "location", "reason"}`, so that
@@ -11,9 +14,6 @@ MAX_DOCUMENT_BYTES (16 MiB), skipped without being held in memory. No single rec
 job: any exception while one record is parsed (a JSON line nested thousands of levels deep raises
 RecursionError, an integer of 5,000 digits ValueError) rejects that record with the exception as
 its reason, and the file goes on.
-
-A file is read by one worker, streamed record by record (its line and row numbers need a
-sequential pass); a corpus is parallel across its files, so shard large corpora into many.
 """
 
 from __future__ import annotations
@@ -28,14 +28,10 @@ import json
 import lzma
 import os
 import posixpath
+import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
-
-import apache_beam as beam
-from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressedFile, CompressionTypes
-from apache_beam.io.filesystems import FileSystems
+from typing import IO, Any, NamedTuple
 
 TXT_MODES = ("line", "file")
 DOCUMENTS = "documents"
@@ -74,6 +70,68 @@ def file_format(path: str) -> str | None:
     return None
 
 
+# What Beam's FileSystems take for a remote path: "scheme://...".
+REMOTE_PATH = re.compile(r"^[a-zA-Z][-a-zA-Z0-9+.]*://")
+GLOB_CHARACTERS = re.compile(r"[*?[]")
+# Compressions no Python module here reads: Beam's reader decompresses them (by suffix).
+BEAM_DECOMPRESSED = (".zst", ".zstd", ".deflate")
+
+
+def is_local(path: str) -> bool:
+    return REMOTE_PATH.match(path) is None
+
+
+def open_stored(path: str, decompress: bool = False) -> contextlib.AbstractContextManager[IO[bytes]]:
+    """A binary stream of the file: its bytes as stored, or with `decompress` as Beam's reader
+    gives them (`.zst`, `.deflate` decompressed). Local files are opened by Python, without
+    importing Beam (`maskstream update` reads them in its own process); remote ones (`gs://`) and
+    Beam's compressions by Beam's FileSystems."""
+    if is_local(path) and not (decompress and path.lower().endswith(BEAM_DECOMPRESSED)):
+        return open(path, "rb")
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    compression = CompressionTypes.AUTO if decompress else CompressionTypes.UNCOMPRESSED
+    return FileSystems.open(path, mime_type="application/octet-stream", compression_type=compression)
+
+
+def _local_files(pattern: str) -> list[str] | None:
+    """What Beam's FileSystems.match gives for a local path, as `expand_inputs` asks it (a folder
+    as FOLDER/*: the files directly in it), without importing Beam: for a path without glob
+    characters, or whose last part's only glob character is `*` (`corpus/*.jsonl`, matched as Beam
+    matches it: any characters but / and \\). None for other patterns (Beam's to match)."""
+    if not is_local(pattern):
+        return None
+    try:
+        if not GLOB_CHARACTERS.search(pattern):
+            if not os.path.isdir(pattern):
+                return [pattern] if os.path.exists(pattern) else []
+            pattern = posixpath.join(pattern, "*")
+        folder, name = posixpath.split(pattern)
+        if GLOB_CHARACTERS.search(folder) or "?" in name or "[" in name or "**" in name:
+            return None
+        if not folder or not os.path.isdir(folder):
+            return []
+        listed = re.compile("[^/\\\\]*".join(re.escape(part) for part in name.split("*")))
+        paths = [os.path.join(folder, n) for n in os.listdir(folder) if listed.fullmatch(n)]
+        return [path for path in paths if os.path.exists(path) and not os.path.isdir(path)]
+    except OSError:
+        return []
+
+
+def _matched_files(pattern: str) -> list[str]:
+    """Beam's FileSystems.match of one pattern (a local folder as FOLDER/*), folders left out."""
+    from apache_beam.io.filesystems import FileSystems
+
+    local = FileSystems.get_scheme(pattern) in (None, "file")
+    try:
+        (result,) = FileSystems.match([posixpath.join(pattern, "*") if local and os.path.isdir(pattern) else pattern])
+        return [m.path for m in result.metadata_list
+                if not m.path.endswith(("/", "\\")) and not (local and os.path.isdir(m.path))]
+    except Exception:  # Beam raises BeamIOError (or an OSError) for a path it cannot list
+        return []
+
+
 def expand_inputs(patterns: Sequence[str]) -> list[str]:
     """The sorted, de-duplicated files that `patterns` (paths or globs, local or `gs://`) match.
 
@@ -86,14 +144,10 @@ def expand_inputs(patterns: Sequence[str]) -> list[str]:
     files: set[str] = set()
     unmatched: list[str] = []
     for pattern in patterns:
-        local = FileSystems.get_scheme(pattern) in (None, "file")
-        try:
-            # A local folder stands for the files in it.
-            (result,) = FileSystems.match([posixpath.join(pattern, "*") if local and os.path.isdir(pattern) else pattern])
-            paths = [m.path for m in result.metadata_list
-                     if not m.path.endswith(("/", "\\")) and not (local and os.path.isdir(m.path))]
-        except Exception:  # Beam raises BeamIOError (or an OSError) for a path it cannot list
-            paths = []
+        # A local folder stands for the files in it; most local paths need no Beam.
+        paths = _local_files(pattern)
+        if paths is None:
+            paths = _matched_files(pattern)
         if not paths:
             unmatched.append(pattern)
         files.update(paths)
@@ -106,7 +160,7 @@ def file_digest(path: str) -> dict[str, Any]:
     """`{"path", "bytes", "sha256"}` of one file, hashed as stored (compressed files as they are)."""
     digest = hashlib.sha256()
     size = 0
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with open_stored(path) as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
             size += len(chunk)
@@ -131,18 +185,6 @@ def corpus_fingerprint(patterns: Sequence[str]) -> dict[str, Any]:
     return fingerprint_of([file_digest(path) for path in expand_inputs(patterns)])
 
 
-class FingerprintFiles(beam.PTransform):
-    """PCollection of file paths -> one `fingerprint_of` dict, each file hashed on a worker."""
-
-    def expand(self, files: beam.PCollection) -> beam.PCollection:
-        return (
-            files
-            | "HashFiles" >> beam.Map(file_digest)
-            | "AllFiles" >> beam.combiners.ToList()  # one small entry per file, not per document
-            | "Fingerprint" >> beam.Map(fingerprint_of)
-        )
-
-
 def _decode(raw: bytes, first: bool) -> str:
     """Strict UTF-8 (a byte-order mark at the start of a file is dropped)."""
     return raw.decode("utf-8-sig" if first else "utf-8")
@@ -164,17 +206,16 @@ PYTHON_DECOMPRESSORS = {
 
 
 @contextlib.contextmanager
-def _open_binary(readable: fileio.ReadableFile) -> Iterator[io.IOBase]:
+def _open_binary(path: str) -> Iterator[io.IOBase]:
     """The file's content as a binary stream: gzip, bzip2 and xz decompressed by Python's modules,
     which report truncation (TRUNCATED_STREAM_ERRORS); other compressions by Beam's reader."""
-    name = readable.metadata.path.lower()
+    name = path.lower()
     decompressor = next((d for suffix, d in PYTHON_DECOMPRESSORS.items() if name.endswith(suffix)), None)
     if decompressor is None:
-        with readable.open(mime_type="application/octet-stream") as f:
+        with open_stored(path, decompress=True) as f:
             yield f
         return
-    uncompressed = CompressionTypes.UNCOMPRESSED
-    with readable.open(mime_type="application/octet-stream", compression_type=uncompressed) as raw, decompressor(raw) as f:
+    with open_stored(path) as raw, decompressor(raw) as f:
         yield f
 
 
@@ -198,11 +239,11 @@ def _parsed(source: str, location: str, parse: Callable[[], Document | dict[str,
         return _reject(source, location, f"cannot parse the record: {type(e).__name__}: {str(e)[:200]}")
 
 
-def _lines(f: io.IOBase, limit: int) -> Iterator[tuple[int, bytes | int]]:
+def _lines(f: io.IOBase, limit: int, whole_lines: bool) -> Iterator[tuple[int, bytes | int]]:
     """(1-based line number, line without its end-of-line) for every line of a binary stream; a
-    line over `limit` bytes is skipped without being held, and its size is given instead."""
-    # Beam's CompressedFile (zstd, deflate) reads whole lines only; other streams stop at the limit.
-    readline = f.readline if isinstance(f, CompressedFile) else functools.partial(f.readline, limit + 2)
+    line over `limit` bytes is skipped without being held, and its size is given instead.
+    `whole_lines`: the stream reads whole lines only (Beam's CompressedFile: zstd, deflate)."""
+    readline = f.readline if whole_lines else functools.partial(f.readline, limit + 2)
     for number, raw in enumerate(iter(readline, b""), start=1):
         line = raw.rstrip(b"\r\n")
         if len(line) <= limit:
@@ -214,8 +255,10 @@ def _lines(f: io.IOBase, limit: int) -> Iterator[tuple[int, bytes | int]]:
         yield number, size
 
 
-class ParseFileFn(beam.DoFn):
-    """A `fileio.ReadableFile` -> `Document`s, and rejects on the `rejects` output."""
+class FileParser:
+    """One corpus file -> its `Document`s and rejects (`records`), streamed record by record.
+    Beam-free: `pipelines.read_corpus.ParseFileFn` runs it on workers, `maskstream update` in
+    its own process."""
 
     def __init__(self, text_field: str = "text", txt_mode: str = "line", max_document_bytes: int = MAX_DOCUMENT_BYTES):
         if txt_mode not in TXT_MODES:
@@ -224,32 +267,33 @@ class ParseFileFn(beam.DoFn):
         self.txt_mode = txt_mode
         self.max_document_bytes = max_document_bytes
 
-    def process(self, readable: fileio.ReadableFile) -> Iterator[Any]:
-        source = readable.metadata.path
+    def records(self, source: str) -> Iterator[Document | dict[str, str]]:
+        """The file's documents and rejects (dicts), in file order; a file without any record
+        and a compressed file that ends early are rejects of their own (location `file`)."""
         kind = file_format(source)
         if kind == "txt" and self.txt_mode == "file":
-            records = self._txt_file(readable, source)
+            records = self._txt_file(source)
         elif kind == "txt":
-            records = self._txt_lines(readable, source)
+            records = self._txt_lines(source)
         elif kind == "jsonl":
-            records = self._jsonl(readable, source)
+            records = self._jsonl(source)
         elif kind == "parquet":
-            records = self._parquet(readable, source)
+            records = self._parquet(source)
         else:
             records = iter([_reject(source, "file", "unsupported file type (expected .txt, .jsonl or .parquet)")])
         last = None
         try:
             for record in records:
                 last = record
-                yield record if isinstance(record, Document) else beam.pvalue.TaggedOutput(REJECTS, record)
+                yield record
         except TRUNCATED_STREAM_ERRORS as e:
             where = "at its start" if last is None else f"after {_location(last)}"
             reason = f"compressed data ends early or is corrupt {where}, the rest is lost: {type(e).__name__}: {e}"
-            yield beam.pvalue.TaggedOutput(REJECTS, _reject(source, "file", reason))
+            yield _reject(source, "file", reason)
             return
         if last is None:
             # A file with no records at all: not an error, but never silent.
-            yield beam.pvalue.TaggedOutput(REJECTS, _reject(source, "file", "empty file (no documents)"))
+            yield _reject(source, "file", "empty file (no documents)")
 
     @staticmethod
     def _document(source: str, location: str, text: str) -> Document | dict[str, str]:
@@ -257,9 +301,9 @@ class ParseFileFn(beam.DoFn):
             return _reject(source, location, "empty document")
         return Document(f"{source}:{location}", source, text)
 
-    def _txt_file(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
+    def _txt_file(self, source: str) -> Iterator[Document | dict[str, str]]:
         limit = self.max_document_bytes
-        with _open_binary(readable) as f:
+        with _open_binary(source) as f:
             raw = f.read(limit + 1)
             if len(raw) > limit:
                 size = len(raw)
@@ -272,9 +316,9 @@ class ParseFileFn(beam.DoFn):
         except UnicodeDecodeError as e:
             yield _reject(source, "file", _utf8_reason(e))
 
-    def _txt_lines(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
-        with _open_binary(readable) as f:
-            for number, raw in _lines(f, self.max_document_bytes):
+    def _txt_lines(self, source: str) -> Iterator[Document | dict[str, str]]:
+        with _open_binary(source) as f:
+            for number, raw in _lines(f, self.max_document_bytes, source.lower().endswith(BEAM_DECOMPRESSED)):
                 location = f"line {number}"
                 if isinstance(raw, int):
                     yield _reject(source, location, _too_long(raw, self.max_document_bytes))
@@ -287,9 +331,9 @@ class ParseFileFn(beam.DoFn):
         except UnicodeDecodeError as e:
             return _reject(source, location, _utf8_reason(e))
 
-    def _jsonl(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
-        with _open_binary(readable) as f:
-            for number, raw in _lines(f, self.max_document_bytes):
+    def _jsonl(self, source: str) -> Iterator[Document | dict[str, str]]:
+        with _open_binary(source) as f:
+            for number, raw in _lines(f, self.max_document_bytes, source.lower().endswith(BEAM_DECOMPRESSED)):
                 location = f"line {number}"
                 if isinstance(raw, int):
                     yield _reject(source, location, _too_long(raw, self.max_document_bytes))
@@ -312,12 +356,12 @@ class ParseFileFn(beam.DoFn):
             return _reject(source, location, f"field {field!r} is {type(record[field]).__name__}, not a string")
         return self._document(source, location, record[field])
 
-    def _parquet(self, readable: fileio.ReadableFile, source: str) -> Iterator[Document | dict[str, str]]:
+    def _parquet(self, source: str) -> Iterator[Document | dict[str, str]]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         field = self.text_field
-        with readable.open(mime_type="application/octet-stream", compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        with open_stored(source) as f:
             try:
                 parquet = pq.ParquetFile(f)
             except (pa.ArrowInvalid, OSError) as e:
@@ -365,38 +409,3 @@ class ParseFileFn(beam.DoFn):
             return self._document(source, location, value.decode("utf-8"))
         except UnicodeDecodeError as e:
             return _reject(source, location, _utf8_reason(e))
-
-
-class ReadCorpus(beam.PTransform):
-    """Files matching `patterns` -> `{"documents": PCollection[Document], "rejects": PCollection[dict],
-    "files": PCollection[str] (the paths read, for `FingerprintFiles`)}`.
-
-    `.txt`: a document per line (`txt_mode="line"`) or per file (`txt_mode="file"`);
-    `.jsonl`: the string field `text_field` of each line's JSON object;
-    `.parquet`: the string column `text_field`, a document per row.
-    The file list is fixed when the pipeline is built (`expand_inputs`), so a missing input fails
-    before anything runs, and the fingerprint and the pipeline see the same files.
-    """
-
-    def __init__(self, patterns: Sequence[str], text_field: str = "text", txt_mode: str = "line",
-                 max_document_bytes: int = MAX_DOCUMENT_BYTES):
-        super().__init__()
-        self.max_document_bytes = max_document_bytes
-        if txt_mode not in TXT_MODES:
-            raise ValueError(f"txt_mode must be one of {TXT_MODES}, not {txt_mode!r}")
-        self.patterns = list(patterns)
-        self.text_field = text_field
-        self.txt_mode = txt_mode
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
-        # The file list is part of the job: a path (tens of bytes) per file, never their content.
-        files = pbegin | "ListFiles" >> beam.Create(expand_inputs(self.patterns))
-        parsed = (
-            files
-            # Spread the files over workers before the (per-file sequential) parsing.
-            | "SpreadFiles" >> beam.Reshuffle()
-            | "OpenFiles" >> fileio.ReadMatches()
-            | "ParseFiles"
-            >> beam.ParDo(ParseFileFn(self.text_field, self.txt_mode, self.max_document_bytes)).with_outputs(REJECTS, main=DOCUMENTS)
-        )
-        return {DOCUMENTS: parsed[DOCUMENTS], REJECTS: parsed[REJECTS], FILES: files}

@@ -205,11 +205,11 @@ def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.corpus import FingerprintFiles, ReadCorpus
     from pipelines.dataflow_job import is_dry_run, job_size
     from pipelines.dataset.build_steps import manifest_fields
     from pipelines.dataset.dataset_pipeline import BuildDataset
     from pipelines.dataset.dataset_writer import join, new_version_name, prepare_version, write_atomically
+    from pipelines.read_corpus import FingerprintFiles, ReadCorpus
 
     version = args.version or new_version_name()
     dry_run = is_dry_run(args.beam_args)  # the job is built, not run: nothing is read or written

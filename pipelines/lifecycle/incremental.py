@@ -187,19 +187,11 @@ def count_and_tokenize_file(path: str, key: str, documents: list, rejects: list[
 
 def parse_file(path: str, text_field: str, txt_mode: str) -> tuple[list, list[dict[str, str]]]:
     """(documents, rejects) of one input file, read as `ReadCorpus` reads it, in this process."""
-    from apache_beam.io import fileio
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.pvalue import TaggedOutput
+    from pipelines.corpus import Document, FileParser
 
-    from pipelines.corpus import ParseFileFn
-
-    (match,) = FileSystems.match([path])
     documents, rejects = [], []
-    for record in ParseFileFn(text_field, txt_mode).process(fileio.ReadableFile(match.metadata_list[0])):
-        if isinstance(record, TaggedOutput):
-            rejects.append(record.value)
-        else:
-            documents.append(record)
+    for record in FileParser(text_field, txt_mode).records(path):
+        (documents if isinstance(record, Document) else rejects).append(record)
     return documents, rejects
 
 

@@ -53,7 +53,7 @@ class ProcessFiles(beam.PTransform):
         self._text_field, self._txt_mode, self._batch_size = text_field, txt_mode, batch_size
 
     def expand(self, pbegin):
-        from pipelines.corpus import ReadCorpus
+        from pipelines.read_corpus import ReadCorpus
 
         corpus = pbegin | "ReadCorpus" >> ReadCorpus(sorted(self._keys), self._text_field, self._txt_mode)
         return (

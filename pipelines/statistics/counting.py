@@ -1,31 +1,20 @@
-"""Word counts of a corpus: per word tf (occurrences) and df (documents), and N (documents).
+"""Word counts of a batch of texts: per word tf (occurrences) and df (texts holding it).
 
-Words are `schemas.words`' words, the one normalization every stage shares. Documents are counted
-in batches of about `BATCH_CHARACTERS` characters, with array operations over the whole batch
-(`word_counts_of_texts`), so no Python object is made per word; the batches' counts are then
-summed keyed by word (`CombinePerKey`), so the vocabulary is spread over workers rather than
-funnelled through one global dictionary, and a word is shuffled once per batch that holds it.
+Words are `schemas.words`' words, the one normalization every stage shares. A batch is counted
+with array operations over the whole batch (`word_counts_of_texts`), so no Python object is made
+per word. `maskstream stats` sums the batches' counts keyed by word
+(`pipelines.statistics.stats_transforms.CountWords`); `maskstream update` sums them per file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
-import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.corpus import Document
 from schemas.words import code_points, in_words, normalize_word, runs
-
-# Characters per counting batch: large enough that the per-batch costs (one element per distinct
-# word of the batch into the keyed sum) stay small beside the per-character work, small enough
-# that a batch's arrays (about 30 bytes a character) stay well under a worker's memory.
-BATCH_CHARACTERS = 1 << 22
-DOCUMENTS = "documents"
-WORDS = "words"
 
 
 def word_counts_of_texts(texts: Sequence[str]) -> Iterator[tuple[str, tuple[int, int]]]:
@@ -66,62 +55,3 @@ def word_counts_of_texts(texts: Sequence[str]) -> Iterator[tuple[str, tuple[int,
     distinct_pairs = pairs[np.flatnonzero(np.diff(pairs, prepend=-1))]
     df = np.bincount(distinct_pairs % len(word_index), minlength=len(word_index))
     yield from zip(word_index, zip(tf.tolist(), df.tolist(), strict=True), strict=True)
-
-
-def _document_characters(document: Document) -> int:
-    return len(document.text)
-
-
-class SumCountsFn(beam.CombineFn):
-    """Sums (tf, df) pairs. Does what `TupleCombineFn(sum, sum)` does at about half its cost,
-    which matters: it runs once per distinct word of every batch."""
-
-    def create_accumulator(self) -> tuple[int, int]:
-        return 0, 0
-
-    def add_input(self, accumulator: tuple[int, int], counts: tuple[int, int]) -> tuple[int, int]:
-        return accumulator[0] + counts[0], accumulator[1] + counts[1]
-
-    def merge_accumulators(self, accumulators: Iterable[tuple[int, int]]) -> tuple[int, int]:
-        tf = df = 0
-        for accumulator_tf, accumulator_df in accumulators:
-            tf += accumulator_tf
-            df += accumulator_df
-        return tf, df
-
-    def extract_output(self, accumulator: tuple[int, int]) -> tuple[int, int]:
-        return accumulator
-
-
-class CountBatchFn(beam.DoFn):
-    """A batch of documents -> (word, (tf, df)) for each distinct word of the batch, and on the
-    "documents" and "words" outputs the batch's number of documents and of word occurrences (so
-    the totals cost one element per batch, not one per document or per word)."""
-
-    def process(self, batch: Sequence[Document]) -> Iterator[Any]:
-        occurrences = 0
-        for word, (tf, df) in word_counts_of_texts([document.text for document in batch]):
-            occurrences += tf
-            yield word, (tf, df)
-        yield beam.pvalue.TaggedOutput(DOCUMENTS, len(batch))
-        yield beam.pvalue.TaggedOutput(WORDS, occurrences)
-
-
-class CountWords(beam.PTransform):
-    """PCollection[Document] -> {"counts": PCollection[(word, (tf, df))],
-    "documents": PCollection[int] (singleton N), "words": PCollection[int] (singleton sum of tf)}.
-    """
-
-    def expand(self, documents: beam.PCollection) -> dict[str, beam.PCollection]:
-        per_batch = (
-            documents
-            | "BatchDocuments" >> beam.BatchElements(
-                min_batch_size=BATCH_CHARACTERS, max_batch_size=BATCH_CHARACTERS,
-                element_size_fn=_document_characters)
-            | "CountPerBatch" >> beam.ParDo(CountBatchFn()).with_outputs(DOCUMENTS, WORDS, main="counts")
-        )
-        # Sums occurrences (tf) and documents (df) in one keyed combine.
-        counts = per_batch.counts | "SumPerWord" >> beam.CombinePerKey(SumCountsFn())
-        document_count = per_batch[DOCUMENTS] | "SumDocuments" >> beam.CombineGlobally(sum)
-        word_total = per_batch[WORDS] | "SumTermFrequencies" >> beam.CombineGlobally(sum)
-        return {"counts": counts, "documents": document_count, "words": word_total}

@@ -71,8 +71,8 @@ def count_corpus(patterns: list[str], text_field: str, txt_mode: str, rejects_pr
     REJECTS_PREFIX-*.jsonl. The domain, general and background corpora go through the same steps."""
     import apache_beam as beam
 
-    from pipelines.corpus import ReadCorpus
-    from pipelines.statistics.counting import CountWords
+    from pipelines.read_corpus import ReadCorpus
+    from pipelines.statistics.stats_transforms import CountWords
 
     @beam.ptransform_fn
     def CountCorpus(pbegin):  # noqa: N802 (a transform's name)
@@ -94,8 +94,8 @@ def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> Non
     import apache_beam as beam
     from apache_beam.pvalue import AsSingleton
 
-    from pipelines.corpus import FingerprintFiles
-    from pipelines.statistics.tf_icf import BackgroundContrast, TfIcf
+    from pipelines.read_corpus import FingerprintFiles
+    from pipelines.statistics.stats_transforms import BackgroundContrast, TfIcf
     from schemas.tables import WORD_STATS_BACKGROUND_SCHEMA, WORD_STATS_SCHEMA
 
     def counted(label: str, patterns: list[str] | None, rejects_prefix: str) -> dict | None:

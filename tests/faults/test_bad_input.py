@@ -163,7 +163,7 @@ def test_documents_over_the_limit_are_rejects_in_every_format(tmp_path: Path) ->
     from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
     from apache_beam.testing.util import assert_that, equal_to
 
-    from pipelines.corpus import ReadCorpus
+    from pipelines.read_corpus import ReadCorpus
 
     limit = 64
     long_text = "word " * 40  # 200 bytes

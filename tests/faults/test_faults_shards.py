@@ -20,7 +20,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.corpus import ReadCorpus
+from pipelines.read_corpus import ReadCorpus
 from schemas.manifest import ManifestError, load_manifest
 from trainer.dataset import ChecksumMismatch, StreamingSequenceDataset
 from trainer.loader import build_dataloader

@@ -14,7 +14,8 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.corpus import Document, ReadCorpus, corpus_fingerprint, expand_inputs
+from pipelines.corpus import Document, corpus_fingerprint, expand_inputs
+from pipelines.read_corpus import ReadCorpus
 
 
 def read(patterns, tmp_path: Path, **kwargs) -> tuple[list[Document], list[dict]]:
@@ -147,6 +148,33 @@ def test_expand_inputs_sorted_deduplicated_and_missing(tmp_path: Path):
         expand_inputs([str(tmp_path / "a.txt"), str(tmp_path / "nope.jsonl")])
     with pytest.raises(FileNotFoundError, match=r"\*.parquet"):
         expand_inputs([str(tmp_path / "*.parquet")])
+
+
+def test_local_paths_are_listed_as_beams_filesystems_list_them(tmp_path: Path, monkeypatch):
+    # Local paths without a glob are listed without Beam (`maskstream update` never imports it);
+    # they must give exactly what Beam's FileSystems.match gives (`_matched_files`).
+    from pipelines.corpus import _local_files, _matched_files
+
+    folder = tmp_path / "corpus"
+    (folder / "nested").mkdir(parents=True)
+    for name in ("a.jsonl", ".hidden.txt", "b.txt.gz", "nested/c.jsonl"):
+        (folder / name).write_bytes(b"x\n")
+    (folder / "link.jsonl").symlink_to(folder / "a.jsonl")
+    (folder / "broken.jsonl").symlink_to(folder / "gone.jsonl")
+    (folder / "folder-link").symlink_to(folder / "nested")
+    monkeypatch.chdir(tmp_path)
+    (folder / "odd\\name.jsonl").write_bytes(b"x\n")
+    patterns = ["corpus", "corpus/", "./corpus", "./corpus/", str(folder), f"{folder}/", "corpus/a.jsonl",
+                "corpus/link.jsonl", "corpus/broken.jsonl", "corpus/nested", "corpus/missing.jsonl", "missing",
+                "corpus/*", "corpus/*.jsonl", "./corpus/*.jsonl", f"{folder}/*.jsonl", "corpus/*.txt*", "corpus/.*",
+                "*.jsonl", "corpus/*.parquet", "missing/*.jsonl", "corpus/a*l"]
+    for pattern in patterns:
+        assert sorted(_local_files(pattern)) == sorted(_matched_files(pattern)), pattern
+    # Patterns Beam's matching alone decides: ?, [...], **, globs in folders.
+    assert all(_local_files(p) is None
+               for p in ("corpus/?.jsonl", "corpus/[ab].jsonl", "corpus/**", "*/a.jsonl", "corpus/*/*.jsonl"))
+    # Beam's * stops at a backslash too: a name holding one is not in the folder's listing.
+    assert sorted(_local_files("corpus")) == sorted(f"corpus/{n}" for n in ("a.jsonl", ".hidden.txt", "b.txt.gz", "link.jsonl"))
 
 
 def test_fingerprint_matches_hashlib(tmp_path: Path, sample_corpus: Path):

@@ -121,22 +121,30 @@ def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, monke
     assert beam and all(in_process[path] == content for path, content in beam.items())
 
 
-def test_an_update_without_new_words_never_loads_the_encoder(first_build, subprocess_env) -> None:
+def test_an_update_without_new_words_imports_neither_beam_nor_the_encoder(first_build, subprocess_env, tmp_path) -> None:
     from pipelines.dataset.encoder_dtype import gpu_driver_present
 
+    # A copy of the corpus and the dataset root: the copied files have new paths, so the first
+    # update counts and tokenizes every one of them (in its process), and finds no new word.
+    corpus, root = tmp_path / "corpus", tmp_path / "root"
+    shutil.copytree(first_build["corpus"], corpus)
+    shutil.copytree(first_build["root"], root)
+    modules = ("torch", "transformers", "apache_beam")
     script = ("import json, sys\nfrom maskstream.cli import main\n"
-              f"main(['--log-level', 'WARNING', 'update', '--input', '{first_build['corpus']}/*.jsonl', "
-              f"'--output', '{first_build['root']}', '--shard-rows', '100'])\n"
-              "print(json.dumps({'torch': 'torch' in sys.modules, 'transformers': 'transformers' in sys.modules}))")
-    for _ in range(2):  # the first catches up with the corpus; the second finds nothing changed
+              f"main(['--log-level', 'WARNING', 'update', '--input', '{corpus}/*.jsonl', "
+              f"'--output', '{root}', '--shard-rows', '100'])\n"
+              f"print(json.dumps({{name: name in sys.modules for name in {modules!r}}}))")
+    files = len(list(corpus.glob("*.jsonl")))
+    for processed in (files, 0):  # the copy's files, then nothing changed
         result = subprocess.run([sys.executable, "-c", script], env=subprocess_env, capture_output=True, text=True,
                                 check=True)
-    report = json.loads(result.stdout[: result.stdout.index("\n}\n") + 2])
-    assert report["counts"]["files_processed"] == 0 and report["counts"]["words_encoded"] == 0
-    assert report["fixed_seconds"]["encoder_load"] is None and report["fixed_seconds"]["checks"] >= 0
-    imported = json.loads(result.stdout.strip().splitlines()[-1])
-    if not gpu_driver_present():  # with a GPU driver, `--encoder-dtype auto` asks torch
-        assert imported == {"torch": False, "transformers": False}
+        report = json.loads(result.stdout[: result.stdout.index("\n}\n") + 2])
+        assert report["counts"]["files_processed"] == processed and report["counts"]["words_encoded"] == 0
+        assert report["fixed_seconds"]["encoder_load"] is None and report["fixed_seconds"]["checks"] >= 0
+        imported = json.loads(result.stdout.strip().splitlines()[-1])
+        assert imported["apache_beam"] is False
+        if not gpu_driver_present():  # with a GPU driver, `--encoder-dtype auto` asks torch
+            assert imported == {"torch": False, "transformers": False, "apache_beam": False}
 
 
 def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) -> None:

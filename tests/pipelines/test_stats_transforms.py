@@ -15,9 +15,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from wordfreq import word_frequency
 
 from pipelines.corpus import Document
-from pipelines.statistics import counting
-from pipelines.statistics.counting import CountWords, word_counts_of_texts
-from pipelines.statistics.tf_icf import TfIcf, corpus_floor, tf_icf, wordfreq_floor
+from pipelines.statistics import stats_transforms
+from pipelines.statistics.counting import word_counts_of_texts
+from pipelines.statistics.stats_transforms import CountWords, TfIcf
+from pipelines.statistics.tf_icf import corpus_floor, tf_icf, wordfreq_floor
 from schemas.words import words
 
 DOMAIN = [
@@ -95,7 +96,7 @@ def test_batch_counts_equal_counter_on_every_code_point():
 
 
 def test_count_words_over_several_batches(monkeypatch):
-    monkeypatch.setattr(counting, "BATCH_CHARACTERS", 40)  # a few texts a batch
+    monkeypatch.setattr(stats_transforms, "BATCH_CHARACTERS", 40)  # a few texts a batch
     texts = MULTILINGUAL * 3 + DOMAIN
     with TestPipeline() as p:
         counted = p | beam.Create(documents(texts, "m")) | CountWords()
