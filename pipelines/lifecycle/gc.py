@@ -64,11 +64,11 @@ def newest_change(fs, path: str) -> float:
     return max((modified_at(info) for info in files.values()), default=0.0)
 
 
-def complete_versions(fs, base: str, folders: list[str]) -> list[tuple[str, float]]:
-    """(name, publish time) of the complete versions among `folders`, oldest first by the manifest's
-    `created_at` (then its file's time, then the name). The publish time is the manifest file's
-    (written last, just before `latest` moves). A manifest that cannot be read is left out: gc
-    removes only what it can date."""
+def complete_versions(fs, base: str, folders: list[str]) -> list[tuple[str, float, Any]]:
+    """(name, publish time, manifest) of the complete versions among `folders`, oldest first by the
+    manifest's `created_at` (then its file's time, then the name). The publish time is the manifest
+    file's (written last, just before `latest` moves). A manifest that cannot be read is left out:
+    gc removes only what it can date. Each manifest is read once (a round trip each on gs://)."""
     from schemas.lease import parse_time
     from schemas.manifest import MANIFEST_NAME, Manifest, ManifestError
 
@@ -83,8 +83,8 @@ def complete_versions(fs, base: str, folders: list[str]) -> list[tuple[str, floa
         except (ManifestError, ValueError, UnicodeDecodeError) as e:
             LOG.warning("leaving %s alone: its manifest cannot be read (%s)", version, e)
             continue
-        dated.append((created, modified_at(fs.info(path)), version))
-    return [(version, published) for _, published, version in sorted(dated)]
+        dated.append((created, modified_at(fs.info(path)), version, manifest))
+    return [(version, published, manifest) for _, published, version, manifest in sorted(dated, key=lambda d: d[:3])]
 
 
 def live_leases(fs, base: str, now: float, grace_s: float) -> tuple[dict[str, list[str]], list[str]]:
@@ -119,7 +119,7 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
 
     from pipelines.lifecycle.incremental import CACHE_DIR, EMBEDDINGS_DIR, FILES_DIR, entry_key
     from schemas.lease import LEASES_DIR
-    from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
+    from schemas.manifest import LATEST_POINTER, MANIFEST_NAME
 
     if keep < 1:
         raise ValueError(f"--keep must be at least 1, got {keep}")
@@ -134,11 +134,12 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
     folders = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(base, detail=False)
                      if fs.isdir(p) and posixpath.basename(p.rstrip("/")) not in (CACHE_DIR, LEASES_DIR))
     complete = complete_versions(fs, base, folders)
-    dated = [version for version, _ in complete]
+    dated = [version for version, _, _ in complete]
+    manifests = {version: manifest for version, _, manifest in complete}
     kept = set(dated[-keep:]) | ({latest} if latest else set())
     why: dict[str, str] = {}
     # A version was `latest` until the next newer one was published.
-    for (version, _), (_, superseded_at) in itertools.pairwise(complete):
+    for (version, _, _), (_, superseded_at, _) in itertools.pairwise(complete):
         if version not in kept and superseded_at >= old_enough:
             why[version] = f"was latest {(now - superseded_at) / 60:.1f} min ago (--grace-minutes {grace_minutes:g})"
     held, stale_leases = live_leases(fs, base, now, grace_minutes * 60)
@@ -162,7 +163,7 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
             removed["incomplete"].append(version)
     used_files, used_encoders = set(), set()
     for version in kept & set(dated):
-        manifest = Manifest.from_json(fs.cat_file(posixpath.join(base, version, MANIFEST_NAME)).decode())
+        manifest = manifests[version]
         settings_key = manifest.config.get("file_cache_settings")
         if settings_key:
             for f in manifest.source_fingerprint.get("files", []):

@@ -37,6 +37,7 @@ collector is paused for the update.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -230,25 +231,81 @@ def complete_entries(cache_url: str) -> set[str]:
 # ---------------------------------------------------------------- word embeddings
 
 
+# A cache folder's parts are merged into one past this many: a read opens every part (a round trip
+# each on gs://), and a long-running watch appends one per rebuild.
+PARTS_BEFORE_COMPACTION = 16
+
+
 def read_parts(folder: str, columns: list[str] | None = None) -> list[pa.Table]:
-    """The tables of a cache folder that updates append to (part-*.parquet), oldest first."""
+    """The tables of a cache folder that updates append to (part-*.parquet), in name order. A part
+    that another update's compaction removed between the listing and the read is found again in
+    its merged part: the folder is listed again."""
     fs, path = fsspec.core.url_to_fs(folder)
-    tables = []
-    for part in sorted(fs.glob(f"{path}/part-*.parquet")):
+
+    def read(part: str) -> pa.Table:
         with fs.open(part, "rb") as f:
-            tables.append(pq.read_table(f, columns=columns))
-    return tables
+            return pq.read_table(f, columns=columns)
+
+    listings = 3
+    while True:
+        try:
+            return [read(part) for part in sorted(fs.glob(f"{path}/part-*.parquet"))]
+        except FileNotFoundError:
+            listings -= 1
+            if not listings:
+                raise
+
+
+def _part_name() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
 def append_part(folder: str, table: pa.Table) -> None:
-    """Adds `table` to a cache folder as a new part (named by UTC time and a random suffix)."""
-    name = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    """Adds `table` to a cache folder as a new part (named by UTC time and a random suffix), then
+    compacts the folder if it holds more than PARTS_BEFORE_COMPACTION parts."""
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
     fs, path = fsspec.core.url_to_fs(folder)
     fs.makedirs(path, exist_ok=True)
     # Atomic, so readers (which list part-*) never see half a part.
-    write_atomically(join(folder, f"part-{name}.parquet"), buffer.getvalue())
+    write_atomically(join(folder, f"part-{_part_name()}.parquet"), buffer.getvalue())
+    compact_parts(folder)
+
+
+def compact_parts(folder: str) -> None:
+    """Merges the parts of a cache folder into one once there are more than
+    PARTS_BEFORE_COMPACTION, streaming part by part. The merged part is complete before the parts
+    in it are removed, so a reader always finds every row (some twice, in between, or after two
+    updates compacted at once: the caches hold one value per word, so a repeated row changes
+    nothing)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    fs, path = fsspec.core.url_to_fs(folder)
+    parts = sorted(fs.glob(f"{path}/part-*.parquet"))
+    if len(parts) <= PARTS_BEFORE_COMPACTION:
+        return
+    merged = f"{path}/part-{_part_name()}.parquet"
+    # Local files: written aside and renamed; an object store shows an object once it is whole.
+    target = f"{merged}.tmp-{uuid.uuid4().hex[:8]}" if isinstance(fs, LocalFileSystem) else merged
+    try:
+        with fs.open(target, "wb") as sink:
+            writer = None
+            for part in parts:
+                with fs.open(part, "rb") as f:
+                    table = pq.read_table(f)
+                writer = writer or pq.ParquetWriter(sink, table.schema, compression="zstd")
+                writer.write_table(table)
+            writer.close()
+    except FileNotFoundError:  # another update compacted these parts meanwhile
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(target)
+        return
+    if target != merged:
+        fs.mv(target, merged)
+    for part in parts:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(part)
+    LOG.info("%s: %d parts merged into one", folder, len(parts))
 
 
 def read_embeddings(cache_url: str, key: str, wanted: set[str]) -> dict[str, np.ndarray]:

@@ -334,3 +334,34 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
     assert main(["build", "--input", inputs, "--stats", str(tmp_path / "stats"), "--seeds", str(tmp_path / "seeds.json"),
                  "--output", str(tmp_path / "dataset"), "--shard-rows", "100", *threshold]) == 0
     assert_same_dataset(second["version"], str(tmp_path / "dataset"))
+
+
+def test_cache_parts_are_compacted_and_a_reader_never_misses_a_row(tmp_path, monkeypatch) -> None:
+    from fsspec.implementations.local import LocalFileSystem
+
+    from pipelines.lifecycle import incremental
+
+    folder = str(tmp_path / "general_frequency" / "en")
+    parts = incremental.PARTS_BEFORE_COMPACTION + 4
+    for i in range(parts):
+        incremental.append_part(folder, pa.table({"word": [f"w{i}"], "frequency": [i / 100]}))
+        assert len(list(Path(folder).glob("part-*.parquet"))) <= incremental.PARTS_BEFORE_COMPACTION
+    rows = pa.concat_tables(incremental.read_parts(folder))
+    assert sorted(rows.column("word").to_pylist()) == sorted(f"w{i}" for i in range(parts))
+    assert not list(Path(folder).glob("*.tmp-*"))
+
+    # A reader that listed the parts just before another update compacted them lists again.
+    stale = sorted(str(p) for p in Path(folder).glob("part-*.parquet"))
+    for i in range(incremental.PARTS_BEFORE_COMPACTION):
+        incremental.append_part(folder, pa.table({"word": [f"x{i}"], "frequency": [0.5]}))
+    assert not any(Path(p).exists() for p in stale)  # merged away
+    real_glob, listings = LocalFileSystem.glob, []
+
+    def glob_once_stale(self, pattern, **kwargs):
+        listings.append(pattern)
+        return stale if len(listings) == 1 else real_glob(self, pattern, **kwargs)
+
+    monkeypatch.setattr(LocalFileSystem, "glob", glob_once_stale)
+    words = pa.concat_tables(incremental.read_parts(folder)).column("word").to_pylist()
+    assert len(listings) == 2
+    assert set(words) == {f"w{i}" for i in range(parts)} | {f"x{i}" for i in range(incremental.PARTS_BEFORE_COMPACTION)}
