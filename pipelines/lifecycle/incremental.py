@@ -358,7 +358,14 @@ _LOADED: Any = None  # in the encoder's process: its LoadedEncoder
 
 
 def _start_encoder_process(records: Any, level: int) -> None:
-    """The encoder process's initializer: its log records go to the parent's loggers."""
+    """The encoder process's initializer: its log records go to the parent's loggers, and it
+    ignores SIGINT and SIGTERM, which a terminal's Ctrl-C or a service manager also sends to it:
+    its parent decides (`maskstream watch` finishes the rebuild under way, then stops), and it
+    ends with its parent."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     root = logging.getLogger()
     root.handlers[:] = [logging.handlers.QueueHandler(records)]
     root.setLevel(level)

@@ -365,3 +365,38 @@ def test_cache_parts_are_compacted_and_a_reader_never_misses_a_row(tmp_path, mon
     words = pa.concat_tables(incremental.read_parts(folder)).column("word").to_pylist()
     assert len(listings) == 2
     assert set(words) == {f"w{i}" for i in range(parts)} | {f"x{i}" for i in range(incremental.PARTS_BEFORE_COMPACTION)}
+
+
+class _InstantEncoder:
+    """Stands for a WordEncoder in the encoder's process: loads at once, encodes every word as ones."""
+
+    def load(self) -> _InstantEncoder:
+        self.encoder = self
+        return self
+
+    def batches(self, words: list[str]) -> list[list[str]]:
+        return [list(words)]
+
+    def encode(self, batch: list[str]) -> np.ndarray:
+        return np.ones((len(batch), 2), np.float32)
+
+
+def test_the_encoder_process_outlives_ctrl_c_and_sigterm_sent_to_its_group() -> None:
+    import os
+
+    from pipelines.lifecycle import incremental
+
+    pool, loading = incremental._encoder_process(_InstantEncoder())
+    try:
+        loading.result(timeout=120)
+        child = pool.submit(os.getpid).result(timeout=60)
+        assert child != os.getpid()
+        # A terminal's Ctrl-C reaches the whole process group; `watch` finishes its rebuild first.
+        os.kill(child, signal.SIGINT)
+        os.kill(child, signal.SIGTERM)
+        time.sleep(0.5)
+        words, vectors = pool.submit(incremental._encode_in_encoder_process, ["a", "b"]).result(timeout=60)
+        assert words == ["a", "b"] and vectors.shape == (2, 2)
+    finally:
+        incremental._encoder_process.cache_clear()
+        pool.shutdown(wait=True)
