@@ -361,11 +361,21 @@ def _start_encoder_process(records: Any, level: int) -> None:
     """The encoder process's initializer: its log records go to the parent's loggers, and it
     ignores SIGINT and SIGTERM, which a terminal's Ctrl-C or a service manager also sends to it:
     its parent decides (`maskstream watch` finishes the rebuild under way, then stops), and it
-    ends with its parent."""
+    ends with its parent, however that ends (a pool's worker would otherwise wait for work forever
+    after a SIGKILL of its parent, holding the model's memory)."""
+    import multiprocessing.connection
     import signal
+    import threading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        def exit_with_parent() -> None:
+            multiprocessing.connection.wait([parent.sentinel])
+            os._exit(0)
+
+        threading.Thread(target=exit_with_parent, name="exit-with-parent", daemon=True).start()
     root = logging.getLogger()
     root.handlers[:] = [logging.handlers.QueueHandler(records)]
     root.setLevel(level)

@@ -400,3 +400,29 @@ def test_the_encoder_process_outlives_ctrl_c_and_sigterm_sent_to_its_group() -> 
     finally:
         incremental._encoder_process.cache_clear()
         pool.shutdown(wait=True)
+
+
+def test_the_encoder_process_ends_when_its_parent_is_killed(subprocess_env) -> None:
+    import os
+
+    script = ("import os, time\nfrom pipelines.lifecycle import incremental\n"
+              "from tests.pipelines.test_incremental import _InstantEncoder\n"
+              "pool, loading = incremental._encoder_process(_InstantEncoder())\n"
+              "loading.result()\nprint(pool.submit(os.getpid).result(), flush=True)\ntime.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], env=subprocess_env, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child}/stat", encoding="ascii") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # ended, not yet reaped
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail(f"the encoder process {child} outlived its killed parent")
