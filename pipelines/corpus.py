@@ -81,12 +81,17 @@ def is_local(path: str) -> bool:
     return REMOTE_PATH.match(path) is None
 
 
+def beam_decompresses(path: str) -> bool:
+    """Whether Beam's reader decompresses this file (its CompressedFile reads whole lines only)."""
+    return path.lower().endswith(BEAM_DECOMPRESSED)
+
+
 def open_stored(path: str, decompress: bool = False) -> contextlib.AbstractContextManager[IO[bytes]]:
     """A binary stream of the file: its bytes as stored, or with `decompress` as Beam's reader
     gives them (`.zst`, `.deflate` decompressed). Local files are opened by Python, without
     importing Beam (`maskstream update` reads them in its own process); remote ones (`gs://`) and
     Beam's compressions by Beam's FileSystems."""
-    if is_local(path) and not (decompress and path.lower().endswith(BEAM_DECOMPRESSED)):
+    if is_local(path) and not (decompress and beam_decompresses(path)):
         return open(path, "rb")
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
@@ -318,7 +323,7 @@ class FileParser:
 
     def _txt_lines(self, source: str) -> Iterator[Document | dict[str, str]]:
         with _open_binary(source) as f:
-            for number, raw in _lines(f, self.max_document_bytes, source.lower().endswith(BEAM_DECOMPRESSED)):
+            for number, raw in _lines(f, self.max_document_bytes, beam_decompresses(source)):
                 location = f"line {number}"
                 if isinstance(raw, int):
                     yield _reject(source, location, _too_long(raw, self.max_document_bytes))
@@ -333,7 +338,7 @@ class FileParser:
 
     def _jsonl(self, source: str) -> Iterator[Document | dict[str, str]]:
         with _open_binary(source) as f:
-            for number, raw in _lines(f, self.max_document_bytes, source.lower().endswith(BEAM_DECOMPRESSED)):
+            for number, raw in _lines(f, self.max_document_bytes, beam_decompresses(source)):
                 location = f"line {number}"
                 if isinstance(raw, int):
                     yield _reject(source, location, _too_long(raw, self.max_document_bytes))

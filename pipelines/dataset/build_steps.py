@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE
+from pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
 from pipelines.dataset.word_lookup import WordLookup, WordScores, word_keys
 from schemas.manifest import WORD_TABLE_FORMAT, WORD_TABLE_NAME, WORD_TABLE_SHARD_ROWS, Manifest, ShardEntry
 from schemas.models import MAX_WORD_TOKENS, model_entry
@@ -67,6 +67,11 @@ class BuildConfig:
     encoder_dtype: str = "float32"  # resolved (`resolve_encoder_dtype`): float32 or bfloat16, never auto
     min_word_count: int = 1  # pipelines/dataset/vocabulary.py: rarer word types are not encoded
     write_embeddings: bool = False
+
+    def word_encoder(self) -> WordEncoder:
+        """The word encoder these options describe (the build's RunInference and the update's process)."""
+        return WordEncoder(self.encoder, pooling=self.pooling, threads=self.encoder_threads,
+                           device=self.encoder_device, batch_rows=self.embed_batch_size, dtype=self.encoder_dtype)
 
 
 DEFAULTS = BuildConfig(tokenizer="", encoder="")  # the one place the options' defaults are written

@@ -516,10 +516,7 @@ class BuildDataset(beam.PTransform):
     def expand(self, corpus):
         config, pipeline = self._config, corpus["documents"].pipeline
         version_url = join(self._root, self._fields["version"])
-        handler = WordEncoderHandler(
-            config.encoder, pooling=config.pooling, threads=config.encoder_threads, device=config.encoder_device,
-            batch_rows=config.embed_batch_size, dtype=config.encoder_dtype,
-        )
+        handler = WordEncoderHandler(config.word_encoder())
         word_stats = pipeline | "ReadWordStats" >> ReadWordStats(self._stats_dir)
         words = word_stats | "ScoreWords" >> ScoreWordTable(config, self._seeds, handler)
         tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -28,11 +27,11 @@ from pipelines.dataset.word_encoder import LoadedEncoder, WordEncoder
 
 class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
     """RunInference handler: a batch of words (one of `word_batches`) -> one float32 embedding per
-    word, by `WordEncoder` (its arguments are the handler's)."""
+    word, by `encoder`."""
 
-    def __init__(self, model_name: str, **settings: Any):
+    def __init__(self, encoder: WordEncoder):
         super().__init__()
-        self._encoder = WordEncoder(model_name, **settings)
+        self._encoder = encoder
         self._calls = beam.metrics.Metrics.counter("build", "encoder_calls")
         self._words = beam.metrics.Metrics.counter("build", "encoded_words")
         self._ms = beam.metrics.Metrics.counter("build", "encode_ms")

@@ -278,17 +278,14 @@ def compact_parts(folder: str) -> None:
     in it are removed, so a reader always finds every row (some twice, in between, or after two
     updates compacted at once: the caches hold one value per word, so a repeated row changes
     nothing)."""
-    from fsspec.implementations.local import LocalFileSystem
+    from pipelines.dataset.dataset_writer import open_atomically
 
     fs, path = fsspec.core.url_to_fs(folder)
     parts = sorted(fs.glob(f"{path}/part-*.parquet"))
     if len(parts) <= PARTS_BEFORE_COMPACTION:
         return
-    merged = f"{path}/part-{_part_name()}.parquet"
-    # Local files: written aside and renamed; an object store shows an object once it is whole.
-    target = f"{merged}.tmp-{uuid.uuid4().hex[:8]}" if isinstance(fs, LocalFileSystem) else merged
     try:
-        with fs.open(target, "wb") as sink:
+        with open_atomically(join(folder, f"part-{_part_name()}.parquet")) as sink:
             writer = None
             for part in parts:
                 with fs.open(part, "rb") as f:
@@ -297,11 +294,7 @@ def compact_parts(folder: str) -> None:
                 writer.write_table(table)
             writer.close()
     except FileNotFoundError:  # another update compacted these parts meanwhile
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm(target)
         return
-    if target != merged:
-        fs.mv(target, merged)
     for part in parts:
         with contextlib.suppress(FileNotFoundError):
             fs.rm(part)
@@ -394,8 +387,6 @@ def _load_in_encoder_process(encoder: Any) -> float:
 def _encode_in_encoder_process(words: list[str]) -> tuple[list[str], np.ndarray]:
     """(words, float32 embeddings row by row) of `words`, in `word_batches` order."""
     batches = _LOADED.encoder.batches(words)
-    if not batches:
-        return [], np.zeros((0, 0), np.float32)
     return [w for batch in batches for w in batch], np.concatenate([_LOADED.encode(batch) for batch in batches])
 
 
@@ -426,12 +417,7 @@ class EncoderLoader:
     error (and forgets a failed load)."""
 
     def __init__(self, config: Any):
-        from pipelines.dataset.word_encoder import WordEncoder
-
-        self._encoder = WordEncoder(config.encoder, pooling=config.pooling, threads=config.encoder_threads,
-                                    device=config.encoder_device, batch_rows=config.embed_batch_size,
-                                    dtype=config.encoder_dtype)
-        self._pool, self._loading = _encoder_process(self._encoder)
+        self._pool, self._loading = _encoder_process(config.word_encoder())
 
     def submit(self, words: Sequence[str]) -> Future:
         """Starts encoding `words` (batched as the build batches them, `word_batches`) once loaded;

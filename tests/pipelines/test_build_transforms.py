@@ -209,8 +209,9 @@ def test_word_encoder_pools_each_word_on_its_own(minilm_path, pooling):
     from transformers import AutoModel, AutoTokenizer
 
     from pipelines.dataset.embeddings import WordEncoderHandler
+    from pipelines.dataset.word_encoder import WordEncoder
 
-    handler = WordEncoderHandler(minilm_path, pooling=pooling, device="cpu")
+    handler = WordEncoderHandler(WordEncoder(minilm_path, pooling=pooling, device="cpu"))
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     encoder = handler.load_model()
     batch = ["genome", "x", "photosynthesis"]  # of different lengths: the batch is padded

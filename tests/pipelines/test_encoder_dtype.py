@@ -17,7 +17,7 @@ from pipelines.dataset.build import config_from_args
 from pipelines.dataset.build_steps import nearest_seed_similarity
 from pipelines.dataset.embeddings import WordEncoderHandler
 from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
-from pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE, word_batches
+from pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder, word_batches
 from pipelines.lifecycle.incremental import encoder_key
 from schemas.words import words
 
@@ -103,7 +103,7 @@ def test_explicit_dtypes_are_kept_and_others_refused(monkeypatch, no_cuda):
     with pytest.raises(ValueError, match="encoder-device"):
         resolve_encoder_dtype("nonsense", "auto")
     with pytest.raises(ValueError, match="resolve"):
-        WordEncoderHandler("any", dtype="auto")
+        WordEncoder("any", dtype="auto")
 
 
 @pytest.mark.parametrize("command", ["build", "update"])
@@ -159,7 +159,7 @@ def by_dtype(sample_words, minilm_path) -> dict[str, dict[str, np.ndarray]]:
     wanted = sorted(set(sample_words) | set(SEEDS))
     result = {}
     for dtype in ("float32", "bfloat16"):
-        handler = WordEncoderHandler(minilm_path, device="cpu", batch_rows=256, dtype=dtype)
+        handler = WordEncoderHandler(WordEncoder(minilm_path, device="cpu", batch_rows=256, dtype=dtype))
         model = handler.load_model()
         result[dtype] = {p.example: p.inference for batch in word_batches(wanted, minilm_path, 256)
                          for p in handler.run_inference(batch, model)}
@@ -199,7 +199,7 @@ def test_bfloat16_pooler_output_is_float32_and_close(minilm_path):
     batch = ["genome", "x", "photosynthesis"]
     pooled = {}
     for dtype in ("float32", "bfloat16"):
-        handler = WordEncoderHandler(minilm_path, pooling="pooler", device="cpu", dtype=dtype)
+        handler = WordEncoderHandler(WordEncoder(minilm_path, pooling="pooler", device="cpu", dtype=dtype))
         pooled[dtype] = np.stack([r.inference for r in handler.run_inference(batch, handler.load_model())])
     assert pooled["bfloat16"].dtype == np.float32
     cosine = (pooled["float32"] * pooled["bfloat16"]).sum(1) / (
