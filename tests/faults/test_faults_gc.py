@@ -22,13 +22,11 @@ from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
 from tests.conftest import REPO_ROOT, run_cli
 from tests.fixtures import sequence_dataset as factory
 
-NOW = utc_now()
-
 
 def write_version(root: Path, version: str, created_minutes_ago: float, published_minutes_ago: float | None = None,
                   latest: bool = False) -> None:
     """A complete version (a manifest only: gc reads nothing else), built and published that long ago."""
-    created = NOW - datetime.timedelta(minutes=created_minutes_ago)
+    created = utc_now() - datetime.timedelta(minutes=created_minutes_ago)
     manifest = Manifest(version=version, created_at=created.isoformat(timespec="seconds"), tokenizer={}, encoder={},
                         seeds=[], formulas={}, config={}, source_fingerprint={}, shards=[])
     (root / version).mkdir(parents=True)
@@ -70,9 +68,12 @@ def test_a_version_that_was_latest_within_the_grace_period_is_kept(tmp_path: Pat
 
 
 def write_lease(root: Path, reader: str, version: str, expires_minutes: float) -> None:
-    expires = NOW + datetime.timedelta(minutes=expires_minutes)
+    # Times from now, not from the import: a session whose tests run minutes later must not see
+    # a 3-minute lease expired.
+    now = utc_now()
+    expires = now + datetime.timedelta(minutes=expires_minutes)
     (root / LEASES_DIR).mkdir(exist_ok=True)
-    lease = ReaderLease(version, reader, format_time(NOW), format_time(expires))
+    lease = ReaderLease(version, reader, format_time(now), format_time(expires))
     (root / LEASES_DIR / f"{reader}.json").write_text(lease.to_json())
 
 
