@@ -78,8 +78,15 @@ def test_the_whole_harness_on_a_labeled_set_of_ones_own(tmp_path: Path, monkeypa
     domain.write_text("\n".join(json.loads(x)["body"] for x in (tmp_path / "more.jsonl").read_text().splitlines()))
     work, results, out = tmp_path / "work", tmp_path / "results.jsonl", tmp_path / "REPORT.md"
     common = ["--config", "tiny", "--work", str(work), "--results", str(results)]
-    assert run.main(["prepare", *common, "--labeled", str(labeled), "--text-field", "body", "--label-field", "topic",
-                     "--domain-corpus", str(domain), "--arms", "none,random,difference"]) == 0
+    prepare = ["prepare", *common, "--models", str(tmp_path / "models"), "--labeled", str(labeled),
+               "--text-field", "body", "--label-field", "topic", "--domain-corpus", str(domain),
+               "--arms", "none,random,difference"]
+    assert run.main(prepare) == 0
+    prepared_bytes = (work / "tiny" / "prepared.json").read_bytes()
+    assert run.main(prepare) == 0  # idempotent: every step found done, the same record
+    again = json.loads((work / "tiny" / "prepared.json").read_text())
+    assert {k: v for k, v in again.items() if k != "seconds"} == {
+        k: v for k, v in json.loads(prepared_bytes).items() if k != "seconds"}
     prepared = json.loads((work / "tiny" / "prepared.json").read_text())
 
     # no validation or test text has a near-duplicate in train or either pretraining corpus (brute force)
@@ -94,8 +101,9 @@ def test_the_whole_harness_on_a_labeled_set_of_ones_own(tmp_path: Path, monkeypa
     with pytest.raises(SystemExit, match="pilot"):
         run.main(["run", *common, "--arms", "none,random"])
     assert run.main(["pilot", *common]) == 0
-    assert run.main(["run", *common, "--arms", "none,random,difference", "--seeds", "0"]) == 0
-    assert run.main(["run", *common, "--arms", "none,random,difference", "--seeds", "0-1"]) == 0  # adds seed 1
+    assert run.main(["run", *common, "--arms", "none,random,difference", "--seeds", "0", "--readout", "probe"]) == 0
+    assert run.main(["run", *common, "--arms", "none,random,difference", "--seeds", "0-1",  # adds seed 1
+                     "--readout", "probe"]) == 0
     assert run.main(["run", *common, "--arms", "none,random", "--seeds", "0", "--readout", "finetune"]) == 0
     lines = [json.loads(x) for x in results.read_text().splitlines()]
     kinds = [x["kind"] for x in lines]
@@ -155,7 +163,7 @@ def test_report_compares_arms_only_when_the_downstream_control_passes(tmp_path: 
 
 def test_pilot_rule_picks_the_largest_validation_gain_ties_to_fewer_passes() -> None:
     def line(arm: str, seed: int, passes: float, accuracy: float) -> dict:
-        return {"arm": arm, "seed": seed, "passes": passes, "probe": {"validation": {"accuracy": accuracy}}}
+        return {"arm": arm, "seed": seed, "passes": passes, "probe": {"validation": {"macro_f1": accuracy}}}
 
     none = [line("none", s, 0, 0.70) for s in (100, 101)]
     gains = none + [line("random", 100, 4, 0.74), line("random", 101, 4, 0.72),

@@ -1,9 +1,17 @@
 """The general model every arm starts from: BERT-shaped, MiniLM's WordPiece vocabulary, pretrained here
 from scratch with random masking (BERT's 15%, 80/10/10) on general text outside the task's domain.
 
-It is cached outside the repository under a key made from its training inputs and settings (the
-texts' sha256, the shape, the steps, the tokenizer's package and version), not from its weights:
-results stay grouped when it is retrained on another machine, and it is rebuilt when missing.
+It lives in MODELS/KEY (by default `benchmarks/effect/models/KEY`, committed): fp16 safetensors, the
+tokenizer's files and `general.json`, the record of its training inputs, settings, held-out curve, wall
+time and hardware. KEY is made from its training inputs and settings (the texts' sha256, the shape, the
+steps, the tokenizer's package and version); the weights' sha256 is recorded beside it and enters every
+result's identity. A clone that has MODELS/KEY uses it; one that does not trains it.
+
+Training is resumable: every `checkpoint_every` steps the weights, optimizer, schedule, curve and elapsed
+time go to MODELS/KEY.checkpoint/state.pt (not committed), and a new run continues from it. The data
+order and the masks are pure functions of (seed, step): pass p reads the rows in
+`default_rng([seed, p]).permutation`, and step s draws its masks and dropout after
+`torch.manual_seed(seed * 1_000_003 + s)`, so a resumed run trains on exactly what an uncut one would.
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ import fcntl
 import hashlib
 import json
 import math
+import os
+import platform
 import shutil
 import time
 from pathlib import Path
@@ -19,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.dataset.tokenizer_facts import cache_root  # the user cache, shared with the tokenizer facts
-
+MODELS = Path(__file__).resolve().parent / "models"
 EVAL_SEED = 1234  # the held-out masks: the same for every evaluation
+WEIGHTS = "model.safetensors"
 
 
 def general_key(texts_sha256: str, shape: dict[str, Any], settings: dict[str, Any], max_length: int,
@@ -31,11 +41,19 @@ def general_key(texts_sha256: str, shape: dict[str, Any], settings: dict[str, An
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def packed_windows(texts: list[str], tokenizer, max_length: int) -> np.ndarray:
     """Every text's tokens followed by [SEP], concatenated and cut into rows of [CLS] + max_length - 1
     tokens (the last, short row dropped): every token is trained on, and no row is padding."""
     stream: list[int] = []
-    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+    for ids in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]:
         stream += ids + [tokenizer.sep_token_id]
     width = max_length - 1
     rows = len(stream) // width
@@ -68,9 +86,31 @@ def masked_accuracy(objective, collator, rows: np.ndarray, batch_size: int, devi
     return {"accuracy": correct / max(masked, 1), "loss": nll / max(masked, 1), "masked_tokens": masked}
 
 
+def hardware() -> dict[str, Any]:
+    import torch
+
+    cpu = platform.processor()
+    if Path("/proc/cpuinfo").exists():
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+class Schedule:
+    """Linear warm-up to the learning rate, then linear decay to 0 at the last step."""
+
+    def __init__(self, steps: int, warmup: int) -> None:
+        self.steps, self.warmup = steps, warmup
+
+    def __call__(self, step: int) -> float:
+        return min((step + 1) / self.warmup, max(0.0, (self.steps - step) / max(self.steps - self.warmup, 1)))
+
+
 def train_general_model(texts: list[str], tokenizer_name: str, shape: dict[str, Any], settings: dict[str, Any],
                         max_length: int, out: Path, device: str) -> dict[str, Any]:
-    """Pretrains the model from scratch and saves it (model + tokenizer) in `out`; returns its record."""
+    """Pretrains the model from scratch (or from out's checkpoint) and saves it in `out`; its record."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
@@ -80,70 +120,119 @@ def train_general_model(texts: list[str], tokenizer_name: str, shape: dict[str, 
     rows = packed_windows(texts, tokenizer, max_length)
     held = held_out_rows(len(rows), settings["held_out_fraction"])
     train_rows, eval_rows = rows[~held], rows[held]
-    if len(train_rows) == 0 or len(eval_rows) == 0:
+    steps, batch_size, seed = settings["steps"], settings["batch_size"], settings["seed"]
+    per_pass = len(train_rows) // batch_size
+    if per_pass == 0 or len(eval_rows) == 0:
         raise SystemExit(f"the general corpus makes {len(rows)} rows of {max_length} tokens: too few to train "
-                         "and hold out (use more text or a shorter max_length)")
-    torch.manual_seed(settings["seed"])
+                         f"batches of {batch_size} and hold out (use more text or a shorter max_length)")
+    torch.manual_seed(seed)
     model = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), max_position_embeddings=max_length, **shape))
     objective = MaskedLM(model).to(device)
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, return_tensors="pt")
-    steps, batch_size = settings["steps"], settings["batch_size"]
     optimizer = torch.optim.AdamW(objective.parameters(), lr=settings["learning_rate"], weight_decay=0.01)
-    warmup = max(1, steps // 16)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(steps - warmup, 1))))
-    order = np.random.default_rng(settings["seed"])
-    before = masked_accuracy(objective, collator, eval_rows, batch_size, device)
-    curve, started, step = [], time.perf_counter(), 0
-    while step < steps:  # one pass per iteration, each in a new order
-        permutation = order.permutation(len(train_rows))
-        for start in range(0, max(len(train_rows) - batch_size + 1, 1), batch_size):
-            batch = collator([{"input_ids": r} for r in train_rows[permutation[start:start + batch_size]].tolist()])
-            loss = objective(batch["input_ids"].to(device), torch.ones_like(batch["input_ids"]).to(device),
-                             batch["labels"].to(device))["loss"]
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(objective.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            curve.append(loss.item())
-            if step % max(steps // 10, 1) == 0:
-                print(f"general model step {step}/{steps}: loss {np.mean(curve[-10:]):.3f}", flush=True)
-            if step >= steps:
-                break
-    after = masked_accuracy(objective, collator, eval_rows, batch_size, device)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, Schedule(steps, settings.get("warmup_steps",
+                                                                                       max(1, steps // 16))))
+    every = settings.get("checkpoint_every", 0)
+    checkpoint = out.with_name(out.name + ".checkpoint") / "state.pt"
+    state = {"step": 0, "losses": [], "evaluations": [], "seconds": 0.0}
+    if every and checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=False)
+        objective.load_state_dict(saved["objective"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        state = saved["state"]
+        print(f"general model: resumed at step {state['step']}/{steps} from {checkpoint.parent.name}", flush=True)
+    else:
+        state["evaluations"].append({"step": 0, **masked_accuracy(objective, collator, eval_rows, batch_size, device)})
+    started, permutation, permutation_pass = time.perf_counter() - state["seconds"], None, -1
+    while state["step"] < steps:
+        step = state["step"]
+        epoch, position = divmod(step, per_pass)
+        if epoch != permutation_pass:
+            permutation, permutation_pass = np.random.default_rng([seed, epoch]).permutation(len(train_rows)), epoch
+        torch.manual_seed(seed * 1_000_003 + step)  # this step's masks and dropout
+        chosen = train_rows[permutation[position * batch_size:(position + 1) * batch_size]]
+        batch = collator([{"input_ids": r} for r in chosen.tolist()])
+        loss = objective(batch["input_ids"].to(device), torch.ones_like(batch["input_ids"]).to(device),
+                         batch["labels"].to(device))["loss"]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(objective.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        state["step"] = step + 1
+        state["losses"].append(round(loss.item(), 4))
+        if state["step"] % max(steps // 20, 1) == 0:
+            print(f"general model step {state['step']}/{steps}: loss {np.mean(state['losses'][-50:]):.3f} "
+                  f"({(time.perf_counter() - started) / max(state['step'], 1):.2f} s/step overall)", flush=True)
+        if every and (state["step"] % every == 0 or state["step"] == steps):
+            evaluation = masked_accuracy(objective, collator, eval_rows, batch_size, device)
+            state["evaluations"].append({"step": state["step"], **evaluation})
+            state["seconds"] = time.perf_counter() - started
+            print(f"general model step {state['step']}: held-out masked-token accuracy {evaluation['accuracy']:.4f}, "
+                  f"loss {evaluation['loss']:.3f}", flush=True)
+            checkpoint.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"objective": objective.state_dict(), "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(), "state": state}, checkpoint.with_suffix(".tmp"))
+            checkpoint.with_suffix(".tmp").replace(checkpoint)
+    after = state["evaluations"][-1] if state["evaluations"][-1]["step"] == steps else {
+        "step": steps, **masked_accuracy(objective, collator, eval_rows, batch_size, device)}
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    model.half().save_pretrained(tmp)  # fp16: half the bytes in git; loaded back as fp32 (`fp32_copy`)
     tokenizer.save_pretrained(tmp)
+    losses = state["losses"]
     record = {"rows": {"train": int(len(train_rows)), "held_out": int(len(eval_rows))}, "max_length": max_length,
+              "tokens": {"train": int(train_rows.size), "held_out": int(eval_rows.size)},
               "shape": shape, "settings": settings, "parameters": sum(p.numel() for p in model.parameters()),
-              "passes": steps * batch_size / len(train_rows), "held_out_before": before, "held_out": after,
-              "loss_first10": float(np.mean(curve[:10])), "loss_last10": float(np.mean(curve[-10:])),
-              "seconds": time.perf_counter() - started}
+              "passes": steps * batch_size / len(train_rows), "held_out_before": state["evaluations"][0],
+              "held_out": {k: after[k] for k in ("accuracy", "loss", "masked_tokens")},
+              "held_out_curve": state["evaluations"],
+              "loss_first50": float(np.mean(losses[:50])), "loss_last50": float(np.mean(losses[-50:])),
+              "seconds": time.perf_counter() - started, "hardware": hardware(),
+              "weights_sha256": file_sha256(tmp / WEIGHTS), "weights_bytes": (tmp / WEIGHTS).stat().st_size}
     (tmp / "general.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
+    shutil.rmtree(checkpoint.parent, ignore_errors=True)
     return record
 
 
 def ensure_general_model(texts: list[str], texts_sha256: str, tokenizer_name: str, tokenizer: dict[str, str],
-                         config: dict[str, Any], device: str) -> tuple[Path, dict[str, Any]]:
-    """(model folder, record): the cached model for these inputs and settings, trained when missing."""
+                         config: dict[str, Any], device: str, models: Path = MODELS) -> tuple[Path, dict[str, Any]]:
+    """(model folder, record): MODELS/KEY for these inputs and settings, trained when missing."""
     key = general_key(texts_sha256, config["model"], config["general"], config["max_length"], tokenizer)
-    out = cache_root() / "effect-general" / key
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_name(key + ".lock"), "w") as lock:
+    out = models / key
+    models.mkdir(parents=True, exist_ok=True)
+    with open(models / f".{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process training the same model: wait for it, then reuse
         if (out / "general.json").exists():
             record = json.loads((out / "general.json").read_text(encoding="utf-8"))
-            print(f"general model {key}: cached (held-out masked-token accuracy {record['held_out']['accuracy']:.4f})")
+            print(f"general model {key}: found (held-out masked-token accuracy {record['held_out']['accuracy']:.4f})")
         else:
             print(f"general model {key}: training ({config['general']['steps']} steps)", flush=True)
             record = train_general_model(texts, tokenizer_name, config["model"], config["general"],
                                          config["max_length"], out, device)
-    record["key"] = key
+    if file_sha256(out / WEIGHTS) != record["weights_sha256"]:
+        raise SystemExit(f"general model {key}: {WEIGHTS} does not match the sha256 in its general.json")
     if math.isnan(record["held_out"]["loss"]):
         raise SystemExit(f"general model {key}: held-out loss is nan")
-    return out, record
+    return out, {"key": key, **record}
+
+
+def fp32_copy(model: Path, work: Path) -> Path:
+    """The committed fp16 model as an fp32 folder in `work` (what TAPT and the probe load), made once."""
+    import torch
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    record = json.loads((model / "general.json").read_text(encoding="utf-8"))
+    out = work / f"general-fp32-{record['weights_sha256'][:16]}"
+    if (out / "general.json").exists():
+        return out
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    BertForMaskedLM.from_pretrained(model, dtype=torch.float32).save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(model).save_pretrained(tmp)
+    shutil.copy(model / "general.json", tmp / "general.json")
+    tmp.replace(out)
+    return out

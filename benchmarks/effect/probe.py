@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.effect.configs import PRIMARY_METRIC
+
 
 def features(model_dir: Path | str, texts: list[str], max_length: int, device: str, batch_size: int = 32
              ) -> np.ndarray:
@@ -68,9 +70,10 @@ def scores(y_true: list[str], y_pred: np.ndarray) -> dict[str, Any]:
 
 def choose_c(train_x: np.ndarray, train_y: list[str], val_x: np.ndarray, val_y: list[str], grid: list[float]
              ) -> tuple[float, list[dict[str, Any]]]:
-    """The C of `grid` with the best validation accuracy (ties: the smaller C), and every C's scores."""
+    """The C of `grid` with the best validation macro-F1 (the primary metric; ties: the smaller C), and every
+    C's scores."""
     table = []
     for c in sorted(grid):
         table.append({"C": c, **scores(val_y, fit_predict(train_x, train_y, {"v": val_x}, c)["v"])})
-    best = max(table, key=lambda row: row["accuracy"])  # first max = smallest C among ties
+    best = max(table, key=lambda row: row[PRIMARY_METRIC])  # first max = smallest C among ties
     return best["C"], table

@@ -13,6 +13,7 @@ to `prepare` (docs/evidence.md). Design and rules: benchmarks/effect/README.md.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +37,21 @@ from benchmarks.effect.configs import (
     FINETUNE_RULE,
     PILOT_ARMS,
     PILOT_RULE,
+    PRIMARY_METRIC,
     PROBE_RULE,
     REQUIRED_ARMS,
     SPLITS,
     device_of,
 )
-from benchmarks.effect.corpora import read_labeled, read_texts
-from benchmarks.effect.general_model import ensure_general_model
+from benchmarks.effect.corpora import expand, read_labeled, read_texts
+from benchmarks.effect.general_model import MODELS, ensure_general_model, fp32_copy
 from pipelines.dataset.tokenizer_facts import cache_root
+from trainer.finetune import hash_fraction
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "results.jsonl"
+SPLIT_RULE_VERSION = 2  # 2: stratified by label (split_by_cluster); 1: by cluster hash alone
 DEBIAN = {"labeled": "data/debian-science.jsonl", "label_field": "section", "general": "data/debian-background.jsonl.gz"}
 
 
@@ -68,6 +73,14 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def sha256_file(path: Path | str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
     """Writes rows; returns the sha256 of what was written (the content, not the path)."""
     data = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode("utf-8")
@@ -82,10 +95,14 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def append_result(path: Path, record: dict[str, Any]) -> None:
-    """One JSON line, appended: runs in several processes and sessions add to the same file."""
+    """One JSON line, appended under an exclusive lock: runs in several processes and sessions add to
+    the same file, and a line (~12 KB) is never interleaved with another."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
         f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.flush()
+        fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -150,6 +167,12 @@ def environment(device: str) -> dict[str, Any]:
     }
 
 
+def repository_path(path: Path) -> str:
+    """A path relative to the repository where it is inside it (what a fresh clone finds), else absolute."""
+    resolved = path.resolve()
+    return resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else str(resolved)
+
+
 def display_path(path: str) -> str:
     """A path as committed files may show it: relative to the repository, else its file name."""
     resolved = Path(path).resolve()
@@ -160,21 +183,32 @@ def display_path(path: str) -> str:
 
 
 def split_by_cluster(rows: list[dict[str, str]]) -> tuple[dict[str, list[dict[str, str]]], dict[str, Any]]:
-    """Near-duplicate clusters of the labeled texts, each cluster to one split by a hash of its key."""
-    from trainer.finetune import hash_fraction
-
+    """Near-duplicate clusters of the labeled texts, each cluster whole in one split, stratified by label:
+    clusters are grouped by their most common label (ties: the first label in sorted order), ordered within
+    the group by a hash of the cluster's contents, and cut at SPLITS' fractions of the group's texts (a
+    cluster goes where its middle text falls). Deterministic, independent of the file's order."""
     ids = neardup.clusters([r["text"] for r in rows])
     members: dict[int, list[int]] = {}
     for i, c in enumerate(ids):
         members.setdefault(c, []).append(i)
-    split: dict[str, list[dict[str, str]]] = {name: [] for name in SPLITS}
+    by_label: dict[str, list[tuple[float, list[int]]]] = {}
     for group in members.values():
-        fraction = hash_fraction(neardup.cluster_key(rows[i]["text"] for i in group))
-        name = next(n for n, (low, high) in SPLITS.items() if low <= fraction < high)
-        split[name] += [rows[i] for i in group]
+        labels = Counter(rows[i]["label"] for i in group)
+        label = min(labels, key=lambda name: (-labels[name], name))
+        by_label.setdefault(label, []).append((hash_fraction(neardup.cluster_key(rows[i]["text"] for i in group)),
+                                               group))
+    split: dict[str, list[dict[str, str]]] = {name: [] for name in SPLITS}
+    for _, groups in sorted(by_label.items()):
+        groups.sort()
+        total, before = sum(len(g) for _, g in groups), 0
+        for _, group in groups:
+            middle = (before + len(group) / 2) / total
+            name = next(n for n, (low, high) in SPLITS.items() if low <= middle < high)
+            split[name] += [rows[i] for i in sorted(group)]
+            before += len(group)
     sizes = [len(g) for g in members.values()]
     return split, {"clusters": len(members), "texts_in_clusters_of_2_or_more": sum(s for s in sizes if s > 1),
-                   "largest_cluster": max(sizes)}
+                   "largest_cluster": max(sizes), "stratified_by": "label"}
 
 
 def token_lengths(texts: list[str]) -> np.ndarray:
@@ -186,8 +220,15 @@ def token_lengths(texts: list[str]) -> np.ndarray:
 
 def build_dataset(name: str, flags: dict[str, list[str]], corpus: Path, work: Path, max_length: int
                   ) -> dict[str, Any]:
-    """`maskstream stats` (when the arm has its own) / `seeds` / `build` of the TAPT corpus; its record."""
+    """`maskstream stats` (when the arm has its own) / `seeds` / `build` of the TAPT corpus; its record,
+    paths relative to `work`. Skipped when the record of the same inputs is there (`record.json`)."""
     root = work / "datasets" / name
+    inputs = {"corpus_sha256": sha256_file(corpus), "stats": json.loads((work / "stats" / "record.json").read_text(
+        encoding="utf-8")), "flags": flags, "max_length": max_length}
+    done = root / "record.json"
+    if done.exists() and (record := json.loads(done.read_text(encoding="utf-8")))["inputs"] == inputs:
+        print(f"dataset {name}: prepared already", flush=True)
+        return record
     shutil.rmtree(root, ignore_errors=True)
     stats, seconds = work / "stats", {}
     if flags["stats"]:
@@ -199,19 +240,44 @@ def build_dataset(name: str, flags: dict[str, list[str]], corpus: Path, work: Pa
                             "--output", str(root / "dataset"), "--version", "v1", "--max-length", str(max_length),
                             "--packing", "pack", *flags["build"]])
     manifest = json.loads((root / "dataset" / "v1" / "manifest.json").read_text(encoding="utf-8"))
-    return {"root": str(root / "dataset"), "flags": flags, "seconds": seconds,
-            "seeds": json.loads((root / "seeds.json").read_text(encoding="utf-8"))["seeds"],
-            "rows": manifest["totals"]["rows"], "tokens": manifest["totals"]["tokens"]}
+    record = {"root": (root / "dataset").relative_to(work).as_posix(), "flags": flags, "inputs": inputs,
+              "seconds": seconds, "seeds": json.loads((root / "seeds.json").read_text(encoding="utf-8"))["seeds"],
+              "rows": manifest["totals"]["rows"], "tokens": manifest["totals"]["tokens"]}
+    done.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return record
 
 
-def prepare(config_name: str, work: Path, labeled: str, text_field: str, label_field: str,
-            domain: list[str] | None, general: list[str], arms: list[str], results: Path, command: str
-            ) -> dict[str, Any]:
-    """Clean splits, the TAPT and general corpora, the arms' datasets, the (cached) general model."""
-    config = CONFIGS[config_name]
-    started = time.perf_counter()
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+def general_corpus_patterns(config: dict[str, Any], given: list[str] | None) -> list[str]:
+    """The general corpus: the patterns given, else the config's shipped file (its sha256 checked), else
+    the shipped Debian background sample."""
+    if given:
+        return [p if Path(p).is_absolute() else str(REPO / p) if (REPO / p).exists() else p for p in given]
+    pinned = config.get("general_corpus")
+    if pinned is None:
+        return [str(REPO / DEBIAN["general"])]
+    path = REPO / pinned["path"]
+    if not path.exists() or sha256_file(path) != pinned["sha256"]:
+        raise SystemExit(f"{pinned['path']} is missing or is not the file the config pins (sha256 "
+                         f"{pinned['sha256'][:16]}…): restore it from git, or remake it with "
+                         "`python -m benchmarks.effect.general_corpus` and update configs.GENERAL_CORPUS")
+    return [str(path)]
+
+
+def prepare_corpora(config: dict[str, Any], work: Path, labeled: str, text_field: str, label_field: str,
+                    domain: list[str] | None, general: list[str]) -> dict[str, Any]:
+    """Clean splits and the TAPT and general corpora in `work`; skipped when `corpora.json` records the same
+    inputs and the files still have the recorded sha256. Its record."""
+    inputs = {"labeled": sha256_file(Path(labeled)), "text_field": text_field, "label_field": label_field,
+              "domain": [sha256_file(p) for pattern in domain for p in expand(pattern)] if domain else None,
+              "general": [sha256_file(p) for pattern in general for p in expand(pattern)],
+              "every_nth": config["every_nth"], "split_rule": SPLIT_RULE_VERSION, "threshold": neardup.THRESHOLD}
+    done = work / "corpora.json"
+    if done.exists():
+        record = json.loads(done.read_text(encoding="utf-8"))
+        if record["inputs"] == inputs and all(sha256_file(work / f"{name}.jsonl") == sha
+                                              for name, sha in record["files"].items()):
+            print("splits and corpora: prepared already", flush=True)
+            return record
     rows, rejects = read_labeled(labeled, text_field, label_field)
     split, cluster_info = split_by_cluster(rows)
     held_texts = [r["text"] for name in ("validation", "test") for r in split[name]]
@@ -225,48 +291,77 @@ def prepare(config_name: str, work: Path, labeled: str, text_field: str, label_f
     general_kept, general_removed = neardup.drop_near_duplicates([r["text"] for r in general_rows], held_texts)
     tapt = [{"text": domain_rows[i]["text"]} for i in tapt_kept]
     general_texts = [general_rows[i]["text"] for i in general_kept]
-    sha = {name: write_jsonl(work / f"labeled-{name}.jsonl", part) for name, part in split.items()}
-    sha["tapt"] = write_jsonl(work / "tapt.jsonl", tapt)
-    sha["general"] = write_jsonl(work / "general.jsonl", [{"text": t} for t in general_texts])
+    files = {f"labeled-{name}": write_jsonl(work / f"labeled-{name}.jsonl", part) for name, part in split.items()}
+    files["tapt"] = write_jsonl(work / "tapt.jsonl", tapt)
+    files["general"] = write_jsonl(work / "general.jsonl", [{"text": t} for t in general_texts])
     leaks = {name: neardup.count_with_near_duplicate(held_texts, texts) for name, texts in
              (("train", [r["text"] for r in split["train"]]), ("tapt", [r["text"] for r in tapt]),
               ("general", general_texts))}
     if any(leaks.values()):
         raise SystemExit(f"validation/test texts with a near-duplicate after cleaning: {leaks}")
-    cleaning = {**cluster_info, "labeled_rows": len(rows), "tapt_rows": len(tapt), "tapt_removed": tapt_removed,
-                "general_rows": len(general_texts), "general_removed": general_removed,
-                "held_out_with_near_duplicate_after": leaks, "threshold": neardup.THRESHOLD}
-    counts = {name: {label: sum(r["label"] == label for r in part) for label in labels} for name, part in split.items()}
-    # recorded now: the datasets and the general model can take hours on a shared CPU
-    append_result(results, {"kind": "splits", "config_name": config_name, "sha256": sha, "cleaning": cleaning,
-                            "counts": counts, "command": command, **environment(device_of(config))})
-    lengths = token_lengths([r["text"] for r in rows])
-    finetune_length = min(int(math.ceil(np.percentile(lengths, 95) / 8) * 8), config["max_length"])
+    record = {
+        "inputs": inputs, "files": files, "labels": labels,
+        "counts": {name: {label: sum(r["label"] == label for r in part) for label in labels}
+                   for name, part in split.items()},
+        "cleaning": {**cluster_info, "labeled_rows": len(rows), "tapt_rows": len(tapt), "tapt_removed": tapt_removed,
+                     "general_rows": len(general_texts), "general_removed": general_removed,
+                     "held_out_with_near_duplicate_after": leaks, "threshold": neardup.THRESHOLD},
+        "rejects": {"labeled": len(rejects), "domain": len(domain_rejects), "general": len(general_rejects)}}
+    done.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return record
+
+
+def prepare(config_name: str, work: Path, labeled: str, text_field: str, label_field: str,
+            domain: list[str] | None, general: list[str], arms: list[str], results: Path, command: str,
+            models: Path = MODELS) -> dict[str, Any]:
+    """Clean splits and corpora, the general model (found in `models` or trained), the arms' datasets.
+    Idempotent: a step whose inputs' sha256 match its record is skipped, so a stopped prepare (or a fresh
+    clone) continues where it stopped. `prepared.json` holds paths relative to the work folder."""
+    config = CONFIGS[config_name]
+    started = time.perf_counter()
+    work.mkdir(parents=True, exist_ok=True)
+    corpora = prepare_corpora(config, work, labeled, text_field, label_field, domain, general)
+    sha = {name.removeprefix("labeled-"): value for name, value in corpora["files"].items()}
+    counts, labels, cleaning = corpora["counts"], corpora["labels"], corpora["cleaning"]
+    if not [r for r in read_jsonl(results) if r["kind"] == "splits" and r["sha256"] == sha]:
+        # recorded now: the general model and the datasets can take hours on a CPU
+        append_result(results, {"kind": "splits", "config_name": config_name, "sha256": sha, "cleaning": cleaning,
+                                "counts": counts, "command": command, **environment(device_of(config))})
     tokenizer_name, tokenizer = tokenizer_identity()
+    general_texts = [r["text"] for r in read_jsonl(work / "general.jsonl")]
+    general_dir, general_record = ensure_general_model(general_texts, sha["general"], tokenizer_name, tokenizer,
+                                                       config, device_of(config), models)
+    labeled_texts = [r["text"] for name in SPLITS for r in read_jsonl(work / f"labeled-{name}.jsonl")]
+    lengths = token_lengths(labeled_texts)
+    finetune_length = min(int(math.ceil(np.percentile(lengths, 95) / 8) * 8), config["max_length"])
     datasets: dict[str, Any] = {}
-    cli(["stats", "--input", str(work / "tapt.jsonl"), "--output", str(work / "stats")])
+    stats_inputs = {"corpus_sha256": sha["tapt"]}
+    stats_record = work / "stats" / "record.json"
+    if not stats_record.exists() or json.loads(stats_record.read_text(encoding="utf-8")) != stats_inputs:
+        shutil.rmtree(work / "stats", ignore_errors=True)
+        cli(["stats", "--input", str(work / "tapt.jsonl"), "--output", str(work / "stats")])
+        stats_record.write_text(json.dumps(stats_inputs) + "\n", encoding="utf-8")
     for arm in (ARMS[a] for a in ["random", *arms]):  # `main` always: random masking trains on it
         if arm.dataset not in datasets:
             flags = {"stats": list(arm.stats), "seeds": list(arm.seeds), "build": list(arm.build)}
             datasets[arm.dataset] = build_dataset(arm.dataset, flags, work / "tapt.jsonl", work, config["max_length"])
-    general_dir, general_record = ensure_general_model(general_texts, sha["general"], tokenizer_name, tokenizer,
-                                                       config, device_of(config))
     prepared = {
         "config_name": config_name, "config": config, "arms": arms, "labels": labels, "counts": counts,
         "majority": {name: max(c.values()) / max(sum(c.values()), 1) for name, c in counts.items()},
         "inputs": {"labeled": display_path(labeled), "text_field": text_field, "label_field": label_field,
                    "domain": [display_path(p) for p in domain] if domain else None,
                    "general": [display_path(p) for p in general]},
-        "rejects": {"labeled": len(rejects), "domain": len(domain_rejects), "general": len(general_rejects)},
-        "cleaning": cleaning,
+        "rejects": corpora["rejects"], "cleaning": cleaning,
         "finetune_max_length": finetune_length,
         "finetune_length_coverage": float(np.mean(lengths <= finetune_length)),
-        "sha256": sha, "tokenizer": tokenizer, "general_model": {"path": str(general_dir), **general_record},
+        "sha256": sha, "tokenizer": tokenizer,
+        "general_model": {"path": repository_path(general_dir), **general_record},
         "datasets": datasets, "seconds": time.perf_counter() - started,
     }
     (work / "prepared.json").write_text(json.dumps(prepared, indent=1) + "\n", encoding="utf-8")
-    print(f"prepared {config_name}: {len(tapt)} TAPT texts ({tapt_removed} removed), {len(general_texts)} general "
-          f"texts ({general_removed} removed), splits {[len(p) for p in split.values()]}")
+    print(f"prepared {config_name}: {cleaning['tapt_rows']} TAPT texts ({cleaning['tapt_removed']} removed), "
+          f"{cleaning['general_rows']} general texts ({cleaning['general_removed']} removed), splits "
+          f"{[sum(c.values()) for c in counts.values()]}")
     return prepared
 
 
@@ -276,10 +371,12 @@ def prepare(config_name: str, work: Path, labeled: str, text_field: str, label_f
 def base_hash(prepared: dict[str, Any]) -> str:
     """What decides every result: the config's values (not its seed lists), the inputs' and splits'
     sha256, the tokenizer's package and version, the general model's key (its training inputs and
-    settings) and the datasets' flags. No path, no weights, no time."""
+    settings) and its weights' sha256, and the datasets' flags. No path and no time."""
     config = {k: v for k, v in prepared["config"].items() if k not in ("seeds", "pilot")}
     key = {"config": config, "sha256": prepared["sha256"], "tokenizer": prepared["tokenizer"],
-           "general_model": prepared["general_model"]["key"], "finetune_max_length": prepared["finetune_max_length"],
+           "general_model": prepared["general_model"]["key"],
+           "general_weights": prepared["general_model"]["weights_sha256"],
+           "finetune_max_length": prepared["finetune_max_length"],
            "datasets": {name: d["flags"] for name, d in sorted(prepared["datasets"].items())}}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -306,10 +403,11 @@ class Experiment:
         self.base = base_hash(self.prepared)
         self._features: dict[tuple[str, str], np.ndarray] = {}
         self.splits = {name: read_jsonl(work / f"labeled-{name}.jsonl") for name in SPLITS}
-        self.general = Path(self.prepared["general_model"]["path"])
-        if not (self.general / "general.json").exists():
-            raise SystemExit(f"the general model {self.prepared['general_model']['key']} is not in the cache "
-                             f"({cache_root()}): prepare again")
+        committed = REPO / self.prepared["general_model"]["path"]  # an absolute path stays as it is
+        if not (committed / "general.json").exists():
+            raise SystemExit(f"the general model {self.prepared['general_model']['key']} is not at {committed}: "
+                             f"prepare --config {config_name} again")
+        self.general = fp32_copy(committed, work)  # what TAPT, the probe and fine-tuning load
         self.common = {"config_name": config_name, "command": command, **environment(self.device)}
         self.prepared_summary = {k: self.prepared[k] for k in ("labels", "counts", "majority", "inputs", "rejects",
                                                                 "cleaning", "finetune_max_length",
@@ -369,7 +467,8 @@ class Experiment:
             return out / "model", json.loads((out / "summary.json").read_text(encoding="utf-8")), 0.0
         shutil.rmtree(out, ignore_errors=True)
         steps = self.tapt_steps(passes)
-        seconds = cli(["train", "--dataset", self.prepared["datasets"][arm.dataset]["root"], "--output", str(out),
+        seconds = cli(["train", "--dataset", str(self.work / self.prepared["datasets"][arm.dataset]["root"]),
+                       "--output", str(out),
                        "--model", str(self.general), *arm.train, "--batch-size", str(t["batch_size"]),
                        "--max-steps", str(steps), "--learning-rate", str(t["learning_rate"]), "--seed", str(seed),
                        "--num-workers", "0" if self.device == "cpu" else "2",
@@ -414,7 +513,7 @@ def pilot_choice(pilot_lines: list[dict[str, Any]], candidates: list[float], see
     for passes in candidates:
         pairs = []
         for seed in seeds:
-            by_arm = {r["arm"]: r["probe"]["validation"]["accuracy"] for r in pilot_lines
+            by_arm = {r["arm"]: r["probe"]["validation"][PRIMARY_METRIC] for r in pilot_lines
                       if r["seed"] == seed and r["passes"] in (passes, 0)}
             pairs.append(by_arm["random"] - by_arm["none"])
         gains[passes] = float(np.mean(pairs))
@@ -424,13 +523,14 @@ def pilot_choice(pilot_lines: list[dict[str, Any]], candidates: list[float], see
     return {"passes": min(p for p in candidates if gains[p] >= best - 0.005), "gains": gains, "no_gain": False}
 
 
-def run_pilot(experiment: Experiment) -> dict[str, Any]:
-    """The pilot (validation only), then its choice recorded; the recorded choice when there is one."""
+def run_pilot(experiment: Experiment, seeds: list[int]) -> dict[str, Any] | None:
+    """The pilot's runs for `seeds` (validation only), then its choice, recorded once every pilot seed of the
+    config is in (seeds may run in several processes); the recorded choice when there is one."""
     done = experiment.lines("pilot_choice", base_hash=experiment.base)
     if done:
         return done[0]
     pilot = experiment.config["pilot"]
-    for seed in pilot["seeds"]:
+    for seed in seeds:
         for passes in pilot["passes"]:
             for arm in PILOT_ARMS:
                 arm_passes = 0 if arm == "none" else passes  # `none` does not depend on the passes
@@ -438,29 +538,28 @@ def run_pilot(experiment: Experiment) -> dict[str, Any]:
                     continue
                 record = experiment.arm_record(arm, seed, arm_passes, ("validation",))
                 append_result(experiment.results, {"kind": "pilot", "base_hash": experiment.base, **record})
-                print(f"pilot {arm} seed {seed} passes {arm_passes:g}: validation accuracy "
-                      f"{record['probe']['validation']['accuracy']:.4f} ({record['seconds']['total']:.0f} s)", flush=True)
+                print(f"pilot {arm} seed {seed} passes {arm_passes:g}: validation macro-F1 "
+                      f"{record['probe']['validation'][PRIMARY_METRIC]:.4f} ({record['seconds']['total']:.0f} s)",
+                      flush=True)
+                if arm != "none":
+                    shutil.rmtree(experiment.model_dir(arm_passes, arm, seed), ignore_errors=True)
     lines = experiment.lines("pilot", base_hash=experiment.base)
-    choice = {"kind": "pilot_choice", "base_hash": experiment.base, "rule": PILOT_RULE,
-              **pilot_choice(lines, pilot["passes"], pilot["seeds"]), **experiment.common}
-    append_result(experiment.results, choice)
-    print(f"pilot chose {choice['passes']:g} TAPT passes (validation gains {choice['gains']})")
+    have = {(r["arm"], r["seed"], r["passes"]) for r in lines}
+    missing = [(a, s, p) for s in pilot["seeds"] for p in pilot["passes"] for a in PILOT_ARMS
+               if (a, s, 0 if a == "none" else p) not in have]
+    if missing:
+        print(f"pilot: {len(missing)} runs of other seeds still missing; the choice is recorded with the last of them")
+        return None
+    with open(experiment.work / "pilot_choice.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = experiment.lines("pilot_choice", base_hash=experiment.base)
+        if done:
+            return done[0]
+        choice = {"kind": "pilot_choice", "base_hash": experiment.base, "rule": PILOT_RULE,
+                  **pilot_choice(lines, pilot["passes"], pilot["seeds"]), **experiment.common}
+        append_result(experiment.results, choice)
+    print(f"pilot chose {choice['passes']:g} TAPT passes (validation macro-F1 gains {choice['gains']})")
     return choice
-
-
-def run_probe(experiment: Experiment, arms: list[str], seeds: list[int], passes: float) -> None:
-    """Every (seed, arm): TAPT, the probe on validation and test; one JSON line each, seed-major, so a
-    stopped run leaves complete pairs, and finished (config hash, arm, seed) lines are skipped."""
-    chash = config_hash(experiment.prepared, passes)
-    for seed in seeds:
-        for arm in arms:
-            if experiment.lines("arm", config_hash=chash, arm=arm, seed=seed):
-                continue
-            record = experiment.arm_record(arm, seed, passes, ("validation", "test"))
-            append_result(experiment.results, {"kind": "arm", "config_hash": chash, "base_hash": experiment.base,
-                                               **record})
-            print(f"{arm} seed {seed}: probe test accuracy {record['probe']['test']['accuracy']:.4f} "
-                  f"({record['seconds']['total']:.0f} s)", flush=True)
 
 
 def finetune_once(experiment: Experiment, model: Path, seed: int, learning_rate: float, test: bool
@@ -484,10 +583,14 @@ def finetune_once(experiment: Experiment, model: Path, seed: int, learning_rate:
 
 
 def finetune_learning_rate(experiment: Experiment) -> float:
-    """FINETUNE_RULE, once per base hash."""
-    done = experiment.lines("finetune_selection", base_hash=experiment.base)
-    if done:
-        return done[0]["chosen_learning_rate"]
+    """FINETUNE_RULE, once per base hash: a second process waits for the first one's choice."""
+    with open(experiment.work / "finetune_selection.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = experiment.lines("finetune_selection", base_hash=experiment.base)
+        return done[0]["chosen_learning_rate"] if done else select_finetune_learning_rate(experiment)
+
+
+def select_finetune_learning_rate(experiment: Experiment) -> float:
     f, grid = experiment.config["finetune"], []
     for rate in sorted(f["grid"]):
         runs = [finetune_once(experiment, experiment.general, s, rate, test=False) for s in f["seeds"]]
@@ -499,23 +602,48 @@ def finetune_learning_rate(experiment: Experiment) -> float:
     return chosen
 
 
-def run_finetune(experiment: Experiment, arms: list[str], seeds: list[int], passes: float) -> None:
-    """The secondary readout for every (seed, arm) whose TAPT model the probe run kept."""
+def finetune_readout(experiment: Experiment, arm: str, model: Path, rate: float, chash: str) -> list[dict[str, Any]]:
+    """The fine-tuning runs of one model, one per fine-tuning seed. `none` is the same model for every TAPT
+    seed: its runs are made once and reused."""
+    if arm == "none":
+        done = experiment.lines("finetune", config_hash=chash, arm="none")
+        if done:
+            return done[0]["runs"]
+    return [finetune_once(experiment, model, s, rate, test=True) for s in experiment.config["finetune"]["seeds"]]
+
+
+def run_arms(experiment: Experiment, arms: list[str], seeds: list[int], passes: float, readouts: tuple[str, ...]
+             ) -> None:
+    """Every (seed, arm): TAPT, then each readout right after it (the probe on validation and test; fine-tuning
+    over the fine-tuning seeds); one JSON line each, seed-major, so a stopped run leaves complete pairs, and a
+    finished (config hash, arm, seed) readout is skipped. With both readouts the TAPT model is deleted once
+    they are in, so no TAPT model outlives its run."""
     chash = config_hash(experiment.prepared, passes)
-    rate = finetune_learning_rate(experiment)
+    rate = finetune_learning_rate(experiment) if "finetune" in readouts else math.nan
     for seed in seeds:
         for arm in arms:
-            if experiment.lines("finetune", config_hash=chash, arm=arm, seed=seed):
-                continue
-            model, _, tapt_seconds = experiment.tapt(arm, seed, passes)
-            runs = [finetune_once(experiment, model, s, rate, test=True) for s in experiment.config["finetune"]["seeds"]]
-            mean = {split: {k: float(np.mean([r[split][k] for r in runs])) for k in ("accuracy", "macro_f1")}
-                    for split in ("validation", "test")}
-            append_result(experiment.results, {
-                "kind": "finetune", "config_hash": chash, "base_hash": experiment.base, "arm": arm, "seed": seed,
-                "passes": passes, "learning_rate": rate, "runs": runs, **mean,
-                "seconds": {"tapt": tapt_seconds, "finetune": sum(r["seconds"] for r in runs)}, **experiment.common})
-            print(f"{arm} seed {seed}: fine-tuned test accuracy {mean['test']['accuracy']:.4f}", flush=True)
+            probe_due = "probe" in readouts and not experiment.lines("arm", config_hash=chash, arm=arm, seed=seed)
+            finetune_due = "finetune" in readouts and not experiment.lines("finetune", config_hash=chash, arm=arm,
+                                                                           seed=seed)
+            if probe_due:
+                record = experiment.arm_record(arm, seed, passes, ("validation", "test"))
+                append_result(experiment.results, {"kind": "arm", "config_hash": chash, "base_hash": experiment.base,
+                                                   **record})
+                print(f"{arm} seed {seed}: probe test macro-F1 {record['probe']['test'][PRIMARY_METRIC]:.4f} "
+                      f"({record['seconds']['total']:.0f} s)", flush=True)
+            if finetune_due:
+                model, _, tapt_seconds = experiment.tapt(arm, seed, passes)
+                runs = finetune_readout(experiment, arm, model, rate, chash)
+                mean = {split: {k: float(np.mean([r[split][k] for r in runs])) for k in ("accuracy", "macro_f1")}
+                        for split in ("validation", "test")}
+                append_result(experiment.results, {
+                    "kind": "finetune", "config_hash": chash, "base_hash": experiment.base, "arm": arm, "seed": seed,
+                    "passes": passes, "learning_rate": rate, "runs": runs, **mean,
+                    "seconds": {"tapt": tapt_seconds, "finetune": sum(r["seconds"] for r in runs)},
+                    **experiment.common})
+                print(f"{arm} seed {seed}: fine-tuned test macro-F1 {mean['test'][PRIMARY_METRIC]:.4f}", flush=True)
+            if set(readouts) == {"probe", "finetune"}:
+                shutil.rmtree(experiment.model_dir(passes, arm, seed), ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -528,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--work", type=Path, default=default_work,
                        help="scratch folder; a config's data live in WORK/CONFIG (default: ~/.cache/maskstream/effect)")
         p.add_argument("--results", type=Path, default=RESULTS, help="results JSONL (default: benchmarks/effect/results/)")
+        p.add_argument("--threads", type=int, default=1, help="torch threads on a CPU config (default: 1)")
     prep = stages.choices["prepare"]
     prep.add_argument("--labeled", default=None,
                       help="labeled jsonl/parquet (default: the shipped Debian descriptions, label field 'section')")
@@ -535,15 +664,20 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--label-field", default=None, help="label field of the labeled file (default: label)")
     prep.add_argument("--domain-corpus", nargs="+", default=None, metavar="PATTERN",
                       help="unlabeled task text (jsonl, parquet, txt; globs) for TAPT (default: the labeled texts)")
-    prep.add_argument("--general-corpus", nargs="+", default=[DEBIAN["general"]], metavar="PATTERN",
-                      help=f"general text the model is pretrained on from scratch (default: {DEBIAN['general']}, "
-                           "rows whose `section` is one of the task's labels left out)")
+    prep.add_argument("--general-corpus", nargs="+", default=None, metavar="PATTERN",
+                      help="general text the model is pretrained on from scratch, rows whose `section` is one of the "
+                           "task's labels left out (default: the config's shipped corpus, else "
+                           f"{DEBIAN['general']})")
+    prep.add_argument("--models", type=Path, default=MODELS,
+                      help="where general models are found and trained (default: benchmarks/effect/models, committed)")
     prep.add_argument("--arms", default=",".join(REQUIRED_ARMS), help="arms whose datasets to build")
+    stages.choices["pilot"].add_argument("--seeds", default=None, help="pilot seeds, e.g. 100 (default: the config's)")
     run_parser = stages.choices["run"]
     run_parser.add_argument("--arms", default=",".join(REQUIRED_ARMS), help=f"comma-separated arms of {sorted(ARMS)}")
     run_parser.add_argument("--seeds", default=None, help="seeds, e.g. 0-7 (default: the config's)")
-    run_parser.add_argument("--readout", choices=("probe", "finetune"), default="probe",
-                            help="probe (primary; trains the arms) or finetune (secondary; after the probe run)")
+    run_parser.add_argument("--readout", choices=("probe", "finetune", "both"), default="both",
+                            help="probe (primary), finetune (secondary) or both, each right after the arm's TAPT "
+                                 "(default: both)")
     report_parser = stages.add_parser("report")
     report_parser.add_argument("--results", type=Path, default=RESULTS)
     report_parser.add_argument("--report", type=Path, default=HERE / "REPORT.md", help="Markdown report")
@@ -557,23 +691,24 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work / args.config
     command = "python -m benchmarks.effect.run " + " ".join(
         display_path(a) if os.path.isabs(a) else a for a in (sys.argv[1:] if argv is None else argv))
-    if args.stage == "prepare":
-        labeled = args.labeled or str(REPO / DEBIAN["labeled"])
-        label_field = args.label_field or ("label" if args.labeled else DEBIAN["label_field"])
-        general = [p if Path(p).is_absolute() else str(REPO / p) if (REPO / p).exists() else p
-                   for p in args.general_corpus]
-        prepare(args.config, work, labeled, args.text_field, label_field, args.domain_corpus, general,
-                parse_arms(args.arms), args.results, command)
-        return 0
     import torch
 
     if device_of(CONFIGS[args.config]) == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"config {args.config} needs a CUDA GPU; torch sees none")
     if device_of(CONFIGS[args.config]) == "cpu":
-        torch.set_num_threads(1)  # on a shared CPU, more OpenMP threads spin against other jobs
+        # one thread a process: seeds run in two processes on 2 cores, and more OpenMP threads spin
+        # against whatever else runs
+        torch.set_num_threads(args.threads)
+    if args.stage == "prepare":
+        labeled = args.labeled or str(REPO / DEBIAN["labeled"])
+        label_field = args.label_field or ("label" if args.labeled else DEBIAN["label_field"])
+        prepare(args.config, work, labeled, args.text_field, label_field, args.domain_corpus,
+                general_corpus_patterns(CONFIGS[args.config], args.general_corpus), parse_arms(args.arms),
+                args.results, command, args.models)
+        return 0
     experiment = Experiment(work, args.config, args.results, command)
     if args.stage == "pilot":
-        run_pilot(experiment)
+        run_pilot(experiment, parse_seeds(args.seeds) if args.seeds else CONFIGS[args.config]["pilot"]["seeds"])
         return 0
     choice = experiment.lines("pilot_choice", base_hash=experiment.base)
     if not choice:
@@ -581,8 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds = parse_seeds(args.seeds) if args.seeds else CONFIGS[args.config]["seeds"]
     if set(seeds) & set(CONFIGS[args.config]["pilot"]["seeds"]):
         raise SystemExit("the pilot's seeds are not counted in the main run: choose other seeds")
-    runner = run_probe if args.readout == "probe" else run_finetune
-    runner(experiment, parse_arms(args.arms), seeds, choice[0]["passes"])
+    readouts = ("probe", "finetune") if args.readout == "both" else (args.readout,)
+    run_arms(experiment, parse_arms(args.arms), seeds, choice[0]["passes"], readouts)
     return 0
 
 
