@@ -41,9 +41,9 @@ def general_key(texts_sha256: str, shape: dict[str, Any], settings: dict[str, An
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path | str) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as f:
+    with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -86,7 +86,8 @@ def masked_accuracy(objective, collator, rows: np.ndarray, batch_size: int, devi
     return {"accuracy": correct / max(masked, 1), "loss": nll / max(masked, 1), "masked_tokens": masked}
 
 
-def hardware() -> dict[str, Any]:
+def hardware(device: str) -> dict[str, Any]:
+    """CPU, cores, torch threads and, on CUDA, the GPU: recorded with the model and every result line."""
     import torch
 
     cpu = platform.processor()
@@ -95,7 +96,7 @@ def hardware() -> dict[str, Any]:
                  if line.startswith("model name")]
         cpu = names[0] if names else cpu
     return {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+            "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}
 
 
 class Schedule:
@@ -189,7 +190,7 @@ def train_general_model(texts: list[str], tokenizer_name: str, shape: dict[str, 
               "held_out": {k: after[k] for k in ("accuracy", "loss", "masked_tokens")},
               "held_out_curve": state["evaluations"],
               "loss_first50": float(np.mean(losses[:50])), "loss_last50": float(np.mean(losses[-50:])),
-              "seconds": time.perf_counter() - started, "hardware": hardware(),
+              "seconds": time.perf_counter() - started, "hardware": hardware(device),
               "weights_sha256": file_sha256(tmp / WEIGHTS), "weights_bytes": (tmp / WEIGHTS).stat().st_size}
     (tmp / "general.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from benchmarks.effect.configs import (
     device_of,
 )
 from benchmarks.effect.corpora import expand, read_labeled, read_texts
-from benchmarks.effect.general_model import MODELS, ensure_general_model, fp32_copy
+from benchmarks.effect.general_model import MODELS, ensure_general_model, file_sha256, fp32_copy, hardware
 from pipelines.dataset.tokenizer_facts import cache_root
 from trainer.finetune import hash_fraction
 
@@ -71,14 +70,6 @@ def cli(argv: list[str]) -> float:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path | str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
@@ -149,10 +140,6 @@ def environment(device: str) -> dict[str, Any]:
         except (OSError, subprocess.CalledProcessError):
             return "unknown"
 
-    cpu = platform.processor()
-    if Path("/proc/cpuinfo").exists():
-        names = re.findall(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
-        cpu = names[0] if names else cpu
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {
         "git_commit": git("rev-parse", "HEAD"),
@@ -161,9 +148,7 @@ def environment(device: str) -> dict[str, Any]:
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__, "scikit-learn": sklearn.__version__,
                      "numpy": np.__version__},
-        "hardware": {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                     "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
-                     "load_average_at_start": None if load is None else round(load, 2)},
+        "hardware": {**hardware(device), "load_average_at_start": None if load is None else round(load, 2)},
     }
 
 
@@ -223,7 +208,7 @@ def build_dataset(name: str, flags: dict[str, list[str]], corpus: Path, work: Pa
     """`maskstream stats` (when the arm has its own) / `seeds` / `build` of the TAPT corpus; its record,
     paths relative to `work`. Skipped when the record of the same inputs is there (`record.json`)."""
     root = work / "datasets" / name
-    inputs = {"corpus_sha256": sha256_file(corpus), "stats": json.loads((work / "stats" / "record.json").read_text(
+    inputs = {"corpus_sha256": file_sha256(corpus), "stats": json.loads((work / "stats" / "record.json").read_text(
         encoding="utf-8")), "flags": flags, "max_length": max_length}
     done = root / "record.json"
     if done.exists() and (record := json.loads(done.read_text(encoding="utf-8")))["inputs"] == inputs:
@@ -256,7 +241,7 @@ def general_corpus_patterns(config: dict[str, Any], given: list[str] | None) -> 
     if pinned is None:
         return [str(REPO / DEBIAN["general"])]
     path = REPO / pinned["path"]
-    if not path.exists() or sha256_file(path) != pinned["sha256"]:
+    if not path.exists() or file_sha256(path) != pinned["sha256"]:
         raise SystemExit(f"{pinned['path']} is missing or is not the file the config pins (sha256 "
                          f"{pinned['sha256'][:16]}…): restore it from git, or remake it with "
                          "`python -m benchmarks.effect.general_corpus` and update configs.GENERAL_CORPUS")
@@ -267,14 +252,14 @@ def prepare_corpora(config: dict[str, Any], work: Path, labeled: str, text_field
                     domain: list[str] | None, general: list[str]) -> dict[str, Any]:
     """Clean splits and the TAPT and general corpora in `work`; skipped when `corpora.json` records the same
     inputs and the files still have the recorded sha256. Its record."""
-    inputs = {"labeled": sha256_file(Path(labeled)), "text_field": text_field, "label_field": label_field,
-              "domain": [sha256_file(p) for pattern in domain for p in expand(pattern)] if domain else None,
-              "general": [sha256_file(p) for pattern in general for p in expand(pattern)],
+    inputs = {"labeled": file_sha256(Path(labeled)), "text_field": text_field, "label_field": label_field,
+              "domain": [file_sha256(p) for pattern in domain for p in expand(pattern)] if domain else None,
+              "general": [file_sha256(p) for pattern in general for p in expand(pattern)],
               "every_nth": config["every_nth"], "split_rule": SPLIT_RULE_VERSION, "threshold": neardup.THRESHOLD}
     done = work / "corpora.json"
     if done.exists():
         record = json.loads(done.read_text(encoding="utf-8"))
-        if record["inputs"] == inputs and all(sha256_file(work / f"{name}.jsonl") == sha
+        if record["inputs"] == inputs and all(file_sha256(work / f"{name}.jsonl") == sha
                                               for name, sha in record["files"].items()):
             print("splits and corpora: prepared already", flush=True)
             return record
