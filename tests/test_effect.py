@@ -5,6 +5,7 @@ set made here, as a user would run it on their own data."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from pathlib import Path
@@ -122,9 +123,20 @@ def test_the_whole_harness_on_a_labeled_set_of_ones_own(tmp_path: Path, monkeypa
     assert str(tmp_path) not in results.read_text() + text  # no path of this machine in what gets committed
 
 
-def arm_line(arm: str, seed: int, accuracy: float) -> dict:
+TEST_LABELS = [("science", "math", "electronics")[i % 3] for i in range(90)]
+
+
+def arm_line(arm: str, seed: int, correct: float) -> dict:
+    """An arm's result line whose test predictions are right with probability `correct` (scored by sklearn)."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    rng = np.random.default_rng([seed, len(arm), int(1000 * correct)])
+    predictions = [t if rng.random() < correct else rng.choice([x for x in set(TEST_LABELS) if x != t])
+                   for t in TEST_LABELS]
+    test = {"accuracy": accuracy_score(TEST_LABELS, predictions), "predictions": predictions,
+            "macro_f1": f1_score(TEST_LABELS, predictions, average="macro")}
     return {"kind": "arm", "config_hash": "h", "base_hash": "b", "config_name": "cpu", "arm": arm, "seed": seed,
-            "passes": 4, "probe": {"C": 1.0, "validation": {"accuracy": 0.5}, "test": {"accuracy": accuracy}},
+            "passes": 4, "probe": {"C": 1.0, "validation": {"accuracy": 0.5, "macro_f1": 0.5}, "test": test},
             "pretraining": None, "seconds": {"tapt": 1.0, "probe": 1.0, "total": 2.0},
             "hardware": {"cpu": "x", "cpu_count": 2, "torch_threads": 1}, "git_commit": "abc", "git_dirty": False,
             "versions": {"torch": "x"}, "command": "run",
@@ -142,23 +154,67 @@ def arm_line(arm: str, seed: int, accuracy: float) -> dict:
                          "finetune_max_length": 8, "finetune_length_coverage": 0.96}}
 
 
+def write_lines(tmp_path: Path, lines: list[dict]) -> str:
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(x) + "\n" for x in
+                               [{"kind": "test_labels", "base_hash": "b", "labels": TEST_LABELS}, *lines]))
+    report.write_report(results, tmp_path / "REPORT.md")
+    return (tmp_path / "REPORT.md").read_text()
+
+
 @pytest.mark.parametrize("pretraining_helps", [True, False])
 def test_report_compares_arms_only_when_the_downstream_control_passes(tmp_path: Path, pretraining_helps: bool) -> None:
-    rng = np.random.default_rng(1)
     lines = []
     for seed in range(8):
-        noise = rng.normal(0, 0.005)
-        lines += [arm_line("none", seed, 0.70), arm_line("random", seed, (0.73 if pretraining_helps else 0.70) + noise),
-                  arm_line("difference", seed, 0.74 + noise + rng.normal(0, 0.002))]
-    results = tmp_path / "results.jsonl"
-    results.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    report.write_report(results, tmp_path / "REPORT.md")
-    text = (tmp_path / "REPORT.md").read_text()
+        lines += [arm_line("none", seed, 0.55), arm_line("random", seed, 0.75 if pretraining_helps else 0.55),
+                  arm_line("difference", seed, 0.78), arm_line("background_sharpened", seed, 0.76)]
+    text = write_lines(tmp_path, lines)
     if pretraining_helps:
-        assert "**PASSES**" in text and "| `difference` | 8 |" in text and "Status: complete" in text
+        assert "**PASSES**" in text and "Status: complete" in text and "What the intervals cover" in text
+        assert "**Primary comparison**" in text and "`difference` − `random`" in text
+        row = next(x for x in text.splitlines() if x.startswith("| `difference` | primary | 8 |"))
+        assert row.count("[") == 2  # the t-interval and the bootstrap interval over test texts
+        assert "| `background_sharpened` | secondary | 8 |" in text
     else:
         assert "**FAILS**" in text and "compares nothing" in text and "Not compared" in text
-        assert "| `difference` | 8 |" not in text
+        assert "| primary |" not in text
+
+
+def test_the_gate_needs_every_planned_seed_and_a_spread(tmp_path: Path) -> None:
+    few = [arm_line(arm, seed, q) for seed in range(5) for arm, q in (("none", 0.5), ("random", 0.8))]
+    text = write_lines(tmp_path, few)  # a large gain, but 5 of the 8 planned seeds
+    assert "**FAILS** (not decided: the gate needs every planned seed (8)" in text and "seeds [5, 6, 7] missing" in text
+    same = [{**arm_line(arm, seed, 0.6), "probe": arm_line(arm, 0, 0.6)["probe"]}  # every seed scores alike
+            for seed in range(8) for arm in ("none", "random")]
+    for line in same:
+        if line["arm"] == "random":
+            line["probe"] = {**line["probe"], "test": {**line["probe"]["test"],
+                                                      "macro_f1": line["probe"]["test"]["macro_f1"] + 0.01}}
+    assert "no spread (sd 0)" in write_lines(tmp_path, same)
+
+
+def test_holm_and_the_bootstrap_over_test_texts_match_independent_computations() -> None:
+    from sklearn.metrics import f1_score
+
+    # Holm (1979): sorted p times (m - rank), made monotone, capped at 1
+    assert paired.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": math.nan}) == pytest.approx(
+        {"a": 0.03, "b": 0.06, "c": 0.06, "d": math.nan}, nan_ok=True)
+    assert paired.holm({"a": 0.5, "b": 0.9}) == {"a": 1.0, "b": 1.0}
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 3, 60)
+    predicted = np.where(rng.random(60) < 0.7, truth, rng.integers(0, 4, 60))  # class 3 only predicted
+    weights = rng.multinomial(60, np.full(60, 1 / 60), 50)
+    mine = paired.macro_f1_weighted(truth, predicted, weights)
+    for row, value in zip(weights, mine):
+        drawn = np.repeat(np.arange(60), row)
+        assert value == pytest.approx(f1_score(truth[drawn], predicted[drawn], average="macro"), abs=1e-12)
+    labels = [str(t) for t in truth]
+    arm = {s: [str(p) for p in predicted] for s in range(3)}
+    base = {s: [str((p + s) % 3) for p in predicted] for s in range(3)}
+    b = paired.bootstrap_difference(labels, arm, base, resamples=500)
+    observed = np.mean([f1_score(labels, arm[s], average="macro") - f1_score(labels, base[s], average="macro")
+                        for s in range(3)])
+    assert b["mean"] == pytest.approx(observed) and b["ci"][0] < observed < b["ci"][1] and b["n"] == 3
 
 
 def test_pilot_rule_picks_the_largest_validation_gain_ties_to_fewer_passes() -> None:

@@ -23,6 +23,7 @@ import math
 import os
 import platform
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -230,10 +231,13 @@ def fp32_copy(model: Path, work: Path) -> Path:
     out = work / f"general-fp32-{record['weights_sha256'][:16]}"
     if (out / "general.json").exists():
         return out
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    # A folder of its own per process: two pilot processes may make the copy at once; the first rename wins.
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", suffix=".tmp", dir=work))
     BertForMaskedLM.from_pretrained(model, dtype=torch.float32).save_pretrained(tmp)
     AutoTokenizer.from_pretrained(model).save_pretrained(tmp)
     shutil.copy(model / "general.json", tmp / "general.json")
-    tmp.replace(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -7,7 +7,11 @@ For an arm A and the baseline B run with the same seeds, d_s = metric(A, s) - me
   with 5 seeds it cannot be below 0.0625, with 6 not below 0.03125);
 - the power of the two-sided paired t-test (noncentral t, `scipy.stats.nct`) and the minimum
   detectable effect: the true mean difference the design finds with 80% power at alpha 0.05,
-  given n seeds and the observed sd of the differences.
+  given n seeds and the observed sd of the differences;
+- Holm's step-down adjustment of the secondary comparisons' p-values (one family);
+- a bootstrap over test texts: the seeds' mean macro-F1 difference recomputed on resamples of the
+  test set (the same resample for every seed and both arms), so the report can say how much a
+  result owes to this one test set and not only to the seeds.
 """
 
 from __future__ import annotations
@@ -81,3 +85,50 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
     if not values:
         return math.nan, math.nan
     return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+
+
+def holm(pvalues: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjusted p-values of one family of tests (nan stays nan and is not counted)."""
+    named = sorted(((p, name) for name, p in pvalues.items() if not math.isnan(p)))
+    adjusted, running = {name: math.nan for name in pvalues}, 0.0
+    for rank, (p, name) in enumerate(named):
+        running = max(running, min(1.0, (len(named) - rank) * p))  # monotone: never below an earlier step
+        adjusted[name] = running
+    return adjusted
+
+
+def macro_f1_weighted(truth: np.ndarray, predicted: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Macro-F1 of integer-coded labels under each row of `weights` (resamples x texts: how many times
+    each text is drawn). As scikit-learn's f1_score(average="macro"): the mean over the labels present
+    in the resample's truth or predictions."""
+    classes = int(max(truth.max(), predicted.max())) + 1
+    true_hot = np.eye(classes)[truth]  # texts x classes
+    pred_hot = np.eye(classes)[predicted]
+    hits = weights @ (true_hot * pred_hot)  # resamples x classes
+    support = weights @ true_hot + weights @ pred_hot
+    present = support > 0
+    f1 = np.divide(2 * hits, support, out=np.zeros_like(hits), where=present)
+    return (f1 * present).sum(1) / present.sum(1)
+
+
+def bootstrap_difference(truth: list[str], arm: dict[int, list[str]], base: dict[int, list[str]],
+                         resamples: int, seed: int = 0, alpha: float = ALPHA) -> dict[str, Any]:
+    """Mean over paired seeds of macro-F1(arm) - macro-F1(base), and its percentile interval over
+    `resamples` bootstrap resamples of the test texts (seeds held fixed)."""
+    seeds = sorted(set(arm) & set(base))
+    out: dict[str, Any] = {"n": len(seeds), "resamples": resamples, "mean": math.nan, "ci": [math.nan, math.nan]}
+    if not seeds:
+        return out
+    codes = {label: i for i, label in enumerate(sorted(set(truth).union(*arm.values(), *base.values())))}
+    y = np.array([codes[t] for t in truth])
+    weights = np.random.default_rng(seed).multinomial(len(truth), np.full(len(truth), 1 / len(truth)), resamples)
+    full = np.ones((1, len(truth)))
+    diffs, observed = np.zeros(resamples), 0.0
+    for s in seeds:
+        a, b = (np.array([codes[p] for p in preds[s]]) for preds in (arm, base))
+        diffs += macro_f1_weighted(y, a, weights) - macro_f1_weighted(y, b, weights)
+        observed += float(macro_f1_weighted(y, a, full)[0] - macro_f1_weighted(y, b, full)[0])
+    diffs /= len(seeds)
+    out["mean"] = observed / len(seeds)
+    out["ci"] = [float(np.quantile(diffs, alpha / 2)), float(np.quantile(diffs, 1 - alpha / 2))]
+    return out

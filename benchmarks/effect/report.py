@@ -14,11 +14,25 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.effect.configs import ARMS, BASELINE, CONFIGS, CONTROL
-from benchmarks.effect.paired import ALPHA, POWER, mean_sd, paired_summary
+from benchmarks.effect.configs import (
+    ARMS,
+    BASELINE,
+    BOOTSTRAP_RESAMPLES,
+    CONFIGS,
+    CONTROL,
+    MIN_SEEDS,
+    PRIMARY_COMPARISON,
+    PRIMARY_METRIC,
+)
+from benchmarks.effect.paired import ALPHA, POWER, bootstrap_difference, holm, mean_sd, paired_summary
 
 ARM_ORDER = list(ARMS)
-PRIMARY = "probe test accuracy"
+METRIC = {"macro_f1": "macro-F1", "accuracy": "accuracy"}[PRIMARY_METRIC]
+PRIMARY = f"probe test {METRIC}"
+SCOPE = ("**What the intervals cover.** The t-intervals, Wilcoxon and Holm p-values are over TAPT seeds (each "
+         "seed draws its own TAPT data order and masks), for **one** general model, **one** task and **one** test "
+         "set. The bootstrap interval resamples the test texts with the seeds held fixed: how much the difference "
+         "owes to this test set. Neither covers another general model, another task or another corpus.")
 
 
 def pts(x: float | None) -> str:
@@ -65,8 +79,26 @@ def by_seed(lines: list[dict[str, Any]], arm: str, metric) -> dict[int, float]:
     return dict(sorted((r["seed"], metric(r)) for r in lines if r["arm"] == arm))
 
 
-def probe_accuracy(r: dict[str, Any]) -> float:
-    return r["probe"]["test"]["accuracy"]
+def probe_score(r: dict[str, Any], split: str = "test") -> float:
+    """The primary metric of the probe on `split`."""
+    return r["probe"][split][PRIMARY_METRIC]
+
+
+def test_predictions(lines: list[dict[str, Any]], arm: str) -> dict[int, list[str]]:
+    return {r["seed"]: r["probe"]["test"]["predictions"] for r in lines
+            if r["arm"] == arm and "predictions" in r["probe"]["test"]}
+
+
+def bootstrap(lines: list[dict[str, Any]], labels: list[str] | None, arm: str, base: str) -> dict[str, Any] | None:
+    """bootstrap_difference of `arm` - `base` over test texts; None without the test labels."""
+    a, b = test_predictions(lines, arm), test_predictions(lines, base)
+    if not labels or not a or any(len(p) != len(labels) for p in [*a.values(), *b.values()]):
+        return None
+    return bootstrap_difference(labels, a, b, BOOTSTRAP_RESAMPLES)
+
+
+def boot_interval(b: dict[str, Any] | None) -> str:
+    return "–" if b is None or math.isnan(b["ci"][0]) else f"[{100 * b['ci'][0]:+.2f}, {100 * b['ci'][1]:+.2f}]"
 
 
 def hardware(h: dict[str, Any]) -> str:
@@ -122,58 +154,112 @@ def section_design(prepared: dict[str, Any], selection: dict[str, Any] | None, p
                    + f"; chosen **{pilot['passes']:g} passes**" + (" (no candidate gained)" if pilot["no_gain"] else "")
                    + ".")
     if selection:
-        out.append(f"- **Probe**: {selection['rule']} Validation accuracy by C: "
-                   + ", ".join(f"{row['C']:g}: {pct(row['accuracy'])} %" for row in selection["grid"])
+        out.append(f"- **Probe**: {selection['rule']} Validation {METRIC} by C: "
+                   + ", ".join(f"{row['C']:g}: {pct(row[PRIMARY_METRIC])} %" for row in selection["grid"])
                    + f"; chosen **C = {selection['chosen_C']:g}**.")
+    out.append(f"- **Statistics, fixed in `configs.py` before any arm ran**: primary metric the probe's test {METRIC} "
+               "(the probe weighs classes equally, so accuracy would reward the majority class); split by "
+               "near-duplicate cluster, stratified by label; the gate (section 1) needs every planned seed, at least "
+               f"{MIN_SEEDS}, and a 95 % t-interval of `{CONTROL[0]}` − `{CONTROL[1]}` above zero; one primary "
+               f"comparison, `{PRIMARY_COMPARISON[0]}` − `{PRIMARY_COMPARISON[1]}`; every other arm secondary, its "
+               f"p-value Holm-adjusted; a bootstrap over test texts ({BOOTSTRAP_RESAMPLES} resamples) beside each "
+               "interval.")
     out += [f"- Test set: {sum(prepared['counts']['test'].values())} texts; majority-class accuracy "
             f"{pct(prepared['majority']['test'])} %.", ""]
     return out
 
 
-def control_passes(lines: list[dict[str, Any]]) -> tuple[bool, dict[str, Any]]:
-    """The downstream gate: random − none on the primary readout, 95 % interval above zero."""
-    c = paired_summary(by_seed(lines, CONTROL[0], probe_accuracy), by_seed(lines, CONTROL[1], probe_accuracy))
-    return c["n"] >= 2 and not math.isnan(c["ci"][0]) and c["ci"][0] > 0, c
+def control_passes(lines: list[dict[str, Any]], planned: list[int]) -> tuple[bool, dict[str, Any], str]:
+    """The downstream gate, decided before any arm ran: random − none on the primary metric over every planned
+    seed (at least MIN_SEEDS), with a spread, and a 95 % t-interval above zero. Returns (passed, summary, why)."""
+    c = paired_summary(by_seed(lines, CONTROL[0], probe_score), by_seed(lines, CONTROL[1], probe_score))
+    missing = sorted(set(planned) - set(c["seeds"]))
+    if missing or c["n"] < MIN_SEEDS:
+        return False, c, (f"not decided: the gate needs every planned seed ({len(planned)}) and at least {MIN_SEEDS}; "
+                          f"{c['n']} are paired" + (f", seeds {missing} missing" if missing else ""))
+    if not c["sd"] > 0:
+        return False, c, "the paired differences have no spread (sd 0), so there is no interval"
+    if c["ci"][0] > 0:
+        return True, c, "the interval is above zero"
+    return False, c, "the interval is not above zero"
 
 
-def section_control(lines: list[dict[str, Any]]) -> list[str]:
+def section_control(lines: list[dict[str, Any]], planned: list[int], labels: list[str] | None) -> list[str]:
     out = ["### 1. Positive control, downstream: does TAPT with random masking beat none?", ""]
     arms = arm_names(lines)
     if not all(a in arms for a in CONTROL):
         return out + ["The control needs the `none` and `random` arms; these lines lack one, so nothing is compared.",
                       ""]
-    passed, c = control_passes(lines)
+    passed, c, why = control_passes(lines, planned)
     out.append(f"Random − none, {PRIMARY}: **{pts(c['mean'])} points**, 95 % t-interval **{interval(c)}**, "
                f"Wilcoxon p {num(c['p_wilcoxon'])}, n = {c['n']} seeds, minimum detectable effect {pct(c['mde'])} "
-               f"points ({POWER:.0%} power, α = {ALPHA}): the control "
-               + ("**PASSES** (the interval is above zero)." if passed else "**FAILS** (the interval is not above zero)."))
+               f"points ({POWER:.0%} power, α = {ALPHA}); bootstrap over test texts "
+               f"{boot_interval(bootstrap(lines, labels, *CONTROL))}: the control "
+               + (f"**PASSES** ({why})." if passed else f"**FAILS** ({why})."))
     if not passed:
         out += ["", "**The control failed: the setup cannot show a masking strategy's effect downstream, so this "
                 "experiment compares nothing** (the per-run table below is there for the record)."]
-    return out + [""]
+    return out + ["", SCOPE, ""]
 
 
-def section_comparisons(lines: list[dict[str, Any]]) -> list[str]:
-    """Every arm against `random`, paired by seed; only when the control passed."""
+def comparisons(lines: list[dict[str, Any]], labels: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Every arm but the baseline and `none` (the control's) against the baseline, paired by seed, with its
+    bootstrap over test texts; the secondary arms (all but PRIMARY_COMPARISON's) Holm-adjusted as one family."""
+    base = by_seed(lines, BASELINE, probe_score)
+    out = {}
+    for arm in arm_names(lines):
+        if arm in (BASELINE, *CONTROL):
+            continue
+        out[arm] = paired_summary(by_seed(lines, arm, probe_score), base) | {
+            "primary": arm == PRIMARY_COMPARISON[0], "bootstrap": bootstrap(lines, labels, arm, BASELINE)}
+    adjusted = holm({arm: c["p_t"] for arm, c in out.items() if not c["primary"]})
+    for arm, c in out.items():
+        c["p_holm"] = c["p_t"] if c["primary"] else adjusted[arm]
+    return out
+
+
+def verdict(c: dict[str, Any]) -> str:
+    low, high = c["ci"]
+    if math.isnan(low):
+        return "no interval"
+    if low > 0:
+        return "**better than random**"
+    if high < 0:
+        return "**worse than random**"
+    return f"no difference detected (an effect under {pct(c['mde'])} points could hide here)"
+
+
+def section_comparisons(lines: list[dict[str, Any]], planned: list[int], labels: list[str] | None) -> list[str]:
+    """The primary comparison and the secondary ones; only when the control passed."""
     out = ["### 2. Every arm against `random` (primary readout)", ""]
-    passed, _ = control_passes(lines)
+    passed, _, _ = control_passes(lines, planned)
     if not passed:
         return out + ["Not compared: the control did not pass.", ""]
-    base = by_seed(lines, BASELINE, probe_accuracy)
-    out += [f"Δ = arm − random, {PRIMARY}, percentage points, mean over seeds; 95 % t-interval; Wilcoxon signed-rank "
-            f"p (two-sided, exact); MDE: the true Δ this design finds with {POWER:.0%} power at α = {ALPHA} "
-            "given the observed sd of the paired differences.", "",
-            "| arm | seeds | accuracy (mean ± sd) | Δ vs random | 95 % CI | Wilcoxon p | MDE |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
+    rows = comparisons(lines, labels)
+    primary = rows.get(PRIMARY_COMPARISON[0])
+    if primary is not None:
+        out += [f"**Primary comparison** (the only confirmatory test, decided before any arm ran): "
+                f"`{PRIMARY_COMPARISON[0]}` − `{PRIMARY_COMPARISON[1]}`, {PRIMARY}: **{pts(primary['mean'])} points**, "
+                f"95 % t-interval **{interval(primary)}**, paired t p {num(primary['p_t'])}: {verdict(primary)}.", ""]
+    out += [f"Δ = arm − random, {PRIMARY}, percentage points, mean over seeds; 95 % t-interval over seeds; Wilcoxon "
+            "signed-rank p (two-sided, exact); p (paired t), Holm-adjusted over the secondary arms (the primary one "
+            f"unadjusted); MDE: the true Δ this design finds with {POWER:.0%} power at α = {ALPHA} given the observed "
+            f"sd of the paired differences; bootstrap: 95 % percentile interval over {BOOTSTRAP_RESAMPLES} resamples "
+            "of the test texts, seeds fixed.", "",
+            f"| arm | role | seeds | {METRIC} (mean ± sd) | Δ vs random | 95 % CI | Wilcoxon p | p (Holm) | MDE "
+            "| bootstrap 95 % |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for arm in arm_names(lines):
-        values = by_seed(lines, arm, probe_accuracy)
+        values = by_seed(lines, arm, probe_score)
         m, s = mean_sd(list(values.values()))
-        row = [f"`{arm}`", str(len(values)), f"{pct(m)} ± {pct(s)}"]
-        if arm == BASELINE:
-            row += ["(baseline)", "–", "–", "–"]
+        row = [f"`{arm}`", "", str(len(values)), f"{pct(m)} ± {pct(s)}"]
+        if arm in rows:
+            c = rows[arm]
+            row[1] = "primary" if c["primary"] else "secondary"
+            row += [pts(c["mean"]), interval(c), num(c["p_wilcoxon"]), num(c["p_holm"]), pct(c["mde"]),
+                    boot_interval(c["bootstrap"])]
         else:
-            c = paired_summary(values, base)
-            row += [pts(c["mean"]), interval(c), num(c["p_wilcoxon"]), pct(c["mde"])]
+            row[1] = "baseline" if arm == BASELINE else "control"
+            row += ["–"] * 6
         out.append("| " + " | ".join(row) + " |")
     return out + [""]
 
@@ -190,11 +276,11 @@ def section_secondary(finetune: list[dict[str, Any]], selection: dict[str, Any] 
         out.append("")
     if not finetune:
         return out + ["No fine-tuning lines yet (it runs after the probe run: `run --readout finetune`).", ""]
-    base = by_seed(finetune, BASELINE, lambda r: r["test"]["accuracy"])
-    out += ["| arm | seeds | test accuracy (mean over fine-tuning seeds, then seeds) | Δ vs random | 95 % CI |",
+    base = by_seed(finetune, BASELINE, lambda r: r["test"][PRIMARY_METRIC])
+    out += [f"| arm | seeds | test {METRIC} (mean over fine-tuning seeds, then seeds) | Δ vs random | 95 % CI |",
             "|---|---:|---:|---:|---:|"]
     for arm in arm_names(finetune):
-        values = by_seed(finetune, arm, lambda r: r["test"]["accuracy"])
+        values = by_seed(finetune, arm, lambda r: r["test"][PRIMARY_METRIC])
         c = paired_summary(values, base)
         out.append(f"| `{arm}` | {len(values)} | {pct(mean_sd(list(values.values()))[0])} | "
                    + (f"{pts(c['mean'])} | {interval(c)} |" if arm != BASELINE else "(baseline) | – |"))
@@ -204,13 +290,13 @@ def section_secondary(finetune: list[dict[str, Any]], selection: dict[str, Any] 
 def section_runs(lines: list[dict[str, Any]]) -> list[str]:
     """Every run with its wall time and the hardware it ran on."""
     out = ["### Every run: wall time per arm and seed, hardware", "",
-           "| arm | seed | probe validation acc. | probe test acc. | TAPT held-out MLM acc. | TAPT s | probe s | total s "
-           "| hardware |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+           f"| arm | seed | probe validation {METRIC} | probe test {METRIC} | probe test acc. | TAPT held-out MLM acc. "
+           "| TAPT s | probe s | total s | hardware |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     arms = arm_names(lines)
     for r in sorted(lines, key=lambda r: (r["seed"], arms.index(r["arm"]))):
         held = r["pretraining"]["held_out"]["accuracy"] if r.get("pretraining") and r["pretraining"]["held_out"] else None
-        out.append(f"| `{r['arm']}` | {r['seed']} | {pct(r['probe']['validation']['accuracy'])} | "
-                   f"{pct(probe_accuracy(r))} | {pct(held)} | {r['seconds']['tapt']:.0f} | {r['seconds']['probe']:.0f} | "
+        out.append(f"| `{r['arm']}` | {r['seed']} | {pct(probe_score(r, 'validation'))} | {pct(probe_score(r))} | "
+                   f"{pct(r['probe']['test']['accuracy'])} | {pct(held)} | {r['seconds']['tapt']:.0f} | {r['seconds']['probe']:.0f} | "
                    f"{r['seconds']['total']:.0f} | {hardware(r['hardware'])} |")
     return out + [""]
 
@@ -230,10 +316,10 @@ def section_provenance(lines: list[dict[str, Any]], prepared: dict[str, Any]) ->
 def section_pilot(base: str, pilot_lines: list[dict[str, Any]], choice: dict[str, Any] | None) -> list[str]:
     """The pilot's runs (validation only; their seeds are not in the main run)."""
     out = [f"## Pilot for prepared data `{base}`" + ("" if choice else " (no choice recorded: in progress, or stopped)"), "",
-           "| arm | seed | TAPT passes | probe validation acc. | TAPT s | probe s | total s | hardware |",
+           f"| arm | seed | TAPT passes | probe validation {METRIC} | TAPT s | probe s | total s | hardware |",
            "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in sorted(pilot_lines, key=lambda r: (r["seed"], r["passes"], r["arm"])):
-        out.append(f"| `{r['arm']}` | {r['seed']} | {r['passes']:g} | {pct(r['probe']['validation']['accuracy'])} | "
+        out.append(f"| `{r['arm']}` | {r['seed']} | {r['passes']:g} | {pct(probe_score(r, 'validation'))} | "
                    f"{r['seconds']['tapt']:.0f} | {r['seconds']['probe']:.0f} | {r['seconds']['total']:.0f} | "
                    f"{hardware(r['hardware'])} |")
     if choice:
@@ -265,9 +351,12 @@ def experiment_sections(chash: str, lines: list[dict[str, Any]], kinds: dict[str
     pilot = next((s for s in kinds["pilot_choice"] if s["base_hash"] == base), None)
     ft_selection = next((s for s in kinds["finetune_selection"] if s["base_hash"] == base), None)
     finetune = [r for r in kinds["finetune"] if r["config_hash"] == chash]
+    labels = next((s["labels"] for s in kinds["test_labels"] if s["base_hash"] == base), None)
+    planned = CONFIGS.get(first["config_name"], {}).get("seeds", [])
     return ([f"## Experiment `{first['config_name']}`, config hash `{chash}`", ""]
             + section_status(first["config_name"], lines)
-            + section_control(lines) + section_comparisons(lines) + section_secondary(finetune, ft_selection, first["prepared"])
+            + section_control(lines, planned, labels) + section_comparisons(lines, planned, labels)
+            + section_secondary(finetune, ft_selection, first["prepared"])
             + section_design(first["prepared"], selection, pilot, first)
             + section_runs(lines) + section_provenance(lines, first["prepared"]))
 

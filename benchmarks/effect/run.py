@@ -402,6 +402,8 @@ class Experiment:
         if not self.lines("prepared", base_hash=self.base):  # the report shows the data before any arm is done
             append_result(results, {"kind": "prepared", "base_hash": self.base, "prepared": self.prepared_summary,
                                     **self.common})
+        if not self.lines("test_labels", base_hash=self.base):  # what the report's bootstrap over test texts needs
+            append_result(results, {"kind": "test_labels", "base_hash": self.base, "labels": self.labels("test")})
 
     def lines(self, kind: str, **match: Any) -> list[dict[str, Any]]:
         return [r for r in read_jsonl(self.results) if r["kind"] == kind and all(r.get(k) == v for k, v in match.items())]
