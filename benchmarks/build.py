@@ -74,7 +74,8 @@ def tokenizer_with_offsets(texts: list[str], model: str) -> tuple[int, float]:
     """(tokens, seconds) of what the build cannot do without: the same Rust tokenizer, batched,
     and the build's own conversion of its output to ids and character offsets (the offsets find
     each token's word)."""
-    from pipelines.dataset.sequences import encoding_arrays, load_backend_tokenizer
+    from maskstream.pipelines.dataset.sequences import encoding_arrays
+    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
 
     tokenizer = load_backend_tokenizer(model)
     tokens = 0
@@ -86,90 +87,48 @@ def tokenizer_with_offsets(texts: list[str], model: str) -> tuple[int, float]:
     return tokens, time.perf_counter() - started
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default=None, help="Debian JSONL corpus (default: made with debian_corpus.py)")
-    parser.add_argument("--docs", type=int, default=0, help="keep the first N documents (default: all)")
-    parser.add_argument("--repeat", type=int, default=4, help="also build the corpus repeated this many times (default: 4)")
-    parser.add_argument("--work", default=None, help="working folder (default: a temporary one)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="measure every contender this many times, sizes interleaved; keep the fastest (default: 1)")
-    parser.add_argument("--min-word-count", type=int, default=1,
-                        help="the build's --min-word-count (default: 1, every word encoded); a large value "
-                             "leaves the encoder only the seeds, so the marginal is measured without its noise")
-    args = parser.parse_args()
+def measure(work: Path, corpus: Path, lines: list[str], texts: list[str], repeat: int, min_word_count: int,
+            env: dict[str, str]) -> dict:
+    """One build of the corpus repeated `repeat` times, beside the tokenizer alone and with offsets."""
+    from maskstream.schemas.manifest import load_manifest
+    from maskstream.schemas.models import default_model
 
-    from benchmarks.debian_corpus import corpus_or_made
-    from schemas.manifest import load_manifest
-    from schemas.models import default_model
-
-    work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-bench-build-"))
-    work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    source = corpus_or_made(args.corpus, work)
-    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
-    if args.docs:
-        lines = lines[: args.docs]
-    corpus = work / "corpus-x1.jsonl"
-    corpus.write_text("".join(lines), encoding="utf-8")
-    texts = [json.loads(line)["text"] for line in lines]
-    print(f"corpus: {len(lines)} documents, {sum(map(len, texts)) / 1e6:.1f} M characters, {os.cpu_count()} cores")
-
+    path = corpus if repeat == 1 else work / f"corpus-x{repeat}.jsonl"
+    if not path.exists():
+        path.write_text("".join(lines) * repeat, encoding="utf-8")
+    peer_tokens, peer_s = tokenizer_alone(texts * repeat, default_model())
+    floor_tokens, floor_s = tokenizer_with_offsets(texts * repeat, default_model())
+    root = work / f"dataset-x{repeat}"
+    shutil.rmtree(root, ignore_errors=True)
     started = time.perf_counter()
-    maskstream("stats", "--input", str(corpus), "--output", str(work / "stats"), env=env)
-    maskstream("seeds", "--stats", str(work / "stats"), "--output", str(work / "seeds.json"), env=env)
-    print(f"stats + seeds: {time.perf_counter() - started:.1f} s (once; the repeated corpus has the same words)")
+    result = maskstream("build", "--input", str(path), "--stats", str(work / "stats"),
+                        "--seeds", str(work / "seeds.json"), "--output", str(root),
+                        "--min-word-count", str(min_word_count), env=env)
+    wall = time.perf_counter() - started
+    report = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    _, manifest = load_manifest(str(root))
+    stages = report["stage_cpu_s"]
+    return {
+        "corpus": f"x{repeat}",
+        "documents": len(lines) * repeat,
+        "tokens": manifest.total_tokens,
+        "words": report["counts"].get("encoded_words", 0),
+        "peer_tokens": peer_tokens,
+        "peer_s": peer_s,
+        "floor_tokens": floor_tokens,
+        "floor_s": floor_s,
+        "wall_s": wall,
+        "pipeline_s": report["elapsed_s"],
+        "encode_s": stages.get("encode", 0.0),
+        "tokenize_s": stages.get("tokenize", 0.0) + stages.get("windows", 0.0),
+        "probability_s": stages.get("mask_probability", 0.0),
+        "write_s": stages.get("write", 0.0),
+        "peak_gb": peak_rss_gb(result),
+    }
 
-    def measure(repeat: int) -> dict:
-        path = corpus if repeat == 1 else work / f"corpus-x{repeat}.jsonl"
-        if not path.exists():
-            path.write_text("".join(lines) * repeat, encoding="utf-8")
-        peer_tokens, peer_s = tokenizer_alone(texts * repeat, default_model())
-        floor_tokens, floor_s = tokenizer_with_offsets(texts * repeat, default_model())
-        root = work / f"dataset-x{repeat}"
-        shutil.rmtree(root, ignore_errors=True)
-        started = time.perf_counter()
-        result = maskstream("build", "--input", str(path), "--stats", str(work / "stats"),
-                            "--seeds", str(work / "seeds.json"), "--output", str(root),
-                            "--min-word-count", str(args.min_word_count), env=env)
-        wall = time.perf_counter() - started
-        report = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
-        _, manifest = load_manifest(str(root))
-        stages = report["stage_cpu_s"]
-        return {
-            "corpus": f"x{repeat}",
-            "documents": len(lines) * repeat,
-            "tokens": manifest.total_tokens,
-            "words": report["counts"].get("encoded_words", 0),
-            "peer_tokens": peer_tokens,
-            "peer_s": peer_s,
-            "floor_tokens": floor_tokens,
-            "floor_s": floor_s,
-            "wall_s": wall,
-            "pipeline_s": report["elapsed_s"],
-            "encode_s": stages.get("encode", 0.0),
-            "tokenize_s": stages.get("tokenize", 0.0) + stages.get("windows", 0.0),
-            "probability_s": stages.get("mask_probability", 0.0),
-            "write_s": stages.get("write", 0.0),
-            "peak_gb": peak_rss_gb(result),
-        }
 
-    # Rounds interleave the sizes; each contender keeps its fastest round (the shared machine
-    # only ever slows a run down), the build the round with the least time besides the encoder.
-    sizes = sorted({1, args.repeat})
-    runs: dict[int, list[dict]] = {repeat: [] for repeat in sizes}
-    for _ in range(args.rounds):
-        for repeat in sizes:
-            runs[repeat].append(measure(repeat))
-            print(json.dumps(runs[repeat][-1]), flush=True)
-    rows = []
-    for repeat in sizes:
-        best = min(runs[repeat], key=lambda r: r["wall_s"] - r["encode_s"])
-        peer_s = min(r["peer_s"] for r in runs[repeat])
-        floor_s = min(r["floor_s"] for r in runs[repeat])
-        rows.append({**best, "peer_s": peer_s, "floor_s": floor_s, "peer_tok_s": best["peer_tokens"] / peer_s,
-                     "build_tok_s": best["tokens"] / best["wall_s"]})
-
+def print_table(rows: list[dict], repeat: int) -> None:
+    """The build beside the tokenizer, per size, then the marginal cost of one more token."""
     print("\n| corpus | docs | tokens | unique words encoded | HF tokenizer alone tok/s | build tok/s | ratio "
           "| build wall s | encode s | words/s encoded | ratio without encode | tokenize s | probabilities s "
           "| write s | peak RSS GB |")
@@ -188,15 +147,64 @@ def main() -> int:
         peer = (b["peer_tokens"] - a["peer_tokens"]) / (b["peer_s"] - a["peer_s"])
         build = (b["tokens"] - a["tokens"]) / ((b["wall_s"] - b["encode_s"]) - (a["wall_s"] - a["encode_s"]))
         floor = (b["floor_tokens"] - a["floor_tokens"]) / (b["floor_s"] - a["floor_s"])
-        print(f"\nmarginal x{args.repeat} - x1: HF tokenizer alone {peer:,.0f} tok/s, build without encode "
+        print(f"\nmarginal x{repeat} - x1: HF tokenizer alone {peer:,.0f} tok/s, build without encode "
               f"{build:,.0f} tok/s, ratio {build / peer:.3f}; the tokenizer with the offsets the build needs "
               f"{floor:,.0f} tok/s, ratio {floor / peer:.3f} (the ceiling of the build's ratio)")
-        print(f"\nx{args.repeat} / x1: tokens {b['tokens'] / a['tokens']:.2f}, encode time {b['encode_s'] / max(a['encode_s'], 1e-9):.2f}, "
+        print(f"\nx{repeat} / x1: tokens {b['tokens'] / a['tokens']:.2f}, encode time {b['encode_s'] / max(a['encode_s'], 1e-9):.2f}, "
               f"tokenize time {b['tokenize_s'] / max(a['tokenize_s'], 1e-9):.2f}, build wall {b['wall_s'] / a['wall_s']:.2f}")
     print("targets: build tok/s >= 0.5 x the tokenizer's; peak RSS <= 4 GB. 'ratio without encode' is derived "
           "(tokens / (wall - encode s)): what the build costs besides encoding the vocabulary once")
-    return 0
 
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", default=None, help="Debian JSONL corpus (default: made with debian_corpus.py)")
+    parser.add_argument("--docs", type=int, default=0, help="keep the first N documents (default: all)")
+    parser.add_argument("--repeat", type=int, default=4, help="also build the corpus repeated this many times (default: 4)")
+    parser.add_argument("--work", default=None, help="working folder (default: a temporary one)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every contender this many times, sizes interleaved; keep the fastest (default: 1)")
+    parser.add_argument("--min-word-count", type=int, default=1,
+                        help="the build's --min-word-count (default: 1, every word encoded); a large value "
+                             "leaves the encoder only the seeds, so the marginal is measured without its noise")
+    args = parser.parse_args()
+
+    from benchmarks.debian_corpus import corpus_or_made
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="maskstream-bench-build-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    source = corpus_or_made(args.corpus, work)
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    if args.docs:
+        lines = lines[: args.docs]
+    corpus = work / "corpus-x1.jsonl"
+    corpus.write_text("".join(lines), encoding="utf-8")
+    texts = [json.loads(line)["text"] for line in lines]
+    print(f"corpus: {len(lines)} documents, {sum(map(len, texts)) / 1e6:.1f} M characters, {os.cpu_count()} cores")
+
+    started = time.perf_counter()
+    maskstream("stats", "--input", str(corpus), "--output", str(work / "stats"), env=env)
+    maskstream("seeds", "--stats", str(work / "stats"), "--output", str(work / "seeds.json"), env=env)
+    print(f"stats + seeds: {time.perf_counter() - started:.1f} s (once; the repeated corpus has the same words)")
+
+    # Rounds interleave the sizes; each contender keeps its fastest round (the shared machine
+    # only ever slows a run down), the build the round with the least time besides the encoder.
+    sizes = sorted({1, args.repeat})
+    runs: dict[int, list[dict]] = {repeat: [] for repeat in sizes}
+    for _ in range(args.rounds):
+        for repeat in sizes:
+            runs[repeat].append(measure(work, corpus, lines, texts, repeat, args.min_word_count, env))
+            print(json.dumps(runs[repeat][-1]), flush=True)
+    rows = []
+    for repeat in sizes:
+        best = min(runs[repeat], key=lambda r: r["wall_s"] - r["encode_s"])
+        peer_s = min(r["peer_s"] for r in runs[repeat])
+        floor_s = min(r["floor_s"] for r in runs[repeat])
+        rows.append({**best, "peer_s": peer_s, "floor_s": floor_s, "peer_tok_s": best["peer_tokens"] / peer_s,
+                     "build_tok_s": best["tokens"] / best["wall_s"]})
+    print_table(rows, args.repeat)
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,7 +11,7 @@ two, x3 all of it (repeating one text would hide the vocabulary's growth).
 Every contender runs on one core (RAYON_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS = 1 and one
 DirectRunner worker), so each figure is per core:
 
-- read: `pipelines.corpus.FileParser` over the JSONL (parsing, validation, rejects), in process;
+- read: `maskstream.pipelines.corpus.FileParser` over the JSONL (parsing, validation, rejects), in process;
 - count: `word_counts_of_texts` over batches of documents plus summing into one Counter (the work of
   `maskstream stats`' CountWords, without Beam's shuffle), in process; whole stats: the wall time
   of `maskstream stats` itself (the projection uses this one);
@@ -87,7 +87,7 @@ def run_maskstream(*args: str, env: dict[str, str]) -> tuple[str, float, float, 
 
 def read_seconds(path: Path) -> tuple[list, float]:
     """(documents, seconds) of the corpus reader (FileParser) over one JSONL file, in this process."""
-    from pipelines.corpus import Document, FileParser
+    from maskstream.pipelines.corpus import Document, FileParser
 
     started = time.perf_counter()
     documents = [d for d in FileParser().records(str(path)) if isinstance(d, Document)]
@@ -97,8 +97,8 @@ def read_seconds(path: Path) -> tuple[list, float]:
 def count_seconds(documents: list) -> tuple[Counter, float]:
     """(word -> occurrences, seconds) of the stats' counting, batches of about BATCH_CHARACTERS characters
     as `CountWords` makes them, plus one global sum."""
-    from pipelines.statistics.counting import word_counts_of_texts
-    from pipelines.statistics.stats_transforms import BATCH_CHARACTERS
+    from maskstream.pipelines.statistics.counting import word_counts_of_texts
+    from maskstream.pipelines.statistics.stats_transforms import BATCH_CHARACTERS
 
     started = time.perf_counter()
     total: Counter = Counter()
@@ -155,8 +155,8 @@ def measure_third(third: int, lines: list[str], work: Path, env: dict[str, str],
     """The first `third` thirds of the corpus: read and count rates, the vocabulary, and with `build`
     the stats, seeds and build runs (their stage counters) beside the HF tokenizer alone."""
     from benchmarks.build import tokenizer_alone  # the peer, as benchmarks/build.py runs it
-    from schemas.manifest import load_manifest
-    from schemas.models import default_model
+    from maskstream.schemas.manifest import load_manifest
+    from maskstream.schemas.models import default_model
 
     part = work / f"corpus-x{third}.jsonl"
     part.write_text("".join(lines[: len(lines) * third // 3]), encoding="utf-8")
@@ -187,8 +187,8 @@ def measure_third(third: int, lines: list[str], work: Path, env: dict[str, str],
 def measure_encoders(whole: Path) -> tuple[int, str, list[dict]]:
     """(word types, the build's runtime choice here, runtimes compared) over every word type of `whole`."""
     from benchmarks.encoder_runtime import compare_runtimes, vocabulary_and_seeds
-    from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
-    from schemas.models import default_model
+    from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
+    from maskstream.schemas.models import default_model
 
     vocabulary, seeds = vocabulary_and_seeds(whole)
     chosen = "torch bfloat16 autocast" if resolve_encoder_dtype("cpu", "auto") == "bfloat16" else "torch float32"

@@ -3,9 +3,9 @@
     python -m benchmarks.encoder_runtime [--corpus data/debian-science.jsonl] [--threads 1]   # pip install -e '.[bench]'
 
 Every distinct word of the corpus (the build's vocabulary) is encoded as the build encodes it
-(`pipelines.dataset.embeddings`: `[CLS] word [SEP]`, mean over the word's own tokens, batches of words of
+(`maskstream.pipelines.dataset.embeddings`: `[CLS] word [SEP]`, mean over the word's own tokens, batches of words of
 one token count) by the offline MiniLM in each runtime, then scored against seed words with
-`nearest_seed_similarity`. Seeds: the 20 words of highest TF-ICF from `pipelines.statistics.tf_icf` over
+`nearest_seed_similarity`. Seeds: the 20 words of highest TF-ICF from `maskstream.pipelines.statistics.tf_icf` over
 the corpus' counts (`collections.Counter`), after `maskstream seeds`' default filters. Runtimes:
 
 - `torch float32`: the build's default, the reference;
@@ -40,9 +40,9 @@ BATCH = 256
 def vocabulary_and_seeds(corpus: Path, top_k: int = 20) -> tuple[list[str], list[str]]:
     from wordfreq import word_frequency
 
-    from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
-    from pipelines.statistics.tf_icf import tf_icf, wordfreq_floor
-    from schemas.words import words
+    from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
+    from maskstream.pipelines.statistics.tf_icf import tf_icf, wordfreq_floor
+    from maskstream.schemas.words import words
 
     tf: Counter[str] = Counter()
     for line in corpus.read_text(encoding="utf-8").splitlines():
@@ -57,14 +57,14 @@ def vocabulary_and_seeds(corpus: Path, top_k: int = 20) -> tuple[list[str], list
 
 
 def batches(vocabulary: list[str], model: str) -> list[list[str]]:
-    from pipelines.dataset.word_encoder import word_batches
+    from maskstream.pipelines.dataset.word_encoder import word_batches
 
     return word_batches(vocabulary, model, BATCH)
 
 
 def inputs_of(batch: list[str], model: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    from pipelines.dataset.word_encoder import load_word_tokenizer
-    from schemas.models import MAX_WORD_TOKENS
+    from maskstream.pipelines.dataset.word_encoder import load_word_tokenizer
+    from maskstream.schemas.models import MAX_WORD_TOKENS
 
     encodings = load_word_tokenizer(model, MAX_WORD_TOKENS).encode_batch(batch)
     own = np.array([e.attention_mask for e in encodings]) * (1 - np.array([e.special_tokens_mask for e in encodings]))
@@ -144,7 +144,7 @@ def compare_runtimes(vocabulary: list[str], seeds: list[str], model: str, names:
     import torch
     from scipy.stats import spearmanr
 
-    from pipelines.dataset.build_steps import nearest_seed_similarity
+    from maskstream.pipelines.dataset.build_steps import nearest_seed_similarity
 
     torch.set_num_threads(threads)
     prepared = [(group, *inputs_of(group, model)) for group in batches(vocabulary, model)]
@@ -188,8 +188,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads for every runtime (default: 1)")
     args = parser.parse_args()
 
-    from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
-    from schemas.models import default_model
+    from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
+    from maskstream.schemas.models import default_model
 
     vocabulary, seeds = vocabulary_and_seeds(args.corpus)
     print(f"{len(vocabulary)} word types of {args.corpus.name}; seeds: {', '.join(seeds)}")

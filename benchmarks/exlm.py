@@ -69,7 +69,7 @@ def worker(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer, BertForMaskedLM
     from transformers.utils import logging as hf_logging
 
-    from trainer.exlm import ExLMForMaskedLM, expand_batch
+    from maskstream.trainer.exlm import ExLMForMaskedLM, expand_batch
 
     hf_logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
@@ -152,7 +152,7 @@ def worker(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from schemas.models import default_model
+    from maskstream.schemas.models import default_model
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=default_model(), help="masked LM name or path (default: offline MiniLM)")

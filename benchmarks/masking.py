@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from schemas.tables import SEQUENCE_SCHEMA
+from maskstream.schemas.tables import SEQUENCE_SCHEMA
+from maskstream.trainer.dataset import LIST_COLUMNS
 from tests.fixtures import sequence_dataset as factory  # (the test fixture's dataset writer)
-from trainer.dataset import LIST_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,8 +77,8 @@ def as_stored(row: dict, sample_index: int) -> dict:
 def masking_table(rows: list[dict], texts: list[str], batches: int) -> None:
     from transformers import DataCollatorForLanguageModeling
 
-    from trainer.collate import collate_sequences
-    from trainer.masking import MaskingConfig, apply_masking
+    from maskstream.trainer.collate import collate_sequences
+    from maskstream.trainer.masking import MaskingConfig, apply_masking
 
     tok = factory.tokenizer()
     samples = [as_stored(r, i) for i, r in enumerate(rows[:BATCH])]
@@ -144,7 +144,7 @@ def timed_on_device(fn, repeats: int, rounds: int = 5) -> float:
 
 
 def device_table(cpu: dict, batches: int, device: str) -> None:
-    from trainer.masking import MaskingConfig, apply_masking
+    from maskstream.trainer.masking import MaskingConfig, apply_masking
 
     strategies = [("random", "random", False), ("whole_word", "whole_word", False), ("span", "span", False),
                   ("difference", "difference", False), ("difference whole-word", "difference", True),
@@ -173,9 +173,9 @@ def device_table(cpu: dict, batches: int, device: str) -> None:
 def loader_child(dataset: str, shuffle_buffer: int) -> None:
     """One epoch through the loader; prints samples/s and peak RSS as JSON."""
     torch.set_num_threads(1)
-    from trainer.dataset import StreamingSequenceDataset
-    from trainer.loader import build_dataloader
-    from trainer.masking import MaskingConfig
+    from maskstream.trainer.dataset import StreamingSequenceDataset
+    from maskstream.trainer.loader import build_dataloader
+    from maskstream.trainer.masking import MaskingConfig
 
     ds = StreamingSequenceDataset(dataset, seed=0, shuffle_buffer=shuffle_buffer)
     loader = build_dataloader(ds, batch_size=BATCH, strategy="difference",

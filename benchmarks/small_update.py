@@ -48,8 +48,8 @@ def changed_files(lines: list[str], megabytes: float, folder: Path, files: int =
 
 
 def in_process(keys: dict[str, str], cache: str, tokenizer_name: str) -> float:
-    from pipelines.dataset.sequences import load_backend_tokenizer
-    from pipelines.lifecycle.incremental import count_and_tokenize_file, parse_file
+    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.lifecycle.cache import count_and_tokenize_file, parse_file
 
     started = time.perf_counter()
     tokenizer = load_backend_tokenizer(tokenizer_name)
@@ -63,7 +63,7 @@ def with_beam(keys: dict[str, str], cache: str, tokenizer_name: str, workers: in
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.lifecycle.process_files import ProcessFiles
+    from maskstream.pipelines.lifecycle.process_files import ProcessFiles
 
     args = [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"] if workers > 1 else []
     started = time.perf_counter()
@@ -82,8 +82,8 @@ def main() -> int:
 
     import logging
 
-    from pipelines.dataset.sequences import load_backend_tokenizer
-    from schemas.models import default_model
+    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+    from maskstream.schemas.models import default_model
 
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     work = Path(tempfile.mkdtemp(prefix="maskstream-small-update-"))

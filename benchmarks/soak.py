@@ -54,7 +54,7 @@ def tiny_bert(path: Path) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-    from schemas.models import default_model
+    from maskstream.schemas.models import default_model
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -113,149 +113,173 @@ def flat(samples: list[tuple[float, int]], ready: float, end: float, window: flo
     return {"first_mb": a / 2**20, "last_mb": b / 2**20, "ratio": b / a, "flat": b <= max(1.15 * a, a + 50 * 2**20)}
 
 
-def run_soak(work: Path, minutes: float = 10.0, files: int = 4, docs_per_file: int = 10, change_every: float = 4.0,
-             gc_every: float = 3.0, max_versions: int = 500, max_steps: int = 1_000_000,
-             setup_timeout: float = 600.0) -> dict[str, Any]:
-    work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    cli = [sys.executable, "-m", "maskstream"]
-    corpus, root, out = work / "corpus", work / "dataset", work / "train"
-    model = tiny_bert(work / "tiny-bert")
-    changer = CorpusChanger(corpus, files, docs_per_file)
-    logs = {name: open(work / f"{name}.log", "w") for name in ("watch", "train", "gc")}  # noqa: SIM115
-    stop = threading.Event()
-    seen: dict[str, dict[str, Any]] = {}  # version -> its manifest's document counts and fingerprint check
-    rss: dict[str, list[tuple[float, int]]] = {"train": [], "watch": []}
-    figures: dict[str, Any] = {"gc_runs": 0, "gc_failures": 0, "versions_collected": 0}
+class Soak:
+    """The processes of one soak, the threads that watch them, and what they saw (module docstring)."""
 
-    watch = subprocess.Popen([*cli, "watch", str(corpus), "--output", str(root), "--interval", "1", "--settle", "1",
-                              "--max-length", "64", "--shard-rows", "16", "--row-group-rows", "8"],
-                             env=env, stdout=logs["watch"], stderr=subprocess.STDOUT)
-    processes = {"watch": watch}
+    def __init__(self, work: Path, files: int, docs_per_file: int):
+        work.mkdir(parents=True, exist_ok=True)
+        self.work = work
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]
+                                                                ).rstrip(os.pathsep)}
+        self.cli = [sys.executable, "-m", "maskstream"]
+        self.corpus, self.root, self.out = work / "corpus", work / "dataset", work / "train"
+        self.changer = CorpusChanger(self.corpus, files, docs_per_file)
+        self.logs = {name: open(work / f"{name}.log", "w") for name in ("watch", "train", "gc")}  # noqa: SIM115
+        self.stop = threading.Event()
+        self.seen: dict[str, dict[str, Any]] = {}  # version -> its manifest's document counts and fingerprint check
+        self.rss: dict[str, list[tuple[float, int]]] = {"train": [], "watch": []}
+        self.figures: dict[str, Any] = {"gc_runs": 0, "gc_failures": 0, "versions_collected": 0}
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.threads: list[threading.Thread] = []
+        self.ready: dict[str, float] = {}
 
-    def read_latest() -> None:
+    def read_latest(self) -> None:
         """The version `latest` names, read as soon as it is published (gc may take it later)."""
-        from schemas.manifest import load_manifest
+        from maskstream.schemas.manifest import load_manifest
 
         try:
-            _, manifest = load_manifest(str(root))
+            _, manifest = load_manifest(str(self.root))
         except Exception:  # noqa: BLE001 - no version yet, or the pointer is being replaced
             return
-        if manifest.version in seen:
+        if manifest.version in self.seen:
             return
         documents = manifest.source_fingerprint.get("documents", {})
-        written = sum(changer.records.get(f["sha256"], -10**9) for f in manifest.source_fingerprint["files"])
-        seen[manifest.version] = {**documents, "records_written": written, "ok": documents.get("read") == written
-                                  == documents.get("accepted", -1) + documents.get("rejected", -1)}
+        written = sum(self.changer.records.get(f["sha256"], -10**9) for f in manifest.source_fingerprint["files"])
+        self.seen[manifest.version] = {**documents, "records_written": written, "ok": documents.get("read") == written
+                                       == documents.get("accepted", -1) + documents.get("rejected", -1)}
 
-    def read_versions() -> None:
-        while not stop.wait(0.3):
-            read_latest()
+    def read_versions(self) -> None:
+        while not self.stop.wait(0.3):
+            self.read_latest()
 
-    def sample_rss() -> None:
-        while not stop.wait(2.0):
-            for name, process in list(processes.items()):  # a copy: the main thread adds processes
+    def sample_rss(self) -> None:
+        while not self.stop.wait(2.0):
+            for name, process in list(self.processes.items()):  # a copy: the main thread adds processes
                 if process.poll() is None:
-                    rss[name].append((time.monotonic(), tree_rss(process.pid)))
+                    self.rss[name].append((time.monotonic(), tree_rss(process.pid)))
 
-    def collect() -> None:
-        while not stop.wait(gc_every):
-            result = subprocess.run([*cli, "gc", str(root), "--keep", "2", "--grace-minutes", "0.05"], env=env,
-                                    capture_output=True, text=True)
-            logs["gc"].write(result.stdout + result.stderr)
-            figures["gc_runs"] += 1
+    def collect(self, every: float) -> None:
+        while not self.stop.wait(every):
+            result = subprocess.run([*self.cli, "gc", str(self.root), "--keep", "2", "--grace-minutes", "0.05"],
+                                    env=self.env, capture_output=True, text=True)
+            self.logs["gc"].write(result.stdout + result.stderr)
+            self.figures["gc_runs"] += 1
             if result.returncode != 0:
-                figures["gc_failures"] += 1
+                self.figures["gc_failures"] += 1
                 continue
-            figures["versions_collected"] += json.loads(result.stdout.strip().splitlines()[-1])["versions"]
+            self.figures["versions_collected"] += json.loads(result.stdout.strip().splitlines()[-1])["versions"]
 
-    threads = [threading.Thread(target=f, daemon=True) for f in (read_versions, sample_rss)]
-    for thread in threads:
+    def thread(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
         thread.start()
-    ready: dict[str, float] = {}
-    try:
-        deadline = time.monotonic() + setup_timeout
-        while not seen:  # the first version, then the trainer's first step
+        self.threads.append(thread)
+
+    def start(self, model: str, max_steps: int, timeout: float) -> None:
+        """Watch until its first version, then the trainer until its first step."""
+        self.processes["watch"] = watch = subprocess.Popen(
+            [*self.cli, "watch", str(self.corpus), "--output", str(self.root), "--interval", "1", "--settle", "1",
+             "--max-length", "64", "--shard-rows", "16", "--row-group-rows", "8"],
+            env=self.env, stdout=self.logs["watch"], stderr=subprocess.STDOUT)
+        self.thread(self.read_versions)
+        self.thread(self.sample_rss)
+        deadline = time.monotonic() + timeout
+        while not self.seen:
             if watch.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"watch published no version (see {work / 'watch.log'})")
+                raise RuntimeError(f"watch published no version (see {self.work / 'watch.log'})")
             time.sleep(0.5)
-        ready["watch"] = time.monotonic()
-        train = subprocess.Popen(
-            [*cli, "train", "--dataset", str(root), "--follow-latest", "--output", str(out), "--model", model,
-             "--batch-size", "8", "--max-steps", str(max_steps), "--num-workers", "1", "--eval-samples", "4",
-             "--eval-every", str(max_steps), "--save-every", str(max_steps), "--log-every", "1"],
-            env=env, stdout=logs["train"], stderr=subprocess.STDOUT)
-        processes["train"] = train
-        metrics = out / "metrics.jsonl"
+        self.ready["watch"] = time.monotonic()
+        self.processes["train"] = train = subprocess.Popen(
+            [*self.cli, "train", "--dataset", str(self.root), "--follow-latest", "--output", str(self.out),
+             "--model", model, "--batch-size", "8", "--max-steps", str(max_steps), "--num-workers", "1",
+             "--eval-samples", "4", "--eval-every", str(max_steps), "--save-every", str(max_steps), "--log-every", "1"],
+            env=self.env, stdout=self.logs["train"], stderr=subprocess.STDOUT)
+        metrics = self.out / "metrics.jsonl"
         while not (metrics.exists() and '"split": "train"' in metrics.read_text()):
             if train.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the trainer took no step (see {work / 'train.log'})")
+                raise RuntimeError(f"the trainer took no step (see {self.work / 'train.log'})")
             time.sleep(0.5)
-        ready["train"] = time.monotonic()
+        self.ready["train"] = time.monotonic()
 
-        # The soak itself.
+    def soak(self, minutes: float, max_versions: int, change_every: float, gc_every: float) -> str:
+        """The corpus changes and gc runs until the time or the versions are up; then watch stops and the
+        trainer is given time to follow the last version. Returns the trainer's log."""
+        watch, train = self.processes["watch"], self.processes["train"]
         started = time.monotonic()
-        for target in (lambda: changer.run(change_every, stop), collect):
-            thread = threading.Thread(target=target, daemon=True)
-            thread.start()
-            threads.append(thread)
-        while time.monotonic() - started < minutes * 60 and len(seen) < max_versions:
+        self.thread(self.changer.run, change_every, self.stop)
+        self.thread(self.collect, gc_every)
+        while time.monotonic() - started < minutes * 60 and len(self.seen) < max_versions:
             if watch.poll() is not None or train.poll() is not None:
                 break
             time.sleep(1.0)
-        ended = time.monotonic()
-        figures["minutes"] = (ended - started) / 60
-        stop.set()
+        self.ended = time.monotonic()
+        self.figures["minutes"] = (self.ended - started) / 60
+        self.stop.set()
         # Stop watch (it finishes a build in progress), then let the trainer follow the last version.
         watch.send_signal(signal.SIGINT)
         watch.wait(timeout=600)
-        read_latest()  # a version published while watch stopped
-        from schemas.manifest import load_manifest
+        self.read_latest()  # a version published while watch stopped
+        from maskstream.schemas.manifest import load_manifest
 
-        newest = load_manifest(str(root))[1].version
+        newest = load_manifest(str(self.root))[1].version
         deadline = time.monotonic() + 300
-        while current_version(work / "train.log") != newest and train.poll() is None and time.monotonic() < deadline:
+        train_log = self.work / "train.log"
+        while current_version(train_log) != newest and train.poll() is None and time.monotonic() < deadline:
             time.sleep(1.0)
-        figures["trainer_on"] = current_version(work / "train.log")
-        figures["newest"] = newest
-        figures["trainer_exit_before_stop"] = train.poll()
-        train_log = (work / "train.log").read_text(errors="replace")  # before it is stopped: a kill is no error
-    finally:
-        stop.set()
-        for process in processes.values():
+        self.figures.update({"trainer_on": current_version(train_log), "newest": newest,
+                             "trainer_exit_before_stop": train.poll()})
+        return train_log.read_text(errors="replace")  # before it is stopped: a kill is no error
+
+    def close(self) -> None:
+        self.stop.set()
+        for process in self.processes.values():
             if process.poll() is None:
                 process.terminate()
                 process.wait(timeout=60)
-        for thread in threads:
+        for thread in self.threads:
             thread.join(timeout=120)
-        for log in logs.values():
+        for log in self.logs.values():
             log.close()
 
-    errors = [line for line in train_log.splitlines() if ERROR_PATTERN.search(line)]
-    window = min(60.0, figures["minutes"] * 60 / 4)
-    steps = [r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
-             if r["split"] == "train"]
-    figures.update({
-        "versions_published": len(seen),
-        "versions_accounted": sum(v["ok"] for v in seen.values()),
-        "documents": {"read": sum(v.get("read", 0) for v in seen.values()),
-                      "accepted": sum(v.get("accepted", 0) for v in seen.values()),
-                      "rejected": sum(v.get("rejected", 0) for v in seen.values())},
-        "corpus_changes": changer.changes - files,
-        "switches": len(SWITCH_PATTERN.findall(train_log)),
-        "steps": max(steps, default=0),
-        "trainer_read_errors": len(errors),
-        "error_lines": errors[:5],
-        "watch_build_failures": (work / "watch.log").read_text(errors="replace").count("build failed"),
-        "rss_window_s": window,
-        "rss": {name: flat(rss[name], ready.get(name, 0.0), ended, window) for name in rss},
-    })
-    figures["passed"] = (figures["trainer_read_errors"] == 0 and figures["gc_failures"] == 0
-                         and figures["watch_build_failures"] == 0 and figures["trainer_exit_before_stop"] is None
-                         and figures["versions_accounted"] == figures["versions_published"] >= 2
-                         and figures["trainer_on"] == figures["newest"]
-                         and all(r["flat"] for r in figures["rss"].values()))
-    return figures
+    def result(self, train_log: str) -> dict[str, Any]:
+        figures, seen = self.figures, self.seen
+        errors = [line for line in train_log.splitlines() if ERROR_PATTERN.search(line)]
+        window = min(60.0, figures["minutes"] * 60 / 4)
+        steps = [r["step"] for r in map(json.loads, (self.out / "metrics.jsonl").read_text().splitlines())
+                 if r["split"] == "train"]
+        figures.update({
+            "versions_published": len(seen),
+            "versions_accounted": sum(v["ok"] for v in seen.values()),
+            "documents": {"read": sum(v.get("read", 0) for v in seen.values()),
+                          "accepted": sum(v.get("accepted", 0) for v in seen.values()),
+                          "rejected": sum(v.get("rejected", 0) for v in seen.values())},
+            "corpus_changes": self.changer.changes - self.changer.files,
+            "switches": len(SWITCH_PATTERN.findall(train_log)),
+            "steps": max(steps, default=0),
+            "trainer_read_errors": len(errors),
+            "error_lines": errors[:5],
+            "watch_build_failures": (self.work / "watch.log").read_text(errors="replace").count("build failed"),
+            "rss_window_s": window,
+            "rss": {name: flat(self.rss[name], self.ready.get(name, 0.0), self.ended, window) for name in self.rss},
+        })
+        figures["passed"] = (figures["trainer_read_errors"] == 0 and figures["gc_failures"] == 0
+                             and figures["watch_build_failures"] == 0 and figures["trainer_exit_before_stop"] is None
+                             and figures["versions_accounted"] == figures["versions_published"] >= 2
+                             and figures["trainer_on"] == figures["newest"]
+                             and all(r["flat"] for r in figures["rss"].values()))
+        return figures
+
+
+def run_soak(work: Path, minutes: float = 10.0, files: int = 4, docs_per_file: int = 10, change_every: float = 4.0,
+             gc_every: float = 3.0, max_versions: int = 500, max_steps: int = 1_000_000,
+             setup_timeout: float = 600.0) -> dict[str, Any]:
+    """The soak of the module docstring; its figures, with `passed`."""
+    soak = Soak(work, files, docs_per_file)
+    try:
+        soak.start(tiny_bert(work / "tiny-bert"), max_steps, setup_timeout)
+        train_log = soak.soak(minutes, max_versions, change_every, gc_every)
+    finally:
+        soak.close()
+    return soak.result(train_log)
 
 
 def current_version(train_log: Path) -> str | None:

@@ -3,7 +3,7 @@
     python -m benchmarks.train [--steps 20] [--batch-size 16] [--workers 0 1]
     python -m benchmarks.train --device cuda --batch-size 256 --workers 2 4 --steps 50
 
-The same training step for both sides (MiniLM with its MLM head, `trainer.objectives.MaskedLM`,
+The same training step for both sides (MiniLM with its MLM head, `maskstream.trainer.objectives.MaskedLM`,
 AdamW, batch 16 of sequences of exactly 128 tokens made from real Debian descriptions, as in
 `benchmarks/masking.py`), starting from the same weights; only the data path differs:
 
@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.masking import real_sequences  # (sequences of exactly 128 tokens)
-from schemas import default_model
+from maskstream.schemas import default_model
 from tests.fixtures import sequence_dataset as factory  # (the test fixture's dataset writer)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,10 +98,10 @@ def main() -> None:
     import datasets
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
-    from trainer.dataset import StreamingSequenceDataset
-    from trainer.loader import build_dataloader
-    from trainer.masking import MaskingConfig, apply_masking
-    from trainer.objectives import MaskedLM, load_mlm_model
+    from maskstream.trainer.dataset import StreamingSequenceDataset
+    from maskstream.trainer.loader import build_dataloader
+    from maskstream.trainer.masking import MaskingConfig, apply_masking
+    from maskstream.trainer.objectives import MaskedLM, load_mlm_model
 
     rows, _ = real_sequences(Path(args.corpus))
     tokenizer = AutoTokenizer.from_pretrained(default_model())

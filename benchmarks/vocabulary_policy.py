@@ -4,7 +4,7 @@
 
 Counts the corpus' words (`collections.Counter` under the shared word normalization, what
 `maskstream stats` counts) and tokenizes every document as the build does
-(`pipelines.dataset.sequences.tokenize_documents`: each token's word type). For each threshold N
+(`maskstream.pipelines.dataset.sequences.tokenize_documents`: each token's word type). For each threshold N
 prints the word types encoded (count >= N), the share of word occurrences and of tokens inside a
 word whose word is encoded (the manifest's `word_occurrence_coverage` and `token_coverage`), and
 the time of the build's word encoder (`WordEncoder`, batches as the build makes them) on
@@ -28,9 +28,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def tokens_per_word(texts: list[str], vocabulary: dict[str, int], model: str) -> np.ndarray:
     """Tokens of each word type (by `vocabulary` row) over the corpus, as the build assigns them."""
-    from pipelines.corpus import Document
-    from pipelines.dataset.build_steps import vocabulary_index
-    from pipelines.dataset.sequences import load_backend_tokenizer, tokenize_documents
+    from maskstream.pipelines.corpus import Document
+    from maskstream.pipelines.dataset.build_steps import vocabulary_index
+    from maskstream.pipelines.dataset.sequences import tokenize_documents
+    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
 
     tokenizer = load_backend_tokenizer(model)
     lookup = vocabulary_index(list(vocabulary))  # rows: the words' sorted order, as `vocabulary` numbers them
@@ -45,8 +46,8 @@ def tokens_per_word(texts: list[str], vocabulary: dict[str, int], model: str) ->
 
 def encoder_timer(model: str, threads: int):
     """A function: word types -> seconds the build's word encoder takes on them (model loaded once)."""
-    from pipelines.dataset.build import DEFAULTS
-    from pipelines.dataset.word_encoder import WordEncoder
+    from maskstream.pipelines.dataset.build import DEFAULTS
+    from maskstream.pipelines.dataset.word_encoder import WordEncoder
 
     settings = WordEncoder(model, threads=threads, device="cpu", dtype="float32", batch_rows=DEFAULTS.embed_batch_size)
     encoder = settings.load()
@@ -72,8 +73,8 @@ def main() -> None:
                         help="timings per threshold, interleaved; the fastest is kept (default: 2)")
     args = parser.parse_args()
 
-    from schemas.models import default_model
-    from schemas.words import words
+    from maskstream.schemas.models import default_model
+    from maskstream.schemas.words import words
 
     model = default_model()
     texts = [json.loads(line)[args.text_field] for line in args.corpus.read_text(encoding="utf-8").splitlines()

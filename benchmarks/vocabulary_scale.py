@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schemas.models import default_model
+from maskstream.schemas.models import default_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = REPO_ROOT / "data" / "debian-science.jsonl"
@@ -155,12 +155,12 @@ def write_zipf_corpus(folder: Path, word_types: int, total_words: int, *, shards
 def write_word_stats(folder: Path, word_types: int, *, exponent: float = 1.0, seed: int = 0,
                      rows_per_file: int = 1_000_000) -> np.ndarray:
     """A `maskstream stats` output folder of `word_types` synthetic words without a corpus:
-    word_stats-*.parquet (schemas.tables.WORD_STATS_SCHEMA) and summary.json. Returns tf per type."""
+    word_stats-*.parquet (maskstream.schemas.tables.WORD_STATS_SCHEMA) and summary.json. Returns tf per type."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from schemas.formulas import FORMULA_VERSIONS, TF_ICF_UNSEEN_COUNT, WORDFREQ_RESOLUTION
-    from schemas.tables import WORD_STATS_SCHEMA
+    from maskstream.schemas.formulas import FORMULA_VERSIONS, TF_ICF_UNSEEN_COUNT, WORDFREQ_RESOLUTION
+    from maskstream.schemas.tables import WORD_STATS_SCHEMA
 
     tf = zipf_counts(word_types, 10 * word_types, exponent)
     total = int(tf.sum())

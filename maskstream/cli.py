@@ -16,27 +16,27 @@ import logging
 import os
 import sys
 
-from maskstream.remote_paths import (
+from maskstream.pipelines.dataflow_job import is_dry_run
+from maskstream.schemas.remote_paths import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_ENV,
     RemotePathError,
     check_reachable,
     remote_urls,
 )
-from pipelines.dataflow_job import is_dry_run
 
 # name -> (module, one-line help, passes unknown flags to Beam)
 COMMANDS: dict[str, tuple[str, str, bool]] = {
-    "stats": ("pipelines.statistics.stats", "word statistics and TF-ICF of a domain corpus (Beam)", True),
-    "seeds": ("pipelines.statistics.seeds", "top-K seed words by TF-ICF, with a report", False),
-    "build": ("pipelines.dataset.build", "tokenize, score words against the seeds, write a versioned dataset", True),
-    "check-tokenizer": ("pipelines.dataset.check_tokenizer", "does a tokenizer map its tokens to the right words? (a corpus sample)", False),
-    "inspect": ("pipelines.dataset.inspect_dataset", "summarize and verify a dataset version, plot its mask probabilities", False),
-    "update": ("pipelines.lifecycle.update", "stats, seeds and build in one step, redoing only what the corpus changed", True),
-    "watch": ("pipelines.lifecycle.watch", "rebuild a dataset whenever a corpus folder or gs:// prefix changes", True),
-    "gc": ("pipelines.lifecycle.gc", "remove old dataset versions and cache entries no kept version uses", False),
-    "train": ("trainer.train", "continued MLM pretraining on a dataset's streamed shards", False),
-    "finetune": ("trainer.finetune", "fine-tune a classifier with TMR, evaluate, zero-shot transfer", False),
+    "stats": ("maskstream.pipelines.statistics.stats", "word statistics and TF-ICF of a domain corpus (Beam)", True),
+    "seeds": ("maskstream.pipelines.statistics.seeds", "top-K seed words by TF-ICF, with a report", False),
+    "build": ("maskstream.pipelines.dataset.build", "tokenize, score words against the seeds, write a versioned dataset", True),
+    "check-tokenizer": ("maskstream.pipelines.dataset.check_tokenizer", "does a tokenizer map its tokens to the right words? (a corpus sample)", False),
+    "inspect": ("maskstream.pipelines.dataset.inspect_dataset", "summarize and verify a dataset version, plot its mask probabilities", False),
+    "update": ("maskstream.pipelines.lifecycle.update", "stats, seeds and build in one step, redoing only what the corpus changed", True),
+    "watch": ("maskstream.pipelines.lifecycle.watch", "rebuild a dataset whenever a corpus folder or gs:// prefix changes", True),
+    "gc": ("maskstream.pipelines.lifecycle.gc", "remove old dataset versions and cache entries no kept version uses", False),
+    "train": ("maskstream.trainer.train", "continued MLM pretraining on a dataset's streamed shards", False),
+    "finetune": ("maskstream.trainer.finetune", "fine-tune a classifier with TMR, evaluate, zero-shot transfer", False),
 }
 
 

@@ -2,7 +2,7 @@
 
 `FileParser` turns a local or `gs://` file of `.txt`, `.jsonl` or `.parquet` (optionally
 compressed, e.g. `.jsonl.gz`) into `Document`s; `expand_inputs` lists the files of paths, folders
-and globs, `corpus_fingerprint` hashes them. Beam runs them on workers (`pipelines.read_corpus`:
+and globs, `corpus_fingerprint` hashes them. Beam runs them on workers (`maskstream.pipelines.read_corpus`:
 `ReadCorpus`, `FingerprintFiles`); `maskstream update` runs them in its own process, where local
 files are read without importing Beam (`open_stored`). Nothing is dropped silently:
 each record that cannot become a document (bytes that are not UTF-8, an empty document, a
@@ -229,7 +229,7 @@ def _location(record: Document | dict[str, str]) -> str:
 
 
 def _too_long(size: int, limit: int) -> str:
-    return (f"document of {size} bytes is over the {limit / 2**20:g} MiB limit (pipelines.corpus.MAX_DOCUMENT_BYTES); "
+    return (f"document of {size} bytes is over the {limit / 2**20:g} MiB limit (maskstream.pipelines.corpus.MAX_DOCUMENT_BYTES); "
             "split it into smaller documents")
 
 
@@ -262,7 +262,7 @@ def _lines(f: io.IOBase, limit: int, whole_lines: bool) -> Iterator[tuple[int, b
 
 class FileParser:
     """One corpus file -> its `Document`s and rejects (`records`), streamed record by record.
-    Beam-free: `pipelines.read_corpus.ParseFileFn` runs it on workers, `maskstream update` in
+    Beam-free: `maskstream.pipelines.read_corpus.ParseFileFn` runs it on workers, `maskstream update` in
     its own process."""
 
     def __init__(self, text_field: str = "text", txt_mode: str = "line", max_document_bytes: int = MAX_DOCUMENT_BYTES):

@@ -1,4 +1,4 @@
-"""`ReadCorpus` and `FingerprintFiles`: the corpus reader of `pipelines.corpus` as Beam transforms.
+"""`ReadCorpus` and `FingerprintFiles`: the corpus reader of `maskstream.pipelines.corpus` as Beam transforms.
 
 A file is read by one worker, streamed record by record (its line and row numbers need a
 sequential pass); a corpus is parallel across its files, so shard large corpora into many.
@@ -12,7 +12,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io import fileio
 
-from pipelines.corpus import (
+from maskstream.pipelines.corpus import (
     DOCUMENTS,
     FILES,
     MAX_DOCUMENT_BYTES,

@@ -1,11 +1,14 @@
-"""The contract between `pipelines/` (writers) and `trainer/` (readers).
+"""`maskstream.schemas`: the contract between `maskstream.pipelines` (writers) and
+`maskstream.trainer` (readers).
 
 Arrow schemas of every output, the dataset manifest and its validation, the word
-normalization, and the names and versions of the formulas. Imports neither side.
+normalization, the names and versions of the formulas, and what both sides share to read them:
+loading a pretrained model (`pretrained`), remote paths (`remote_paths`), retries and leases.
+Imports neither side.
 """
 
-from schemas.formulas import FORMULA_VERSIONS
-from schemas.manifest import (
+from maskstream.schemas.formulas import FORMULA_VERSIONS
+from maskstream.schemas.manifest import (
     LATEST_POINTER,
     MANIFEST_NAME,
     SCHEMA_VERSION,
@@ -13,14 +16,14 @@ from schemas.manifest import (
     ManifestError,
     ShardEntry,
 )
-from schemas.models import default_model
-from schemas.tables import (
+from maskstream.schemas.models import default_model
+from maskstream.schemas.tables import (
     REJECT_SCHEMA,
     SEQUENCE_SCHEMA,
     WORD_STATS_SCHEMA,
     WORD_TABLE_SCHEMA,
 )
-from schemas.words import normalize_word, word_spans, words
+from maskstream.schemas.words import normalize_word, word_spans, words
 
 __all__ = [
     "FORMULA_VERSIONS",

@@ -1,7 +1,7 @@
 """Which word each token belongs to: the one rule that the build, `update`/`watch`, the trainer's
 whole-word masking and the fine-tuning tokenization share.
 
-A token belongs to the word (`schemas.words`) that its characters overlap, found from the
+A token belongs to the word (`maskstream.schemas.words`) that its characters overlap, found from the
 tokenizer's character offsets into the original text. Overlap, not "the span holding the
 token's first character", because Metaspace (SentencePiece: XLM-R, T5, ALBERT, DeBERTa-v3,
 Llama) and untrimmed byte-level BPE offsets start at the space before the word (`▁calls` covers
@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from schemas.words import word_boundaries
+from maskstream.schemas.words import word_boundaries
 
 
 class Alignment(NamedTuple):

@@ -1,6 +1,6 @@
 """Reader leases: how a process reading a dataset version tells `maskstream gc` to spare it.
 
-A reader (`maskstream train`, through `trainer/lease.py`) writes one small JSON file per process
+A reader (`maskstream train` and `update`, through `VersionLease` below) writes one small JSON file per process
 under the dataset root and rewrites it while it reads:
 
     ROOT/_leases/READER.json   {"schema": "maskstream-reader-lease-v1", "version": "v10",

@@ -1,7 +1,7 @@
 """Sequences that cannot reach their masking budget, end to end: the build's map leaves a
 code-heavy sequence short (too few tokens with p > 0), the tally counts it and the expected masks
-it misses (`pipelines.dataset.signal.budget_shortfall`), the printout says so and names `--floor`,
-and the loader's exact-k draw (`trainer.masking`) masks every token with p > 0 in it and never one
+it misses (`maskstream.pipelines.dataset.signal.budget_shortfall`), the printout says so and names `--floor`,
+and the loader's exact-k draw (`maskstream.trainer.masking`) masks every token with p > 0 in it and never one
 with p = 0. A floor closes the gap."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 import torch
 
-from pipelines.dataset.mask_probability import mask_probabilities_flat
-from pipelines.dataset.signal import (
+from maskstream.pipelines.dataset.mask_probability import mask_probabilities_flat
+from maskstream.pipelines.dataset.signal import (
     WordsForReport,
     budget_shortfall,
     format_report,
@@ -20,9 +20,9 @@ from pipelines.dataset.signal import (
     signal_report,
     tally,
 )
-from schemas.manifest import Manifest
-from trainer.collate import collate_sequences
-from trainer.masking import (
+from maskstream.schemas.manifest import Manifest
+from maskstream.trainer.collate import collate_sequences
+from maskstream.trainer.masking import (
     MaskingConfig,
     apply_masking,
     budget_counts,
@@ -101,7 +101,7 @@ def test_the_report_and_printout_give_the_shortfall_and_name_the_floor() -> None
 
 
 def test_a_manifest_without_the_shortfall_still_loads_and_prints() -> None:
-    from pipelines.dataset.signal import build_lines
+    from maskstream.pipelines.dataset.signal import build_lines
 
     sequence = code_heavy_sequence()
     p = probabilities(sequence, floor=0.0)
@@ -143,7 +143,7 @@ def test_with_a_floor_the_loader_draws_exactly_the_budget() -> None:
 
 def test_the_shortfall_reaches_the_manifest_through_the_builds_tallies() -> None:
     """map_tallies (what the build and update merge into `diagnostics`) carries the shortfall."""
-    from pipelines.dataset.signal import build_diagnostics, map_tallies
+    from maskstream.pipelines.dataset.signal import build_diagnostics, map_tallies
 
     sequence = code_heavy_sequence()
     p = probabilities(sequence, floor=0.0)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import pipelines.lifecycle.gc
-import pipelines.read_corpus
+import maskstream.pipelines.lifecycle.gc
+import maskstream.pipelines.read_corpus
 from maskstream.cli import EXIT_OS_ERROR, _os_error_in, main
 
 
@@ -21,7 +21,7 @@ def test_an_unrelated_exception_raised_while_handling_an_oserror_keeps_its_trace
         except OSError:
             return {}["versions"]  # a bug in the fallback: not an I/O failure
 
-    monkeypatch.setattr(pipelines.lifecycle.gc, "collect_garbage", collect_garbage)
+    monkeypatch.setattr(maskstream.pipelines.lifecycle.gc, "collect_garbage", collect_garbage)
     with pytest.raises(KeyError, match="versions") as raised:
         main(["gc", str(tmp_path)])
     assert isinstance(raised.value.__context__, FileNotFoundError)  # the OSError was there, and is not blamed
@@ -40,9 +40,9 @@ def test_a_missing_input_file_inside_a_beam_pipeline_is_one_line(tmp_path: Path,
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("sparse linear algebra solvers\nmolecular dynamics\n")
     missing = tmp_path / "deleted-after-listing.txt"
-    real_expand = pipelines.read_corpus.expand_inputs
+    real_expand = maskstream.pipelines.read_corpus.expand_inputs
     # The file is listed when the pipeline is built and gone when a worker opens it.
-    monkeypatch.setattr(pipelines.read_corpus, "expand_inputs", lambda patterns: real_expand(patterns) + [str(missing)])
+    monkeypatch.setattr(maskstream.pipelines.read_corpus, "expand_inputs", lambda patterns: real_expand(patterns) + [str(missing)])
     assert main(["stats", "--input", str(corpus), "--output", str(tmp_path / "stats")]) == EXIT_OS_ERROR
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("maskstream stats: error: ") and str(missing) in err[-1]

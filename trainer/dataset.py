@@ -28,14 +28,14 @@ Contract (what each rank and worker reads), for epoch `e`, `T` rows, `W` ranks, 
 4. Every yielded sample is a dict of the SEQUENCE_SCHEMA list columns (`input_ids`, `word_ids`,
    `word_index`, `special_tokens_mask`, `mask_probability`) as 1-D numpy arrays and
    `sample_index`, the row's position in the version (shards in manifest order): the key of the
-   sample's masks (see `trainer.masking`).
+   sample's masks (see `maskstream.trainer.masking`).
 
 Checks: the manifest's schema version (`Manifest.from_json`); each shard's Arrow schema and row
 count when its footer is read (at construction); each shard's sha256, streamed, the first time a
 process reads the shard (`verify_checksums=False` turns it off). Failures name the shard.
 
 State and resume: the position is the number of samples and batches of the current epoch that the
-training loop has received on this rank. The DataLoader of `trainer.loader.build_dataloader`
+training loop has received on this rank. The DataLoader of `maskstream.trainer.loader.build_dataloader`
 counts every batch it hands out into its dataset, so `dataset.state_dict()` taken between two
 steps is exact. `load_state_dict(state)` on a dataset built with the same arguments, used with a
 loader with the same `batch_size` and `num_workers`, yields exactly the batches an uninterrupted
@@ -65,9 +65,9 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
-from schemas.retry import retry_read
-from schemas.tables import SEQUENCE_SCHEMA, check_schema
+from maskstream.schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
+from maskstream.schemas.retry import retry_read
+from maskstream.schemas.tables import SEQUENCE_SCHEMA, check_schema
 
 LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability")
 # What is read, cast to the contract (so that writers differing only in nullability still concat).
@@ -326,7 +326,7 @@ class StreamingSequenceDataset(IterableDataset):
         """The rows of `pieces` as (flat values, offsets) per list column, plus sample indices."""
         tables, indices = [], []
         for block, lo, hi in pieces:
-            # Transient errors: the block is read again on a fresh handle (schemas.retry).
+            # Transient errors: the block is read again on a fresh handle (maskstream.schemas.retry).
             read = functools.partial(self._read_rows, block, lo, hi)
             tables.append(retry_read(read, self.shard_url(block.shard), on_retry=self._close))
             indices.append(np.arange(block.first_row + lo, block.first_row + hi, dtype=np.int64))

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas import default_model
+from maskstream.schemas import default_model
 
 log = logging.getLogger("maskstream.finetune")
 
@@ -262,9 +262,9 @@ def plot_confusion(metrics: dict[str, Any], title: str, path: Path) -> None:
 
 def encode(tokenizer, data: LabeledSet, label_ids: dict[str, int], max_length: int) -> list[dict[str, np.ndarray]]:
     """One sample per row, in the shape `collate_sequences` takes, plus its label. Word ids follow
-    the build's rule (`schemas.alignment`), not the tokenizer's `word_ids()` (its pre-tokenizer's
+    the build's rule (`maskstream.schemas.alignment`), not the tokenizer's `word_ids()` (its pre-tokenizer's
     pieces: whitespace runs for SentencePiece tokenizers)."""
-    from schemas.alignment import word_ids_of_text
+    from maskstream.schemas.alignment import word_ids_of_text
 
     encoded = tokenizer(data.texts, truncation=True, max_length=max_length, return_special_tokens_mask=True,
                         return_offsets_mapping=True)
@@ -288,7 +288,7 @@ def batches(samples: list[dict[str, Any]], batch_size: int, pad_token_id: int, s
     (`labels` is what masking adds: the MLM targets.)"""
     import torch
 
-    from trainer.collate import collate_sequences
+    from maskstream.trainer.collate import collate_sequences
 
     order = np.arange(len(samples))
     if shuffle_seed is not None:
@@ -347,7 +347,7 @@ class FinetuneConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from trainer.train import check_ranges
+        from maskstream.trainer.train import check_ranges
 
         check_ranges(("--tmr-probability", self.tmr_probability, 0 <= self.tmr_probability < 1),
                      ("--validation-fraction", self.validation_fraction, 0 < self.validation_fraction < 1),
@@ -359,7 +359,7 @@ class FinetuneConfig:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> FinetuneConfig:
-        from trainer.train import config_from_args
+        from maskstream.trainer.train import config_from_args
 
         return config_from_args(cls, args)
 
@@ -369,7 +369,7 @@ def train_epoch(model, samples, epoch: int, step: int, total_steps: int, config:
     """One pass over `samples` (shuffled per epoch), TMR-masked, stopping at `total_steps`; returns the step."""
     import torch
 
-    from trainer.masking import apply_masking
+    from maskstream.trainer.masking import apply_masking
 
     device = next(model.parameters()).device
     model.train()
@@ -401,8 +401,8 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
     import torch
     from tqdm import tqdm
 
-    from trainer.masking import MaskingConfig
-    from trainer.train import build_optimizer
+    from maskstream.trainer.masking import MaskingConfig
+    from maskstream.trainer.train import build_optimizer
 
     device = next(model.parameters()).device
     total_steps = math.ceil(len(train_samples) / config.batch_size) * config.epochs
@@ -478,7 +478,7 @@ def load_classifier(config: FinetuneConfig, label_names: list[str]):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from maskstream.pretrained import load_pretrained
+    from maskstream.schemas.pretrained import load_pretrained
 
     model_name = config.model or default_model()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
@@ -514,7 +514,7 @@ def evaluate_splits(model, tokenizer, encoded: dict[str, list[dict[str, Any]]], 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from trainer.metrics import MetricsLogger
+    from maskstream.trainer.metrics import MetricsLogger
 
     config = FinetuneConfig.from_args(args)
     torch.manual_seed(config.seed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from schemas.manifest import Manifest, ManifestError, load_manifest
+from maskstream.schemas.manifest import Manifest, ManifestError, load_manifest
 
 LOG = logging.getLogger("maskstream.follow")
 

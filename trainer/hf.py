@@ -1,16 +1,16 @@
 """Hugging Face interop: a version's shards in `datasets`, and maskstream's masks in `transformers.Trainer`.
 
-With `datasets` (one row per sequence; columns: `schemas.tables.SEQUENCE_SCHEMA`):
+With `datasets` (one row per sequence; columns: `maskstream.schemas.tables.SEQUENCE_SCHEMA`):
 
     from datasets import load_dataset
-    from trainer.hf import shard_urls
+    from maskstream.trainer.hf import shard_urls
     rows = load_dataset("parquet", data_files=shard_urls("gs://bucket/dataset"), split="train")
 
 With `transformers.Trainer` (single process; `maskstream train` is the multi-GPU path):
 
     from transformers import AutoModelForMaskedLM, Trainer, TrainingArguments
-    from trainer.dataset import StreamingSequenceDataset
-    from trainer.hf import MaskingCollator
+    from maskstream.trainer.dataset import StreamingSequenceDataset
+    from maskstream.trainer.hf import MaskingCollator
 
     dataset = StreamingSequenceDataset("out/demo/dataset", seed=0)
     model = AutoModelForMaskedLM.from_pretrained(MODEL)
@@ -20,7 +20,7 @@ With `transformers.Trainer` (single process; `maskstream train` is the multi-GPU
             data_collator=MaskingCollator(dataset, "difference")).train()
 
 The collator draws the same masks as `maskstream train` for the same (seed, epoch, sample): it pads
-with `trainer.collate.collate_sequences` and masks with `trainer.masking.apply_masking`, reading
+with `maskstream.trainer.collate.collate_sequences` and masks with `maskstream.trainer.masking.apply_masking`, reading
 the epoch from the dataset (which `Trainer` advances with `set_epoch`).
 """
 
@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-from schemas.manifest import load_manifest, safe_relative_path
-from trainer.collate import collate_sequences
-from trainer.dataset import StreamingSequenceDataset
-from trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+from maskstream.schemas.manifest import load_manifest, safe_relative_path
+from maskstream.trainer.collate import collate_sequences
+from maskstream.trainer.dataset import StreamingSequenceDataset
+from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "labels")
 

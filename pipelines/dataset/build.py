@@ -20,8 +20,8 @@ import logging
 import time
 from typing import Any
 
-from pipelines.dataset.build_steps import DEFAULTS, BuildConfig
-from schemas.manifest import SEEDS_NAME
+from maskstream.pipelines.dataset.build_steps import DEFAULTS, BuildConfig
+from maskstream.schemas.manifest import SEEDS_NAME
 
 LOG = logging.getLogger("maskstream.build")
 
@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     """Tokenizer, encoder, similarity, probabilities and shards (shared by `build`, `update` and `watch`)."""
-    from schemas.models import HUB_MINILM, default_model
+    from maskstream.schemas.models import HUB_MINILM, default_model
 
     parser.add_argument("--model", default=default_model(),
                         help="tokenizer and encoder, a name or path (default: the offline all-MiniLM-L6-v2 of the "
@@ -116,9 +116,9 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
         raise ValueError(f"--sharpness must be > 0, got {args.sharpness}")
     if not 0.0 <= args.floor <= args.budget:
         raise ValueError(f"--floor must be in [0, --budget = {args.budget}], got {args.floor}")
-    from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
-    from pipelines.dataset.sequences import check_tokenizer
-    from pipelines.dataset.vocabulary import check_min_word_count
+    from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
+    from maskstream.pipelines.dataset.tokenizer_facts import check_tokenizer
+    from maskstream.pipelines.dataset.vocabulary import check_min_word_count
 
     check_min_word_count(args.min_word_count)
 
@@ -159,7 +159,7 @@ def check_word_stats(stats_dir: str) -> None:
 
 
 def warn_if_seeds_from_another_corpus(version_url: str, seeds_content: dict[str, Any]) -> None:
-    from schemas.manifest import load_manifest
+    from maskstream.schemas.manifest import load_manifest
 
     seeds_fingerprint = seeds_content.get("source_fingerprint", {}).get("sha256")
     corpus_fingerprint = load_manifest(version_url)[1].source_fingerprint.get("sha256")
@@ -189,7 +189,7 @@ def check_seed_words(seeds_json: str, seeds: list[str], formulas: dict[str, str]
     """Refuses seeds that are not words of this build's normalization (schemas/words.py): a seeds
     file made with another word normalization, or listing another tokenizer's subword tokens
     (`##ing`, `Ġprotein`, `▁protein`), would match no word of the corpus."""
-    from schemas.words import WORD_NORMALIZATION, words
+    from maskstream.schemas.words import WORD_NORMALIZATION, words
 
     theirs = formulas.get("word_normalization", WORD_NORMALIZATION)
     if theirs != WORD_NORMALIZATION:
@@ -205,11 +205,16 @@ def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.dataflow_job import is_dry_run, job_size
-    from pipelines.dataset.build_steps import manifest_fields
-    from pipelines.dataset.dataset_pipeline import BuildDataset
-    from pipelines.dataset.dataset_writer import join, new_version_name, prepare_version, write_atomically
-    from pipelines.read_corpus import FingerprintFiles, ReadCorpus
+    from maskstream.pipelines.dataflow_job import is_dry_run, job_size
+    from maskstream.pipelines.dataset.build_steps import manifest_fields
+    from maskstream.pipelines.dataset.dataset_pipeline import BuildDataset
+    from maskstream.pipelines.dataset.dataset_writer import (
+        join,
+        new_version_name,
+        prepare_version,
+        write_atomically,
+    )
+    from maskstream.pipelines.read_corpus import FingerprintFiles, ReadCorpus
 
     version = args.version or new_version_name()
     dry_run = is_dry_run(args.beam_args)  # the job is built, not run: nothing is read or written
@@ -257,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
 def manifest_exists(version_url: str) -> bool:
     import fsspec
 
-    from schemas.manifest import MANIFEST_NAME
+    from maskstream.schemas.manifest import MANIFEST_NAME
 
     fs, path = fsspec.core.url_to_fs(f"{version_url}/{MANIFEST_NAME}")
     return fs.exists(path)
@@ -277,9 +282,9 @@ def first_rejects(version_url: str, count: int = 5) -> list[str]:
 
 def print_signal(version_url: str) -> None:
     """The manifest's vocabulary coverage and signal diagnostics (pipelines/dataset/signal.py), as text."""
-    from pipelines.dataset.signal import build_lines
-    from pipelines.dataset.vocabulary import vocabulary_line
-    from schemas.manifest import load_manifest
+    from maskstream.pipelines.dataset.signal import build_lines
+    from maskstream.pipelines.dataset.vocabulary import vocabulary_line
+    from maskstream.schemas.manifest import load_manifest
 
     _, manifest = load_manifest(version_url)
     print(vocabulary_line(manifest.vocabulary))
@@ -289,7 +294,7 @@ def print_signal(version_url: str) -> None:
 
 def stage_report(result, elapsed_s: float) -> dict[str, Any]:
     """Counters and per-stage seconds the pipeline recorded (Beam metrics)."""
-    from pipelines.dataset.build_steps import pipeline_counters
+    from maskstream.pipelines.dataset.build_steps import pipeline_counters
 
     counters = pipeline_counters(result, "build")
     stages = {k.removesuffix("_ms"): round(v / 1000, 3) for k, v in counters.items() if k.endswith("_ms")}

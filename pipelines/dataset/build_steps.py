@@ -33,10 +33,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
-from pipelines.dataset.word_lookup import WordLookup, WordScores, word_keys
-from schemas.manifest import WORD_TABLE_FORMAT, WORD_TABLE_NAME, WORD_TABLE_SHARD_ROWS, Manifest, ShardEntry
-from schemas.models import MAX_WORD_TOKENS, model_entry
+from maskstream.pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
+from maskstream.pipelines.dataset.word_lookup import WordLookup, WordScores, word_keys
+from maskstream.schemas.manifest import (
+    WORD_TABLE_FORMAT,
+    WORD_TABLE_NAME,
+    WORD_TABLE_SHARD_ROWS,
+    Manifest,
+    ShardEntry,
+)
+from maskstream.schemas.models import MAX_WORD_TOKENS, model_entry
 
 REJECTS_PREFIX = "rejects"  # VERSION/rejects-SSSSS-of-NNNNN.jsonl, as `maskstream stats` writes its rejects
 
@@ -79,7 +85,7 @@ DEFAULTS = BuildConfig(tokenizer="", encoder="")  # the one place the options' d
 
 def tokenizer_info(name: str) -> dict[str, Any]:
     """What the trainer needs from the tokenizer without loading it."""
-    from pipelines.dataset.tokenizer_facts import tokenizer_facts
+    from maskstream.pipelines.dataset.tokenizer_facts import tokenizer_facts
 
     return {**model_entry(name), **tokenizer_facts(name)["info"]}
 
@@ -105,7 +111,7 @@ def vocabulary_tally(words: pa.Array, tf: np.ndarray, min_word_count: int, seeds
 def vocabulary_counts(tally: np.ndarray, min_word_count: int) -> dict[str, Any]:
     """The manifest's `vocabulary` figures from the counts (`vocabulary_tally`, summed): threshold,
     fallback, types and word occurrences encoded."""
-    from pipelines.dataset.vocabulary import FALLBACK
+    from maskstream.pipelines.dataset.vocabulary import FALLBACK
 
     types, encoded, occurrences, covered = (int(n) for n in tally)
     return {
@@ -166,7 +172,7 @@ def score_words(words: Sequence[str], embeddings: np.ndarray, seeds: Iterable[tu
     """Words (rows of `embeddings`) scored against the seeds' (word, embedding): WORD_TABLE_SCHEMA
     rows with each word's similarity and nearest seed. The seeds are taken in word order, so the
     nearest of two equally near seeds does not depend on the order they arrived in."""
-    from pipelines.dataset.dataset_writer import word_table
+    from maskstream.pipelines.dataset.dataset_writer import word_table
 
     seeds = sorted(seeds, key=lambda seed: seed[0])
     seed_words = [word for word, _ in seeds]
@@ -177,7 +183,7 @@ def score_words(words: Sequence[str], embeddings: np.ndarray, seeds: Iterable[tu
 def word_scores(encoded: Iterable[pa.Table], word_types: int, seeds: Iterable[str]) -> WordScores:
     """Every word type's similarity and nearest seed from the encoded words' rows (`score_words`
     tables, any order); a word the encoder skipped gets the fallback similarity."""
-    from schemas.tables import WORD_TABLE_SCHEMA
+    from maskstream.schemas.tables import WORD_TABLE_SCHEMA
 
     schema = pa.schema([WORD_TABLE_SCHEMA.field(name) for name in ("word_index", "similarity", "nearest_seed")])
     table = pa.concat_tables([t.select(schema.names).cast(schema) for t in [schema.empty_table(), *encoded]])
@@ -193,7 +199,7 @@ def word_table_shards(word_types: int) -> int:
 
 def word_table_rows(words: pa.Array, lookup: WordLookup, scores: WordScores) -> Iterable[tuple[int, pa.Table]]:
     """A batch of word types -> (word-table shard, its WORD_TABLE_SCHEMA rows of the batch)."""
-    from pipelines.dataset.dataset_writer import word_table
+    from maskstream.pipelines.dataset.dataset_writer import word_table
 
     names = words.to_pylist()
     index = lookup.index_of(names)
@@ -208,9 +214,9 @@ def word_table_rows(words: pa.Array, lookup: WordLookup, scores: WordScores) -> 
 def write_word_table_shard(version_url: str, shard: int, count: int, parts: Iterable[pa.Table]) -> str:
     """Writes word-table shard `shard` of `count` from its rows (any order), in word_index order;
     returns its path relative to the version."""
-    from pipelines.dataset.dataset_writer import join, write_word_table
-    from schemas.manifest import word_table_shard_name
-    from schemas.tables import WORD_TABLE_SCHEMA
+    from maskstream.pipelines.dataset.dataset_writer import join, write_word_table
+    from maskstream.schemas.manifest import word_table_shard_name
+    from maskstream.schemas.tables import WORD_TABLE_SCHEMA
 
     name = word_table_shard_name(shard, count)
     write_word_table(version_url, name, pa.concat_tables([WORD_TABLE_SCHEMA.empty_table(), *parts]))
@@ -236,7 +242,7 @@ def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
 
     Returned as arrays, units by their `word_keys` (blake2b, 64 bits) sorted (for `searchsorted`) and their first
     ids: 16 bytes a unit, which Beam sizes and pickles as two buffers, not as a dict of strings."""
-    from pipelines.dataset.sequences import natural_key
+    from maskstream.pipelines.dataset.sequences import natural_key
 
     counts = pa.concat_tables([UNIT_COUNTS_SCHEMA.empty_table(), *per_table])
     units = counts.column("unit").to_pylist()
@@ -289,7 +295,7 @@ def probability_options(config: BuildConfig) -> dict[str, Any]:
 
 def sequence_rows(windows: pa.Table, ids: np.ndarray, similarity: np.ndarray, config: BuildConfig) -> pa.Table:
     """Windows and their sequence ids -> SEQUENCE_SCHEMA rows with their mask probabilities."""
-    from pipelines.dataset.dataset_writer import dataset_rows
+    from maskstream.pipelines.dataset.dataset_writer import dataset_rows
 
     return dataset_rows(windows, ids, similarity, **probability_options(config))
 
@@ -297,7 +303,7 @@ def sequence_rows(windows: pa.Table, ids: np.ndarray, similarity: np.ndarray, co
 def signal_tally(rows: pa.Table, similarity: np.ndarray, config: BuildConfig,
                  total: int) -> dict[str, dict[str, np.ndarray]]:
     """The signal tallies of rows of a dataset of `total` rows (pipelines/dataset/signal.py)."""
-    from pipelines.dataset.signal import map_tallies
+    from maskstream.pipelines.dataset.signal import map_tallies
 
     return map_tallies(rows, similarity, dataclasses.asdict(config), total)
 
@@ -309,7 +315,7 @@ def manifest_fields(version: str, config: BuildConfig, seeds: Sequence[str], fin
                     run_config: dict[str, Any]) -> dict[str, Any]:
     """What the manifest states before any row is computed: `run_config` (the driver's own inputs
     and options) joins the BuildConfig under `config`."""
-    from schemas.formulas import FORMULA_VERSIONS
+    from maskstream.schemas.formulas import FORMULA_VERSIONS
 
     return {
         "version": version,
@@ -333,8 +339,8 @@ def assemble_manifest(fields: dict[str, Any], shards: Iterable[ShardEntry], *, r
     the word types, the signal diagnostics and the vocabulary's coverage (`vocabulary_counts`, and
     the tokens from the merged tallies). The few words the diagnostics name are read back from the
     word table already written under `version_url`."""
-    from pipelines.dataset.signal import WordsForReport, build_diagnostics
-    from pipelines.dataset.vocabulary import token_coverage
+    from maskstream.pipelines.dataset.signal import WordsForReport, build_diagnostics
+    from maskstream.pipelines.dataset.vocabulary import token_coverage
 
     fields = json.loads(json.dumps(fields))
     fields["source_fingerprint"]["documents"] = {"read": read, "accepted": accepted, "rejected": rejected}
@@ -350,7 +356,7 @@ def words_of(version_url: str, fields: dict[str, Any], indices: np.ndarray) -> l
     """The text of the word types `indices` (word_index), read from the version's word table with a filter."""
     import pyarrow.dataset as ds
 
-    from schemas.manifest import read_word_table
+    from maskstream.schemas.manifest import read_word_table
 
     wanted = pa.array(np.asarray(indices, np.int32))
     table = read_word_table(version_url, fields["word_table"], ["word", "word_index"], ds.field("word_index").isin(wanted))
@@ -364,7 +370,7 @@ def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
     them from the pipeline (BuildDataset's Bookkeeping), in as many files as the runner chooses."""
     import fsspec
 
-    from pipelines.dataset.dataset_writer import join
+    from maskstream.pipelines.dataset.dataset_writer import join
 
     rejects = sorted(rejects, key=lambda r: (r["source"], r["location"]))
     with fsspec.open(join(version_url, f"{REJECTS_PREFIX}-00000-of-00001.jsonl"), "w", encoding="utf-8") as f:

@@ -2,7 +2,7 @@
 
 Loads MODEL's tokenizer as `maskstream build` does (refusing one without a fast tokenizer,
 character offsets or a mask token), tokenizes a sample of the corpus, assigns every token to
-its word (`schemas.alignment`, the build's rule) and, for every word occurrence, decodes the
+its word (`maskstream.schemas.alignment`, the build's rule) and, for every word occurrence, decodes the
 tokens assigned to it with the tokenizer's own decoder: the occurrence is right when their
 letters and digits spell the word as the tokenizer normalizes it (lower-casing, accent
 stripping). Prints the fraction right, the tokens across two words and a few wrong examples;
@@ -63,15 +63,15 @@ def read_texts(path: str, text_field: str, limit: int) -> list[str]:
 
 
 def word_decode_report(model: str, texts: Sequence[str], examples: int = 5) -> dict[str, Any]:
-    """For every word occurrence of `texts` (`schemas.words.WORD_PATTERN`): do the tokens the
+    """For every word occurrence of `texts` (`maskstream.schemas.words.WORD_PATTERN`): do the tokens the
     build assigns to it decode to it? Counts: `words`, `right` (one word per occurrence unit),
     `joined` (right, in a unit of several words joined by a token across them), `wrong`
     (mis-decoded, or given tokens of two units, or none), `tokens_across_words`."""
     import numpy as np
 
-    from pipelines.dataset.sequences import load_backend_tokenizer
-    from schemas.alignment import align_tokens_to_words
-    from schemas.words import WORD_PATTERN, word_boundaries
+    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+    from maskstream.schemas.alignment import align_tokens_to_words
+    from maskstream.schemas.words import WORD_PATTERN, word_boundaries
 
     backend = load_backend_tokenizer(model)
     normalize = backend.normalizer.normalize_str if backend.normalizer is not None else (lambda s: s)
@@ -142,7 +142,7 @@ def word_decode_report(model: str, texts: Sequence[str], examples: int = 5) -> d
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.dataset.sequences import check_tokenizer
+    from maskstream.pipelines.dataset.tokenizer_facts import check_tokenizer
 
     try:
         check_tokenizer(args.model)

@@ -35,7 +35,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from pipelines.dataset.build_steps import (
+from maskstream.pipelines.dataset.build_steps import (
     REJECTS_PREFIX,
     BuildConfig,
     assemble_manifest,
@@ -55,18 +55,18 @@ from pipelines.dataset.build_steps import (
     word_table_shards,
     write_word_table_shard,
 )
-from pipelines.dataset.dataset_writer import (
+from maskstream.pipelines.dataset.dataset_writer import (
     embeddings_table,
     join,
     write_manifest_and_latest,
     write_parquet,
     write_shard,
 )
-from pipelines.dataset.embeddings import EmbedWords, ScoreWords, WordEncoderHandler
-from pipelines.dataset.signal import merge_map_tallies
-from pipelines.dataset.tokenize_to_windows import TokenizeToWindows
-from pipelines.dataset.word_lookup import WordLookup, WordScores
-from schemas.manifest import WORD_TABLE_SHARD_ROWS, ShardEntry
+from maskstream.pipelines.dataset.embeddings import EmbedWords, ScoreWords, WordEncoderHandler
+from maskstream.pipelines.dataset.signal import merge_map_tallies
+from maskstream.pipelines.dataset.tokenize_to_windows import TokenizeToWindows
+from maskstream.pipelines.dataset.word_lookup import WordLookup, WordScores
+from maskstream.schemas.manifest import WORD_TABLE_SHARD_ROWS, ShardEntry
 
 
 def _elapsed_ms(started: float) -> int:
@@ -272,7 +272,7 @@ def stage_windows(windows: pa.Table, version_url: str) -> tuple[str, pa.Table]:
 class ComputeRows(beam.DoFn):
     """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
     written as one Arrow part file per shard it touches; yields (shard, part path), and the
-    rows' signal tallies (`pipelines.dataset.signal.map_tallies`) on the output tagged TALLY.
+    rows' signal tallies (`maskstream.pipelines.dataset.signal.map_tallies`) on the output tagged TALLY.
 
     The rows go through files rather than through the GroupByKey: the runner then never holds
     the whole dataset in memory, only the part names.
@@ -306,7 +306,7 @@ class ComputeRows(beam.DoFn):
 
 
 class MergeTallies(beam.CombineFn):
-    """Sums signal tallies per map (`pipelines.dataset.signal.merge_map_tallies`); None when there is none."""
+    """Sums signal tallies per map (`maskstream.pipelines.dataset.signal.merge_map_tallies`); None when there is none."""
 
     def create_accumulator(self):
         return None

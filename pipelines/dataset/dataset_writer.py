@@ -24,8 +24,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest, ShardEntry, sha256_file, shard_name
-from schemas.tables import SEQUENCE_SCHEMA, WORD_TABLE_SCHEMA
+from maskstream.schemas.manifest import (
+    LATEST_POINTER,
+    MANIFEST_NAME,
+    Manifest,
+    ShardEntry,
+    sha256_file,
+    shard_name,
+)
+from maskstream.schemas.tables import SEQUENCE_SCHEMA, WORD_TABLE_SCHEMA
 
 
 def new_version_name() -> str:
@@ -80,10 +87,10 @@ def write_atomically(url: str, data: bytes) -> None:
 
 
 def dataset_rows(windows: pa.Table, sequence_ids: np.ndarray, similarity: np.ndarray, **probability) -> pa.Table:
-    """Windows (`pipelines.dataset.sequences.WINDOWS_SCHEMA`) and their ids -> rows of SEQUENCE_SCHEMA,
+    """Windows (`maskstream.pipelines.dataset.sequences.WINDOWS_SCHEMA`) and their ids -> rows of SEQUENCE_SCHEMA,
     with mask probabilities (`mask_probabilities_flat`, keyword options passed through)."""
-    from pipelines.dataset.mask_probability import mask_probabilities_flat
-    from pipelines.dataset.sequences import flat, list_column
+    from maskstream.pipelines.dataset.mask_probability import mask_probabilities_flat
+    from maskstream.pipelines.dataset.sequences import flat, list_column
 
     word_ids, offsets = flat(windows, "word_ids")
     word_index, _ = flat(windows, "word_index")

@@ -9,7 +9,7 @@ histogram of the mask probabilities and of the expected masking rate per sequenc
 Then the masking signal (pipelines/dataset/signal.py), computed again from the shards: lifts,
 entropy ratio, the most and least masked words of the stored probabilities, and the same figures
 for three maps recomputed from the shards' words and the word table -- the paper's similarity map,
-the reference code's rank map and the sharpened map (`pipelines.dataset.mask_probability.SHARPENED`);
+the reference code's rank map and the sharpened map (`maskstream.pipelines.dataset.mask_probability.SHARPENED`);
 plotted to a second PNG (the first one's name with `_signal`). Where they are the figures of the
 manifest, which `build` printed, one line says so; otherwise (an older version, or figures that
 differ) they are printed in full.
@@ -24,7 +24,7 @@ import argparse
 import sys
 from typing import Any
 
-from pipelines.dataset import inspect_html
+from maskstream.pipelines.dataset import inspect_html
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def mark_tokens(tokens: list[str], probability, special, fraction: float) -> str
 
 
 def summary_lines(version_url: str, manifest) -> list[str]:
-    from schemas.models import manifest_model_name
+    from maskstream.schemas.models import manifest_model_name
 
     docs = manifest.source_fingerprint.get("documents", {})
     config = manifest.config
@@ -73,34 +73,10 @@ def summary_lines(version_url: str, manifest) -> list[str]:
     ]
 
 
-def plot_histograms(probabilities, rates, path: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.hist(probabilities, bins=50, color="tab:blue")
-    left.set_yscale("log")  # counts span decades; the label says the axis is not linear from zero
-    left.set_xlabel("mask probability (non-special tokens)")
-    left.set_ylabel("tokens (log scale)")
-    right.hist(rates, bins=50, color="tab:orange")
-    right.ticklabel_format(useOffset=False)
-    right.set_ylim(bottom=0)
-    right.set_xlabel("expected masked fraction per sequence")
-    right.set_ylabel("sequences")
-    for ax in (left, right):
-        ax.tick_params(axis="x", labelrotation=30)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def signal_reports(tallies: list[dict], word_table: Any, seeds: list[str]) -> dict[str, dict]:
-    """`signal_report` per map of the shards' `pipelines.dataset.signal.map_tallies` (one per shard):
+    """`signal_report` per map of the shards' `maskstream.pipelines.dataset.signal.map_tallies` (one per shard):
     the stored probabilities first, then each map of `comparison_maps`, recomputed."""
-    from pipelines.dataset.signal import WordsForReport, merge_map_tallies
+    from maskstream.pipelines.dataset.signal import WordsForReport, merge_map_tallies
 
     words = WordsForReport.of_table(word_table)  # once: it holds every word type's text and index
     return {name: words.diagnostics(tally, seeds) for name, tally in merge_map_tallies(tallies).items()}
@@ -111,10 +87,10 @@ def run(args: argparse.Namespace) -> int:
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    from pipelines.dataset.dataset_writer import join, verify_shard
-    from pipelines.dataset.signal import inspect_lines, map_tallies, plot_report
-    from schemas.manifest import ManifestError, load_manifest, read_word_table
-    from schemas.tables import SEQUENCE_SCHEMA, SchemaMismatch, check_schema
+    from maskstream.pipelines.dataset.dataset_writer import join, verify_shard
+    from maskstream.pipelines.dataset.signal import inspect_lines, map_tallies, plot_histograms, plot_report
+    from maskstream.schemas.manifest import ManifestError, load_manifest, read_word_table
+    from maskstream.schemas.tables import SEQUENCE_SCHEMA, SchemaMismatch, check_schema
 
     try:
         version_url, manifest = load_manifest(args.dataset)

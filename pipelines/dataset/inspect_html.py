@@ -57,7 +57,7 @@ def read_sample(version_url: str, manifest: Any, ids: np.ndarray) -> list[dict[s
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from pipelines.dataset.dataset_writer import join
+    from maskstream.pipelines.dataset.dataset_writer import join
 
     wanted = pa.array(ids)
     rows: list[dict[str, Any]] = []
@@ -136,7 +136,7 @@ def _cell(value: Any, digits: str = ".3g") -> str:
 def seed_rows(seeds_json: dict[str, Any] | None, manifest_seeds: list[str]) -> list[dict[str, Any]]:
     """One row per seed: what seeds.json says (rank, frequencies, score, which contrast put it
     there), None where a file written before those fields existed, or a bare list, has nothing."""
-    from pipelines.statistics.seeds import SCORE_COLUMN
+    from maskstream.pipelines.statistics.seeds import SCORE_COLUMN
 
     if not seeds_json:
         return [{"rank": rank, "word": w} for rank, w in enumerate(manifest_seeds, start=1)]
@@ -159,8 +159,8 @@ def seed_rows(seeds_json: dict[str, Any] | None, manifest_seeds: list[str]) -> l
 def read_seeds_json(version_url: str) -> dict[str, Any] | None:
     import fsspec
 
-    from pipelines.dataset.dataset_writer import join
-    from schemas.manifest import SEEDS_NAME
+    from maskstream.pipelines.dataset.dataset_writer import join
+    from maskstream.schemas.manifest import SEEDS_NAME
 
     try:
         with fsspec.open(join(version_url, SEEDS_NAME), "r", encoding="utf-8") as f:
@@ -178,7 +178,7 @@ def _table(header: list[str], rows: list[list[str]], numeric_from: int = 1) -> s
 
 
 def provenance_section(version_url: str, manifest: Any, verified: bool) -> str:
-    from pipelines.dataset.vocabulary import vocabulary_line
+    from maskstream.pipelines.dataset.vocabulary import vocabulary_line
 
     docs = manifest.source_fingerprint.get("documents", {})
     tokenizer, encoder = manifest.tokenizer, manifest.encoder
@@ -220,7 +220,7 @@ def seeds_section(rows: list[dict[str, Any]]) -> str:
 
 
 def signal_section(reports: dict[str, dict[str, Any]], histogram_uri: str, plot_uris: dict[str, str]) -> str:
-    from pipelines.dataset.signal import GROUP_LABELS
+    from maskstream.pipelines.dataset.signal import GROUP_LABELS
 
     built_name, built = next(iter(reports.items()))
     rows = []
@@ -265,8 +265,7 @@ def write_page(path: str, version_url: str, manifest: Any, *, tokenizer: Any, wo
     """Writes the page to `path` (local or remote); returns {"bytes", "sequences", "requested"}."""
     import fsspec
 
-    from pipelines.dataset.inspect_dataset import plot_histograms
-    from pipelines.dataset.signal import plot_report
+    from maskstream.pipelines.dataset.signal import plot_histograms, plot_report
 
     if sequences < 1:
         raise ValueError(f"--html-sequences must be at least 1, not {sequences}")

@@ -1,4 +1,4 @@
-"""Per-token mask probabilities (`schemas.formulas`: `difference-masking-v1`), vectorized.
+"""Per-token mask probabilities (`maskstream.schemas.formulas`: `difference-masking-v1`), vectorized.
 
 For one sequence with non-special tokens T (n = |T|):
 

@@ -9,8 +9,8 @@ Everything here works on batches, as Arrow tables of flat arrays (no per-token P
   probabilities are known.
 
 The word behind a token is found from the tokenizer's character offsets against the words of
-`schemas.words` in the same text, so it is exactly the word the statistics counted: a token
-belongs to the word its characters overlap (`schemas.alignment`, the rule every path shares).
+`maskstream.schemas.words` in the same text, so it is exactly the word the statistics counted: a token
+belongs to the word its characters overlap (`maskstream.schemas.alignment`, the rule every path shares).
 All subword tokens of one word share its occurrence id; a token outside every word (punctuation,
 a lone `▁`) is an occurrence of its own; special tokens get -1.
 
@@ -27,7 +27,6 @@ A window never ends inside a word unless that word alone is longer than a window
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import re
@@ -38,9 +37,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.dataset.word_lookup import WordLookup
-from schemas.alignment import align_tokens_to_words
-from schemas.words import normalize_word, word_boundaries
+from maskstream.pipelines.dataset.word_lookup import WordLookup
+from maskstream.schemas.alignment import align_tokens_to_words
+from maskstream.schemas.words import normalize_word, word_boundaries
 
 TOKENIZED_SCHEMA = pa.schema([
     pa.field("document_id", pa.string()),
@@ -75,7 +74,7 @@ def flat(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def word_spans_of_text(text: str, vocabulary: WordLookup) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, ends, word-table row or -1) of every word of `text` (`schemas.words`).
+    """(starts, ends, word-table row or -1) of every word of `text` (`maskstream.schemas.words`).
 
     The words are cut out of the text's UTF-8 bytes as one Arrow array and dictionary-encoded,
     so only each distinct spelling is normalized and hashed in Python, then looked up in the
@@ -114,9 +113,9 @@ def encoding_arrays(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, n
 def tokenize_documents(tokenizer, documents: Sequence[Any],
                        vocabulary: WordLookup) -> tuple[pa.Table, list, int]:
     """(TOKENIZED_SCHEMA table of the documents with tokens, the documents without any token,
-    the number of tokens across two or more words (`schemas.alignment`)).
+    the number of tokens across two or more words (`maskstream.schemas.alignment`)).
 
-    `tokenizer` is a `tokenizers.Tokenizer` (see `load_backend_tokenizer`); `word_index` is the
+    `tokenizer` is a `tokenizers.Tokenizer` (see `tokenizer_facts.load_backend_tokenizer`); `word_index` is the
     word's row in `vocabulary`, -1 outside words and for words it does not hold.
     """
     texts = [d.text for d in documents]
@@ -137,60 +136,6 @@ def tokenize_documents(tokenizer, documents: Sequence[Any],
         "word_index": list_column(word_index.astype(np.int32), offsets, pa.int32()),
     }, schema=TOKENIZED_SCHEMA)
     return table, [d for d, k in zip(documents, keep, strict=True) if not k], across
-
-
-@functools.lru_cache(maxsize=4)
-def load_tokenizer(name: str):
-    """The Hugging Face tokenizer `name`, loaded once per process (its callers set padding and
-    truncation per call, as the tokenizer's own `__call__` does)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(name)
-
-
-@functools.lru_cache(maxsize=4)
-def load_backend_tokenizer(name: str):
-    """The fast tokenizer's Rust backend, without the padding/truncation its config may carry
-    (loaded once per process and name, from tokenizer_facts' cache when there; callers only encode
-    with it)."""
-    from tokenizers import Tokenizer
-
-    from pipelines.dataset.tokenizer_facts import tokenizer_facts
-
-    backend = tokenizer_facts(name)["backend"]
-    if backend is None:
-        raise ValueError(f"{name}: maskstream needs a fast (Rust) tokenizer for offsets")
-    return Tokenizer.from_str(backend)
-
-
-def check_tokenizer(name: str, packing: str = "truncate") -> None:
-    """Refuses, before a build starts, a tokenizer maskstream cannot map to words or mask with:
-    raises ValueError saying everything that is missing (tokenizer_facts, cached by content)."""
-    from pipelines.dataset.tokenizer_facts import tokenizer_facts
-
-    facts = tokenizer_facts(name)
-    problems = list(facts["problems"])
-    if packing == "pack" and facts["pack_problem"]:
-        problems.append(facts["pack_problem"])
-    if problems:
-        raise ValueError(f"tokenizer {name} cannot be used: " + "; ".join(problems))
-
-
-def special_template(tokenizer) -> tuple[list[int], list[int]]:
-    """(prefix ids, suffix ids) the tokenizer puts around one sequence, e.g. [CLS] / [SEP]."""
-    encoding = tokenizer.encode("a", add_special_tokens=True)
-    mask = encoding.special_tokens_mask
-    first = mask.index(0)
-    last = len(mask) - 1 - mask[::-1].index(0)
-    return list(encoding.ids[:first]), list(encoding.ids[last + 1 :])
-
-
-def pack_separator(name: str) -> list[int]:
-    """The token between packed documents (tokenizer_facts): the last one the tokenizer appends to
-    a sequence, else its eos or sep token; [] when it has none."""
-    from pipelines.dataset.tokenizer_facts import tokenizer_facts
-
-    return list(tokenizer_facts(name)["pack_separator"])
 
 
 def cut_points(word_ids: np.ndarray, capacity: int) -> list[int]:

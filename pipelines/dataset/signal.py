@@ -106,7 +106,7 @@ def built_name(config: dict[str, Any]) -> str:
 def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Name -> `mask_probabilities_flat` options of the maps every build and `inspect` compare with
     the built one: the paper's similarity map, the reference code's rank map, the sharpened map."""
-    from pipelines.dataset.mask_probability import PAPER_SHARPNESS, SHARPENED
+    from maskstream.pipelines.dataset.mask_probability import PAPER_SHARPNESS, SHARPENED
 
     base = {"budget": config.get("budget", 0.15), "width": config.get("max_length", 0)}
     sharpened = {**base, **SHARPENED}
@@ -130,7 +130,7 @@ def map_tallies(rows: Any, similarity: np.ndarray, config: dict[str, Any],
     words and `similarity`, on the rows `comparison_stride` picks (the same ones whoever reads them)."""
     import pyarrow as pa
 
-    from pipelines.dataset.mask_probability import mask_probabilities_flat
+    from maskstream.pipelines.dataset.mask_probability import mask_probabilities_flat
 
     budget = config.get("budget", 0.15)
 
@@ -167,7 +167,7 @@ def build_diagnostics(tallies: dict[str, dict[str, np.ndarray]] | None, words: W
     seeds = list(seeds)
     (name, built), *others = tallies.items()
     report = {"map": name, **words.diagnostics(built, seeds), "comparison": {}}
-    from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
+    from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 
     for other, counts in others:  # figures only: no word's text is read for a compared map
         figures = signal_figures(counts, words, seeds, ENGLISH_STOP_WORDS)
@@ -181,7 +181,7 @@ class WordsForReport:
     similarity (by word_index), the word_index of given words, and the text of a few types.
 
     `of_table` serves a whole word table in memory (inspect); the build passes its compact arrays
-    (`pipelines.dataset.word_lookup`) and reads the few words it names from the word-table files."""
+    (`maskstream.pipelines.dataset.word_lookup`) and reads the few words it names from the word-table files."""
 
     def __init__(self, similarity: np.ndarray, index_of: Callable[[Sequence[str]], np.ndarray],
                  text_of: Callable[[np.ndarray], list[str]]):
@@ -201,7 +201,7 @@ class WordsForReport:
 
     def diagnostics(self, counts: dict[str, np.ndarray] | None, seeds: Iterable[str]) -> dict[str, Any]:
         """`signal_report` of a tally with scikit-learn's English stop words; {} without a tally (no rows)."""
-        from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
+        from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 
         if counts is None:
             return {}
@@ -398,7 +398,7 @@ def inspect_lines(reports: dict[str, dict[str, Any]], manifest: Any) -> list[str
     shards (`inspect_dataset.signal_reports`). A version whose writer printed them (its manifest
     holds the same figures) gets one line saying so, so that `build` then `inspect` shows each
     figure once; an older manifest, or figures that differ, get the whole report."""
-    from pipelines.dataset.vocabulary import vocabulary_line
+    from maskstream.pipelines.dataset.vocabulary import vocabulary_line
 
     (built_name, built), *others = reports.items()
     stored = manifest.diagnostics
@@ -429,6 +429,31 @@ def comparison_lines(reports: dict[str, dict[str, Any]]) -> list[str]:
                      f"{r['entropy_ratio']:>9.3f}{r.get('max_budget_error', float('nan')):>12.1e}"
                      f"{r.get('budget_shortfall', {}).get('short_share', float('nan')):>12.1%}")
     return lines
+
+
+def plot_histograms(probabilities: Any, rates: Any, path: str, title: str) -> None:
+    """Two histograms: the non-special tokens' mask probabilities and each sequence's expected masked fraction."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.hist(probabilities, bins=50, color="tab:blue")
+    left.set_yscale("log")  # counts span decades; the label says the axis is not linear from zero
+    left.set_xlabel("mask probability (non-special tokens)")
+    left.set_ylabel("tokens (log scale)")
+    right.hist(rates, bins=50, color="tab:orange")
+    right.ticklabel_format(useOffset=False)
+    right.set_ylim(bottom=0)
+    right.set_xlabel("expected masked fraction per sequence")
+    right.set_ylabel("sequences")
+    for ax in (left, right):
+        ax.tick_params(axis="x", labelrotation=30)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def plot_report(report: dict[str, Any], path: str, title: str) -> None:

@@ -1,6 +1,6 @@
 """The build's tokenizing step as Beam transforms: documents -> windows (`TokenizeToWindows`).
 
-The work itself is `pipelines.dataset.sequences`' (Beam-free, shared with `maskstream update`);
+The work itself is `maskstream.pipelines.dataset.sequences`' (Beam-free, shared with `maskstream update`);
 this module only batches, groups and counts it.
 """
 
@@ -13,18 +13,20 @@ from typing import Any
 import apache_beam as beam
 import pyarrow as pa
 
-from pipelines.dataset.sequences import (
+from maskstream.pipelines.dataset.sequences import (
     cut_windows,
     flat,
-    load_backend_tokenizer,
     pack_documents,
     pack_group,
-    pack_separator,
     sort_documents,
-    special_template,
     tokenize_documents,
 )
-from pipelines.dataset.word_lookup import WordLookup
+from maskstream.pipelines.dataset.tokenizer_facts import (
+    load_backend_tokenizer,
+    pack_separator,
+    special_template,
+)
+from maskstream.pipelines.dataset.word_lookup import WordLookup
 
 
 class TokenizeDocuments(beam.DoFn):

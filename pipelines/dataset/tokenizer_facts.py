@@ -78,9 +78,9 @@ def compute_tokenizer_facts(name: str) -> dict[str, Any]:
     """The facts of `tokenizer_facts`, from the loaded Hugging Face tokenizer."""
     from tokenizers import Tokenizer
 
-    from pipelines.dataset.sequences import align_tokens_to_words, load_tokenizer, special_template
-    from schemas.manifest import vocab_hash
-    from schemas.words import word_boundaries
+    from maskstream.schemas.alignment import align_tokens_to_words
+    from maskstream.schemas.manifest import vocab_hash
+    from maskstream.schemas.words import word_boundaries
 
     hf = load_tokenizer(name)
     problems, pack_problem, backend, separator = [], None, None, []
@@ -133,3 +133,54 @@ def compute_tokenizer_facts(name: str) -> dict[str, Any]:
 
 # Words whose tokens `check_tokenizer` expects the tokenizer's offsets to find.
 OFFSETS_PROBE = "Offsets: every word of this probe, e.g. x86_64 or naïve, maps to its own tokens."
+
+
+# --- loading and checking a tokenizer -----------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(name: str):
+    """The Hugging Face tokenizer `name`, loaded once per process (its callers set padding and
+    truncation per call, as the tokenizer's own `__call__` does)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name)
+
+
+@functools.lru_cache(maxsize=4)
+def load_backend_tokenizer(name: str):
+    """The fast tokenizer's Rust backend, without the padding/truncation its config may carry
+    (loaded once per process and name, from tokenizer_facts' cache when there; callers only encode
+    with it)."""
+    from tokenizers import Tokenizer
+
+    backend = tokenizer_facts(name)["backend"]
+    if backend is None:
+        raise ValueError(f"{name}: maskstream needs a fast (Rust) tokenizer for offsets")
+    return Tokenizer.from_str(backend)
+
+
+def check_tokenizer(name: str, packing: str = "truncate") -> None:
+    """Refuses, before a build starts, a tokenizer maskstream cannot map to words or mask with:
+    raises ValueError saying everything that is missing (tokenizer_facts, cached by content)."""
+    facts = tokenizer_facts(name)
+    problems = list(facts["problems"])
+    if packing == "pack" and facts["pack_problem"]:
+        problems.append(facts["pack_problem"])
+    if problems:
+        raise ValueError(f"tokenizer {name} cannot be used: " + "; ".join(problems))
+
+
+def special_template(tokenizer) -> tuple[list[int], list[int]]:
+    """(prefix ids, suffix ids) the tokenizer puts around one sequence, e.g. [CLS] / [SEP]."""
+    encoding = tokenizer.encode("a", add_special_tokens=True)
+    mask = encoding.special_tokens_mask
+    first = mask.index(0)
+    last = len(mask) - 1 - mask[::-1].index(0)
+    return list(encoding.ids[:first]), list(encoding.ids[last + 1 :])
+
+
+def pack_separator(name: str) -> list[int]:
+    """The token between packed documents (tokenizer_facts): the last one the tokenizer appends to
+    a sequence, else its eos or sep token; [] when it has none."""
+    return list(tokenizer_facts(name)["pack_separator"])

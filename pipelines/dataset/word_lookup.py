@@ -92,7 +92,7 @@ class WordScores:
     def of(cls, encoded: pa.Table, word_types: int, seeds: Iterable[str]) -> WordScores:
         """From the encoded words' rows (`word_index`, `similarity`, `nearest_seed`; any order) of a
         vocabulary of `word_types` types; every other type gets the fallback similarity."""
-        from pipelines.dataset.vocabulary import fallback_similarity
+        from maskstream.pipelines.dataset.vocabulary import fallback_similarity
 
         seeds = tuple(sorted(set(seeds)))
         if len(seeds) > np.iinfo(np.int16).max:
@@ -120,7 +120,7 @@ class WordScores:
 
     def nearest_seeds(self, word_index: np.ndarray) -> list[str]:
         """The nearest seed of each word_index ("" for a skipped word, as the word table writes it)."""
-        from pipelines.dataset.vocabulary import SKIPPED
+        from maskstream.pipelines.dataset.vocabulary import SKIPPED
 
         names = (*self.seeds, SKIPPED)  # SKIPPED_SEED = -1 picks the last
         return [names[n] for n in self.nearest[word_index]]

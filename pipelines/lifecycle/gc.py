@@ -69,8 +69,8 @@ def complete_versions(fs, base: str, folders: list[str]) -> list[tuple[str, floa
     manifest's `created_at` (then its file's time, then the name). The publish time is the manifest
     file's (written last, just before `latest` moves). A manifest that cannot be read is left out:
     gc removes only what it can date. Each manifest is read once (a round trip each on gs://)."""
-    from schemas.lease import parse_time
-    from schemas.manifest import MANIFEST_NAME, Manifest, ManifestError
+    from maskstream.schemas.lease import parse_time
+    from maskstream.schemas.manifest import MANIFEST_NAME, Manifest, ManifestError
 
     dated = []
     for version in folders:
@@ -89,7 +89,7 @@ def complete_versions(fs, base: str, folders: list[str]) -> list[tuple[str, floa
 
 def live_leases(fs, base: str, now: float, grace_s: float) -> tuple[dict[str, list[str]], list[str]]:
     """({version: readers holding a live lease on it}, lease files expired longer ago than the grace)."""
-    from schemas.lease import LEASES_DIR, LeaseError, ReaderLease, parse_time
+    from maskstream.schemas.lease import LEASES_DIR, LeaseError, ReaderLease, parse_time
 
     folder = posixpath.join(base, LEASES_DIR)
     held: dict[str, list[str]] = {}
@@ -117,9 +117,9 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
     "leases"} removed, and under "kept" a line per version kept beyond --keep and `latest`, with why."""
     import fsspec
 
-    from pipelines.lifecycle.incremental import CACHE_DIR, EMBEDDINGS_DIR, FILES_DIR, entry_key
-    from schemas.lease import LEASES_DIR
-    from schemas.manifest import LATEST_POINTER, MANIFEST_NAME
+    from maskstream.pipelines.lifecycle.cache import CACHE_DIR, EMBEDDINGS_DIR, FILES_DIR, entry_key
+    from maskstream.schemas.lease import LEASES_DIR
+    from maskstream.schemas.manifest import LATEST_POINTER, MANIFEST_NAME
 
     if keep < 1:
         raise ValueError(f"--keep must be at least 1, got {keep}")

@@ -3,7 +3,7 @@
 `maskstream update` counts and tokenizes the changed files in its own process when they are
 small (incremental.IN_PROCESS_MAX_BYTES); larger changes go through `ProcessFiles`, so that a
 multi-worker runner (Dataflow, `--direct_num_workers`) spreads them. Both write the same cache
-entries (`incremental.count_and_tokenize_file`).
+entries (`cache.count_and_tokenize_file`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 
 import apache_beam as beam
 
-from pipelines.lifecycle.incremental import count_and_tokenize_file
+from maskstream.pipelines.lifecycle.cache import count_and_tokenize_file
 
 
 class ProcessFileFn(beam.DoFn):
@@ -26,7 +26,7 @@ class ProcessFileFn(beam.DoFn):
         self._ms = beam.metrics.Metrics.counter("update", "process_files_ms")
 
     def setup(self) -> None:
-        from pipelines.dataset.sequences import load_backend_tokenizer
+        from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
 
         self._tokenizer = load_backend_tokenizer(self._tokenizer_name)
 
@@ -53,7 +53,7 @@ class ProcessFiles(beam.PTransform):
         self._text_field, self._txt_mode, self._batch_size = text_field, txt_mode, batch_size
 
     def expand(self, pbegin):
-        from pipelines.read_corpus import ReadCorpus
+        from maskstream.pipelines.read_corpus import ReadCorpus
 
         corpus = pbegin | "ReadCorpus" >> ReadCorpus(sorted(self._keys), self._text_field, self._txt_mode)
         return (

@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_update_options(parser: argparse.ArgumentParser) -> None:
     """The options `update` and `watch` share (everything but the input and the output)."""
-    from pipelines.dataset.build import add_dataset_options
-    from pipelines.statistics import seeds
+    from maskstream.pipelines.dataset.build import add_dataset_options
+    from maskstream.pipelines.statistics import seeds
 
     parser.add_argument("--text-field", default="text", help="JSONL field / Parquet column with the text (default: text)")
     parser.add_argument("--txt-mode", choices=("line", "file"), default="line",
@@ -48,9 +48,9 @@ def add_update_options(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace, inputs: list[str], root: str):
-    from pipelines.dataset.build import config_from_args
-    from pipelines.dataset.build_steps import BuildConfig
-    from pipelines.lifecycle.incremental import UpdateOptions
+    from maskstream.pipelines.dataset.build import config_from_args
+    from maskstream.pipelines.dataset.build_steps import BuildConfig
+    from maskstream.pipelines.lifecycle.incremental import UpdateOptions
 
     build_args = argparse.Namespace(**vars(args), pack_group_size=0,
                                     tokenize_batch_size=BuildConfig.tokenize_batch_size, write_embeddings=False)
@@ -67,9 +67,9 @@ def leased_update(options) -> dict:
     `maskstream gc` leaves the incomplete version, and the cache it fills, alone however long it takes."""
     import dataclasses
 
-    from pipelines.dataset.dataset_writer import join, new_version_name
-    from pipelines.lifecycle.incremental import update
-    from schemas.lease import VersionLease
+    from maskstream.pipelines.dataset.dataset_writer import join, new_version_name
+    from maskstream.pipelines.lifecycle.incremental import update
+    from maskstream.schemas.lease import VersionLease
 
     options = dataclasses.replace(options, version=options.version or new_version_name())
     lease = VersionLease(join(options.root, options.version))
@@ -94,7 +94,7 @@ def process_age() -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.dataset.build import print_signal
+    from maskstream.pipelines.dataset.build import print_signal
 
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
     # The fixed costs every update pays, whatever changed (the stages' own are in "seconds").

@@ -34,7 +34,7 @@ EXIT_BUILT, EXIT_FAILED, EXIT_INPUT_ERROR, EXIT_UNCHANGED = 0, 1, 2, 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipelines.lifecycle.update import add_update_options
+    from maskstream.pipelines.lifecycle.update import add_update_options
 
     parser.add_argument("source", metavar="SOURCE", help="folder or gs:// prefix holding the corpus files")
     parser.add_argument("--output", required=True, metavar="DATASET_ROOT", help="dataset root (local or gs://)")
@@ -51,7 +51,7 @@ def list_source(source: str) -> dict[str, tuple]:
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
 
-    from pipelines.corpus import file_format
+    from maskstream.pipelines.corpus import file_format
 
     fs, path = fsspec.core.url_to_fs(source)
     local = isinstance(fs, LocalFileSystem)
@@ -76,7 +76,7 @@ def fingerprint_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> dict
 
 
 def latest_fingerprint(root: str) -> dict[str, Any] | None:
-    from schemas.manifest import ManifestError, load_manifest
+    from maskstream.schemas.manifest import ManifestError, load_manifest
 
     try:
         return load_manifest(root)[1].source_fingerprint
@@ -115,8 +115,8 @@ class Watcher:
 
     def check(self) -> int:
         """One decision: EXIT_BUILT, EXIT_UNCHANGED, or an error status."""
-        from pipelines.corpus import corpus_fingerprint
-        from pipelines.lifecycle.update import leased_update, options_from_args
+        from maskstream.pipelines.corpus import corpus_fingerprint
+        from maskstream.pipelines.lifecycle.update import leased_update, options_from_args
 
         listing = self.settled_listing()
         if listing is None:
@@ -154,9 +154,9 @@ class Watcher:
         return EXIT_BUILT
 
     def run(self) -> None:
-        from pipelines.dataset.sequences import load_backend_tokenizer
-        from pipelines.lifecycle.incremental import EncoderLoader
-        from pipelines.lifecycle.update import options_from_args
+        from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+        from maskstream.pipelines.lifecycle.encoder_process import EncoderLoader
+        from maskstream.pipelines.lifecycle.update import options_from_args
 
         LOG.info("watching %s every %g s (settle %g s), building into %s", self.source, self.interval,
                  self.settle, self.root)

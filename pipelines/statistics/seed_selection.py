@@ -19,10 +19,10 @@ REPORT_CANDIDATES = 50  # rows of the seeds report's table of the best-scored wo
 
 def load_stop_words(spec: str) -> frozenset[str]:
     """The stop-word set `spec` names, in the normalized word form."""
-    from schemas.words import normalize_word
+    from maskstream.schemas.words import normalize_word
 
     if spec == "english":
-        from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
+        from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 
         return ENGLISH_STOP_WORDS
     if spec == "none":

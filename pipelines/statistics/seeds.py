@@ -34,7 +34,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from pipelines.statistics.seed_selection import (
+from maskstream.pipelines.statistics.seed_selection import (
     DEFAULT_MIN_DF,
     DEFAULT_MIN_LENGTH,
     DEFAULT_TOP_K,
@@ -80,7 +80,7 @@ def word_stats_dataset(stats_dir: str) -> Any:
     import fsspec
     import pyarrow.dataset as ds
 
-    from schemas.tables import WORD_STATS_SCHEMA, check_schema
+    from maskstream.schemas.tables import WORD_STATS_SCHEMA, check_schema
 
     fs, path = fsspec.core.url_to_fs(stats_dir)
     files = sorted(fs.glob(posixpath.join(path, "word_stats-*.parquet")))
@@ -226,7 +226,7 @@ def plot_scores(seeds: list[dict], path: str, score: str = "tf_icf") -> None:
 def run(args: argparse.Namespace) -> int:
     import fsspec
 
-    from schemas.formulas import FORMULA_VERSIONS
+    from maskstream.schemas.formulas import FORMULA_VERSIONS
 
     try:
         word_stats = word_stats_dataset(args.stats)

@@ -7,7 +7,7 @@ given with --general-input), and scores it by TF-ICF (see pipelines/statistics/t
 --background-input, a background corpus (the broader text the domain is part of) is counted the
 same way and each word also gets its background frequency and its background contrast. Writes
 
-  OUTPUT/word_stats-*.parquet   one row per word (schemas.tables.WORD_STATS_SCHEMA)
+  OUTPUT/word_stats-*.parquet   one row per word (maskstream.schemas.tables.WORD_STATS_SCHEMA)
   OUTPUT/summary.json           documents read/accepted/rejected, distinct and total words, N,
                                 the corpus fingerprint, the configuration and formula versions
   OUTPUT/rejects-*.jsonl        one {"source", "location", "reason"} per rejected record
@@ -26,7 +26,7 @@ import sys
 import uuid
 from typing import Any
 
-from schemas.formulas import TF_ICF_UNSEEN_COUNT as DEFAULT_UNSEEN_COUNT
+from maskstream.schemas.formulas import TF_ICF_UNSEEN_COUNT as DEFAULT_UNSEEN_COUNT
 
 LOGGER = logging.getLogger(__name__)
 SUMMARY_NAME = "summary.json"
@@ -71,8 +71,8 @@ def count_corpus(patterns: list[str], text_field: str, txt_mode: str, rejects_pr
     REJECTS_PREFIX-*.jsonl. The domain, general and background corpora go through the same steps."""
     import apache_beam as beam
 
-    from pipelines.read_corpus import ReadCorpus
-    from pipelines.statistics.stats_transforms import CountWords
+    from maskstream.pipelines.read_corpus import ReadCorpus
+    from maskstream.pipelines.statistics.stats_transforms import CountWords
 
     @beam.ptransform_fn
     def CountCorpus(pbegin):  # noqa: N802 (a transform's name)
@@ -94,9 +94,9 @@ def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> Non
     import apache_beam as beam
     from apache_beam.pvalue import AsSingleton
 
-    from pipelines.read_corpus import FingerprintFiles
-    from pipelines.statistics.stats_transforms import BackgroundContrast, TfIcf
-    from schemas.tables import WORD_STATS_BACKGROUND_SCHEMA, WORD_STATS_SCHEMA
+    from maskstream.pipelines.read_corpus import FingerprintFiles
+    from maskstream.pipelines.statistics.stats_transforms import BackgroundContrast, TfIcf
+    from maskstream.schemas.tables import WORD_STATS_BACKGROUND_SCHEMA, WORD_STATS_SCHEMA
 
     def counted(label: str, patterns: list[str] | None, rejects_prefix: str) -> dict | None:
         if not patterns:
@@ -180,7 +180,7 @@ def publish(staging: str, output: str) -> None:
 
 
 def _summarize(args: argparse.Namespace, staging: str) -> dict[str, Any]:
-    from schemas.formulas import FORMULA_VERSIONS
+    from maskstream.schemas.formulas import FORMULA_VERSIONS
 
     counts = json.loads(_read_text(f"{staging}/{COUNTS_NAME}"))
     accepted, rejected = counts["documents_accepted"], counts["documents_rejected"]
@@ -227,8 +227,8 @@ def run(args: argparse.Namespace) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.corpus import expand_inputs
-    from pipelines.dataflow_job import is_dry_run, job_size
+    from maskstream.pipelines.corpus import expand_inputs
+    from maskstream.pipelines.dataflow_job import is_dry_run, job_size
 
     # Beam logs every string annotation (`from __future__ import annotations`) at INFO.
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)

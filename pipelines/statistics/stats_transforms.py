@@ -1,6 +1,6 @@
 """`maskstream stats` as Beam transforms: `CountWords` (word counts of a corpus) and `TfIcf` /
 `BackgroundContrast` (scores from them). The counting and the formulas are Beam-free
-(`pipelines.statistics.counting`, `pipelines.statistics.tf_icf`), shared with `maskstream update`.
+(`maskstream.pipelines.statistics.counting`, `maskstream.pipelines.statistics.tf_icf`), shared with `maskstream update`.
 
 Documents are counted in batches of about `BATCH_CHARACTERS` characters; the batches' counts are
 summed keyed by word (`CombinePerKey`), so the vocabulary is spread over workers rather than
@@ -15,10 +15,15 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.pvalue import AsSingleton
 
-from pipelines.corpus import Document
-from pipelines.statistics.counting import word_counts_of_texts
-from pipelines.statistics.tf_icf import background_contrast, corpus_floor, word_stats_row, wordfreq_floor
-from schemas.formulas import TF_ICF_UNSEEN_COUNT as DEFAULT_UNSEEN_COUNT
+from maskstream.pipelines.corpus import Document
+from maskstream.pipelines.statistics.counting import word_counts_of_texts
+from maskstream.pipelines.statistics.tf_icf import (
+    background_contrast,
+    corpus_floor,
+    word_stats_row,
+    wordfreq_floor,
+)
+from maskstream.schemas.formulas import TF_ICF_UNSEEN_COUNT as DEFAULT_UNSEEN_COUNT
 
 # Characters per counting batch: large enough that the per-batch costs (one element per distinct
 # word of the batch into the keyed sum) stay small beside the per-character work, small enough
@@ -128,7 +133,7 @@ def join_background_counts(element: tuple[str, dict[str, list]], total_words: in
 
 class BackgroundContrast(beam.PTransform):
     """Rows of `TfIcf` -> the same rows with `background_frequency` and `contrast`
-    (schemas.tables.WORD_STATS_BACKGROUND_SCHEMA).
+    (maskstream.schemas.tables.WORD_STATS_BACKGROUND_SCHEMA).
 
     `background`: the background corpus's `CountWords` output; `domain_words`: the domain's
     total word count (singleton PCollection).

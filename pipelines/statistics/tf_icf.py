@@ -22,7 +22,7 @@ gets its background frequency `f_B(w) = tf_B(w) / T_B` (stored unfloored) and
 with `p_D(w) = tf_D(w) / sum_v tf_D(v)`: TF-ICF times the word's log-lift over the background,
 0 for words the domain uses no more than its background does.
 
-The formulas only; `maskstream stats` applies them in `pipelines.statistics.stats_transforms`
+The formulas only; `maskstream stats` applies them in `maskstream.pipelines.statistics.stats_transforms`
 (`TfIcf`, `BackgroundContrast`), `maskstream update` in its own process.
 """
 
@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from schemas.formulas import TF_ICF_UNSEEN_COUNT as DEFAULT_UNSEEN_COUNT
-from schemas.formulas import WORDFREQ_RESOLUTION
+from maskstream.schemas.formulas import TF_ICF_UNSEEN_COUNT as DEFAULT_UNSEEN_COUNT
+from maskstream.schemas.formulas import WORDFREQ_RESOLUTION
 
 
 def tf_icf(tf: int, total_words: int, general_frequency: float, floor: float) -> float:
@@ -52,7 +52,7 @@ def corpus_floor(general_total_words: int, unseen_count: float = DEFAULT_UNSEEN_
 def word_stats_row(
     element: tuple[str, tuple[int, int], float], total_words: int, floor: float
 ) -> dict[str, Any]:
-    """A row of schemas.tables.WORD_STATS_SCHEMA."""
+    """A row of maskstream.schemas.tables.WORD_STATS_SCHEMA."""
     word, (tf, df), general_frequency = element
     return {
         "word": word,

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from schemas.manifest import ManifestError
+from maskstream.schemas.manifest import ManifestError
+from maskstream.trainer.dataset import StreamingSequenceDataset
 from tests.conftest import run_cli
-from trainer.dataset import StreamingSequenceDataset
 
 GOOD_TEXTS = [
     "Numerical library for sparse linear algebra and eigenvalue solvers",
@@ -148,7 +148,7 @@ def test_a_50_mb_single_line_document_is_rejected_unread(tmp_path: Path, subproc
         peak_mb = float(result.stdout.split()[-1])
         assert peak_mb < 1200, f"{name} peaked at {peak_mb:.0f} MB RSS"
     expected = {"source": str(corpus), "location": "line 2", "reason": (
-        "document of 50000000 bytes is over the 16 MiB limit (pipelines.corpus.MAX_DOCUMENT_BYTES); "
+        "document of 50000000 bytes is over the 16 MiB limit (maskstream.pipelines.corpus.MAX_DOCUMENT_BYTES); "
         "split it into smaller documents")}
     assert read_rejects(stats) == [expected]
     summary = json.loads((stats / "summary.json").read_text())
@@ -163,7 +163,7 @@ def test_documents_over_the_limit_are_rejects_in_every_format(tmp_path: Path) ->
     from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
     from apache_beam.testing.util import assert_that, equal_to
 
-    from pipelines.read_corpus import ReadCorpus
+    from maskstream.pipelines.read_corpus import ReadCorpus
 
     limit = 64
     long_text = "word " * 40  # 200 bytes

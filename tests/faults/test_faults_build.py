@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from maskstream.cli import main
-from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, load_manifest
+from maskstream.schemas.manifest import LATEST_POINTER, MANIFEST_NAME, load_manifest
+from maskstream.trainer.dataset import StreamingSequenceDataset
 from tests.pipelines.test_build import REPO_ROOT, build_args, make_inputs, read_rows
-from trainer.dataset import StreamingSequenceDataset
 
 
 @pytest.mark.slow

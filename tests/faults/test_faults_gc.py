@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.lifecycle.gc import collect_garbage
-from schemas.lease import LEASES_DIR, ReaderLease, VersionLease, format_time, utc_now
-from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
+from maskstream.pipelines.lifecycle.gc import collect_garbage
+from maskstream.schemas.lease import LEASES_DIR, ReaderLease, VersionLease, format_time, utc_now
+from maskstream.schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
 from tests.conftest import REPO_ROOT, run_cli
 from tests.fixtures import sequence_dataset as factory
 

@@ -20,10 +20,10 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.read_corpus import ReadCorpus
-from schemas.manifest import ManifestError, load_manifest
-from trainer.dataset import ChecksumMismatch, StreamingSequenceDataset
-from trainer.loader import build_dataloader
+from maskstream.pipelines.read_corpus import ReadCorpus
+from maskstream.schemas.manifest import ManifestError, load_manifest
+from maskstream.trainer.dataset import ChecksumMismatch, StreamingSequenceDataset
+from maskstream.trainer.loader import build_dataloader
 
 SHARD = "shard-00001-of-00002.parquet"
 

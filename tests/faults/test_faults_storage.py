@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-import schemas.retry
-from schemas.manifest import load_manifest
-from schemas.retry import ReadError, retry_read
-from trainer.dataset import StreamingSequenceDataset
+import maskstream.schemas.retry
+from maskstream.schemas.manifest import load_manifest
+from maskstream.schemas.retry import ReadError, retry_read
+from maskstream.trainer.dataset import StreamingSequenceDataset
 
 
 class FlakyFileSystem(LocalFileSystem):
@@ -84,7 +84,7 @@ def flaky(monkeypatch: pytest.MonkeyPatch) -> type[FlakyFileSystem]:
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The backoff waits, recorded instead of slept."""
     waits: list[float] = []
-    monkeypatch.setattr(schemas.retry.time, "sleep", waits.append)
+    monkeypatch.setattr(maskstream.schemas.retry.time, "sleep", waits.append)
     return waits
 
 
@@ -94,7 +94,7 @@ def rows(dataset: StreamingSequenceDataset) -> list[tuple[int, list[int]]]:
 
 def test_transient_open_and_read_errors_are_retried_with_backoff(flaky, sleeps, dataset_copy: Path, caplog) -> None:
     expected = rows(StreamingSequenceDataset(str(dataset_copy), shuffle=False))
-    caplog.set_level(logging.WARNING, logger="schemas.retry")
+    caplog.set_level(logging.WARNING, logger="maskstream.schemas.retry")
     flaky.open_faults = 2
     dataset = StreamingSequenceDataset(f"flaky://{dataset_copy}", shuffle=False)  # footers: 2 failed opens
     flaky.read_faults = 3  # the checksum pass and the row reads: 3 failed reads

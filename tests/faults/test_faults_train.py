@@ -39,7 +39,7 @@ def train_command(dataset: str, model: str, out: Path, *extra: str) -> list[str]
 
 
 def train_losses(out: Path) -> dict[int, float]:
-    from trainer.metrics import read_metrics
+    from maskstream.trainer.metrics import read_metrics
 
     return {r["step"]: r["loss"] for r in read_metrics(out) if r["split"] == "train"}
 
@@ -92,7 +92,7 @@ def test_a_dataset_from_another_tokenizer_is_refused(short_dataset: str, tiny_be
     from transformers import AutoTokenizer
 
     from maskstream.cli import main
-    from schemas.manifest import vocab_hash
+    from maskstream.schemas.manifest import vocab_hash
 
     root = Path(shutil.copytree(short_dataset, tmp_path / "dataset"))
     vocab = AutoTokenizer.from_pretrained(tiny_bert).get_vocab()

@@ -14,8 +14,8 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.corpus import Document, corpus_fingerprint, expand_inputs
-from pipelines.read_corpus import ReadCorpus
+from maskstream.pipelines.corpus import Document, corpus_fingerprint, expand_inputs
+from maskstream.pipelines.read_corpus import ReadCorpus
 
 
 def read(patterns, tmp_path: Path, **kwargs) -> tuple[list[Document], list[dict]]:
@@ -153,7 +153,7 @@ def test_expand_inputs_sorted_deduplicated_and_missing(tmp_path: Path):
 def test_local_paths_are_listed_as_beams_filesystems_list_them(tmp_path: Path, monkeypatch):
     # Local paths without a glob are listed without Beam (`maskstream update` never imports it);
     # they must give exactly what Beam's FileSystems.match gives (`_matched_files`).
-    from pipelines.corpus import _local_files, _matched_files
+    from maskstream.pipelines.corpus import _local_files, _matched_files
 
     folder = tmp_path / "corpus"
     (folder / "nested").mkdir(parents=True)

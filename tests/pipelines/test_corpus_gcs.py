@@ -12,8 +12,8 @@ from apache_beam.internal.gcp import auth
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.corpus import Document, corpus_fingerprint, expand_inputs
-from pipelines.read_corpus import ReadCorpus
+from maskstream.pipelines.corpus import Document, corpus_fingerprint, expand_inputs
+from maskstream.pipelines.read_corpus import ReadCorpus
 
 
 @pytest.fixture()

@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from maskstream.cli import build_parser
-from pipelines.dataset import encoder_dtype
-from pipelines.dataset.build import config_from_args
-from pipelines.dataset.build_steps import nearest_seed_similarity
-from pipelines.dataset.embeddings import WordEncoderHandler
-from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
-from pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder, word_batches
-from pipelines.lifecycle.incremental import encoder_key
-from schemas.words import words
+from maskstream.pipelines.dataset import encoder_dtype
+from maskstream.pipelines.dataset.build import config_from_args
+from maskstream.pipelines.dataset.build_steps import nearest_seed_similarity
+from maskstream.pipelines.dataset.embeddings import WordEncoderHandler
+from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
+from maskstream.pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder, word_batches
+from maskstream.pipelines.lifecycle.cache import encoder_key
+from maskstream.schemas.words import words
 
 SEEDS = ["astronomy", "molecular", "protein", "simulation", "statistics"]
 
@@ -108,7 +108,7 @@ def test_explicit_dtypes_are_kept_and_others_refused(monkeypatch, no_cuda):
 
 @pytest.mark.parametrize("command", ["build", "update"])
 def test_the_config_holds_the_resolved_dtype(monkeypatch, no_cuda, command):
-    from pipelines.lifecycle.update import options_from_args
+    from maskstream.pipelines.lifecycle.update import options_from_args
 
     def config(*extra):
         io = ["--input", "x", "--output", "y"]

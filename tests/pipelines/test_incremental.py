@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from maskstream.cli import build_parser
-from pipelines.dataset.dataset_writer import verify_shard
-from pipelines.lifecycle.incremental import update
-from schemas.manifest import MANIFEST_NAME, load_manifest
+from maskstream.pipelines.dataset.dataset_writer import verify_shard
+from maskstream.pipelines.lifecycle.incremental import update
+from maskstream.schemas.manifest import MANIFEST_NAME, load_manifest
 
 FILES, DOCUMENTS_PER_FILE = 100, 2
 NEW_DOCUMENT = {"package": "new", "text": "Zymurgical quixotry: a flibbertigibbet toolkit for sequence analysis."}
@@ -43,8 +43,8 @@ def change_one_file(folder: Path) -> Path:
 
 
 def run_update(inputs: str, root: str, *extra: str) -> dict:
-    from pipelines.lifecycle.incremental import update
-    from pipelines.lifecycle.update import options_from_args
+    from maskstream.pipelines.lifecycle.incremental import update
+    from maskstream.pipelines.lifecycle.update import options_from_args
 
     args, _ = build_parser().parse_known_args(["update", "--input", inputs, "--output", root, "--shard-rows", "100",
                                                *extra])
@@ -105,7 +105,7 @@ def test_change_one_file_redoes_only_that_file_and_equals_a_full_rebuild(first_b
 
 def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, monkeypatch) -> None:
     """Changes above IN_PROCESS_MAX_BYTES go through a Beam pipeline: the same cache entries, the same dataset."""
-    from pipelines.lifecycle import incremental
+    from maskstream.pipelines.lifecycle import incremental
 
     second = first_build.get("second") or pytest.skip("needs the incremental test")
     corpus, base = first_build["corpus"], first_build["base"]
@@ -122,7 +122,7 @@ def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, monke
 
 
 def test_an_update_without_new_words_imports_neither_beam_nor_the_encoder(first_build, subprocess_env, tmp_path) -> None:
-    from pipelines.dataset.encoder_dtype import gpu_driver_present
+    from maskstream.pipelines.dataset.encoder_dtype import gpu_driver_present
 
     # A copy of the corpus and the dataset root: the copied files have new paths, so the first
     # update counts and tokenizes every one of them (in its process), and finds no new word.
@@ -160,9 +160,9 @@ def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) 
 
 
 def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first_build) -> None:
-    from pipelines.dataset.encoder_dtype import resolve_encoder_dtype
-    from pipelines.lifecycle.incremental import encoder_key
-    from pipelines.lifecycle.update import options_from_args
+    from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
+    from maskstream.pipelines.lifecycle.cache import encoder_key
+    from maskstream.pipelines.lifecycle.update import options_from_args
 
     url, manifest = load_manifest(str(first_build["root"]))  # latest: the corpus as it is now
     dtype = resolve_encoder_dtype("auto", "auto")  # the default, --encoder-dtype auto
@@ -228,7 +228,7 @@ def watched_copy(first_build, name: str) -> tuple[Path, Path]:
 
 
 def test_watch_builds_when_the_folder_changes(first_build) -> None:
-    from pipelines.lifecycle.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
+    from maskstream.pipelines.lifecycle.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
 
     corpus, root = watched_copy(first_build, "watch")
     args, _ = build_parser().parse_known_args(["watch", str(corpus), "--output", str(root)])
@@ -304,7 +304,7 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
     """--min-word-count 2: after an added document makes a word seen once occur twice, the update
     encodes it, and its rows equal a fresh update's and `maskstream stats` + `seeds` + `build`'s."""
     from maskstream.cli import main
-    from pipelines.dataset.vocabulary import SKIPPED
+    from maskstream.pipelines.dataset.vocabulary import SKIPPED
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -339,21 +339,21 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
 def test_cache_parts_are_compacted_and_a_reader_never_misses_a_row(tmp_path, monkeypatch) -> None:
     from fsspec.implementations.local import LocalFileSystem
 
-    from pipelines.lifecycle import incremental
+    from maskstream.pipelines.lifecycle import cache
 
     folder = str(tmp_path / "general_frequency" / "en")
-    parts = incremental.PARTS_BEFORE_COMPACTION + 4
+    parts = cache.PARTS_BEFORE_COMPACTION + 4
     for i in range(parts):
-        incremental.append_part(folder, pa.table({"word": [f"w{i}"], "frequency": [i / 100]}))
-        assert len(list(Path(folder).glob("part-*.parquet"))) <= incremental.PARTS_BEFORE_COMPACTION
-    rows = pa.concat_tables(incremental.read_parts(folder))
+        cache.append_part(folder, pa.table({"word": [f"w{i}"], "frequency": [i / 100]}))
+        assert len(list(Path(folder).glob("part-*.parquet"))) <= cache.PARTS_BEFORE_COMPACTION
+    rows = pa.concat_tables(cache.read_parts(folder))
     assert sorted(rows.column("word").to_pylist()) == sorted(f"w{i}" for i in range(parts))
     assert not list(Path(folder).glob("*.tmp-*"))
 
     # A reader that listed the parts just before another update compacted them lists again.
     stale = sorted(str(p) for p in Path(folder).glob("part-*.parquet"))
-    for i in range(incremental.PARTS_BEFORE_COMPACTION):
-        incremental.append_part(folder, pa.table({"word": [f"x{i}"], "frequency": [0.5]}))
+    for i in range(cache.PARTS_BEFORE_COMPACTION):
+        cache.append_part(folder, pa.table({"word": [f"x{i}"], "frequency": [0.5]}))
     assert not any(Path(p).exists() for p in stale)  # merged away
     real_glob, listings = LocalFileSystem.glob, []
 
@@ -362,9 +362,9 @@ def test_cache_parts_are_compacted_and_a_reader_never_misses_a_row(tmp_path, mon
         return stale if len(listings) == 1 else real_glob(self, pattern, **kwargs)
 
     monkeypatch.setattr(LocalFileSystem, "glob", glob_once_stale)
-    words = pa.concat_tables(incremental.read_parts(folder)).column("word").to_pylist()
+    words = pa.concat_tables(cache.read_parts(folder)).column("word").to_pylist()
     assert len(listings) == 2
-    assert set(words) == {f"w{i}" for i in range(parts)} | {f"x{i}" for i in range(incremental.PARTS_BEFORE_COMPACTION)}
+    assert set(words) == {f"w{i}" for i in range(parts)} | {f"x{i}" for i in range(cache.PARTS_BEFORE_COMPACTION)}
 
 
 class _InstantEncoder:
@@ -384,9 +384,9 @@ class _InstantEncoder:
 def test_the_encoder_process_outlives_ctrl_c_and_sigterm_sent_to_its_group() -> None:
     import os
 
-    from pipelines.lifecycle import incremental
+    from maskstream.pipelines.lifecycle import encoder_process
 
-    pool, loading = incremental._encoder_process(_InstantEncoder())
+    pool, loading = encoder_process._encoder_process(_InstantEncoder())
     try:
         loading.result(timeout=120)
         child = pool.submit(os.getpid).result(timeout=60)
@@ -395,19 +395,19 @@ def test_the_encoder_process_outlives_ctrl_c_and_sigterm_sent_to_its_group() -> 
         os.kill(child, signal.SIGINT)
         os.kill(child, signal.SIGTERM)
         time.sleep(0.5)
-        words, vectors = pool.submit(incremental._encode_in_encoder_process, ["a", "b"]).result(timeout=60)
+        words, vectors = pool.submit(encoder_process._encode_in_encoder_process, ["a", "b"]).result(timeout=60)
         assert words == ["a", "b"] and vectors.shape == (2, 2)
     finally:
-        incremental._encoder_process.cache_clear()
+        encoder_process._encoder_process.cache_clear()
         pool.shutdown(wait=True)
 
 
 def test_the_encoder_process_ends_when_its_parent_is_killed(subprocess_env) -> None:
     import os
 
-    script = ("import os, time\nfrom pipelines.lifecycle import incremental\n"
+    script = ("import os, time\nfrom maskstream.pipelines.lifecycle import encoder_process\n"
               "from tests.pipelines.test_incremental import _InstantEncoder\n"
-              "pool, loading = incremental._encoder_process(_InstantEncoder())\n"
+              "pool, loading = encoder_process._encoder_process(_InstantEncoder())\n"
               "loading.result()\nprint(pool.submit(os.getpid).result(), flush=True)\ntime.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], env=subprocess_env, stdout=subprocess.PIPE, text=True)
     try:

@@ -12,7 +12,7 @@ import pytest
 from apache_beam.internal.gcp import auth
 
 from maskstream.cli import build_parser
-from schemas.manifest import load_manifest
+from maskstream.schemas.manifest import load_manifest
 
 
 @pytest.fixture()
@@ -24,10 +24,10 @@ def beam_anonymous_gcs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs, caplog,
                                         tiny_bert: str, tmp_path) -> None:
-    from pipelines.lifecycle.incremental import update
-    from pipelines.lifecycle.update import options_from_args
-    from pipelines.lifecycle.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
-    from trainer.follow import LatestVersionFollower
+    from maskstream.pipelines.lifecycle.incremental import update
+    from maskstream.pipelines.lifecycle.update import options_from_args
+    from maskstream.pipelines.lifecycle.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
+    from maskstream.trainer.follow import LatestVersionFollower
 
     fs, _ = fsspec.core.url_to_fs(gcs_bucket)
     lines = sample_corpus.read_text(encoding="utf-8").splitlines()[:40]
@@ -65,7 +65,7 @@ def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, be
 
     # Training from the bucket starts on the first version and moves to the newest at the epoch boundary.
     from maskstream.cli import main
-    from trainer.metrics import read_metrics
+    from maskstream.trainer.metrics import read_metrics
 
     out = tmp_path / "train"
     with caplog.at_level(logging.INFO):

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from maskstream.cli import main
-from pipelines.dataset import inspect_html
-from schemas.manifest import load_manifest
+from maskstream.pipelines.dataset import inspect_html
+from maskstream.schemas.manifest import load_manifest
 from tests.browser import browser_or_reason, run_browser
 from tests.pipelines.test_build import SEEDS, build_args, make_inputs
 

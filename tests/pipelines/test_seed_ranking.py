@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from pipelines.statistics.seed_selection import REPORT_CANDIDATES, SeedRanking, filter_reasons
+from maskstream.pipelines.statistics.seed_selection import REPORT_CANDIDATES, SeedRanking, filter_reasons
 
 FILTERS = {"min_df": 3, "min_length": 3, "stop_words": frozenset({"the", "and", "data"}), "alphabetic_only": True}
 

@@ -18,10 +18,10 @@ import pytest
 from scipy.optimize import brentq
 
 from maskstream.cli import main
-from pipelines.dataset.mask_probability import SHARPENED, mask_probabilities_flat
-from pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
-from schemas.manifest import load_manifest
-from schemas.words import words
+from maskstream.pipelines.dataset.mask_probability import SHARPENED, mask_probabilities_flat
+from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
+from maskstream.schemas.manifest import load_manifest
+from maskstream.schemas.words import words
 from tests.pipelines.test_build import SEEDS, build_args, make_inputs
 
 BACKGROUND = Path(__file__).resolve().parents[2] / "data" / "debian-background.jsonl.gz"
@@ -164,7 +164,7 @@ def test_build_diagnostics_match_a_count_of_the_shards(sharpened_build):
 
 
 def test_the_build_prints_its_diagnostics(sharpened_build, capsys):
-    from pipelines.dataset.build import print_signal
+    from maskstream.pipelines.dataset.build import print_signal
 
     print_signal(sharpened_build["version_url"])
     out = capsys.readouterr().out
@@ -218,10 +218,10 @@ def test_inspect_prints_the_signal_the_build_did_not(sharpened_build, tmp_path, 
 
 def test_a_near_uniform_map_is_warned_about(sharpened_build):
     """The paper's map on this slice: its diagnostics carry the warning naming the knobs."""
-    from pipelines.dataset.inspect_dataset import signal_reports
+    from maskstream.pipelines.dataset.inspect_dataset import signal_reports
 
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
-    from pipelines.dataset.signal import map_tallies
+    from maskstream.pipelines.dataset.signal import map_tallies
 
     word_table = pq.read_table(f"{version_url}/words")
     similarity = np.zeros(word_table.num_rows, np.float32)
@@ -244,7 +244,7 @@ def test_a_near_uniform_map_is_warned_about(sharpened_build):
 def test_comparison_maps_are_tallied_on_every_kth_sequence(sharpened_build, monkeypatch):
     """With k = 3 the built map is still tallied on every row, and each compared map on exactly the
     rows whose sequence id is a multiple of 3 (counted here with numpy), as a full tally of those rows."""
-    from pipelines.dataset import signal
+    from maskstream.pipelines.dataset import signal
 
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
     word_table = pq.read_table(f"{version_url}/words")

@@ -12,21 +12,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.corpus import Document
-from pipelines.dataset.build_steps import vocabulary_index
-from pipelines.dataset.check_tokenizer import word_decode_report
-from pipelines.dataset.sequences import (
+from maskstream.pipelines.corpus import Document
+from maskstream.pipelines.dataset.build_steps import vocabulary_index
+from maskstream.pipelines.dataset.check_tokenizer import word_decode_report
+from maskstream.pipelines.dataset.sequences import cut_windows, flat, pack_documents, tokenize_documents
+from maskstream.pipelines.dataset.tokenizer_facts import (
     check_tokenizer,
-    cut_windows,
-    flat,
     load_backend_tokenizer,
     load_tokenizer,
-    pack_documents,
     pack_separator,
     special_template,
-    tokenize_documents,
 )
-from schemas.words import word_spans
+from maskstream.schemas.words import word_spans
 from tests.fixtures.tokenizer_families import FAMILIES, corpus_texts, train_family
 
 # What each family puts around a sequence (prefix, suffix), as tokens.
@@ -146,8 +143,8 @@ def test_specials_and_windows_never_split_a_word(family, family_path, documents)
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("strategy", ["whole_word", "span"])
 def test_whole_word_masking_masks_all_of_a_words_tokens_or_none(family, strategy, family_path, documents):
-    from trainer.collate import collate_sequences
-    from trainer.masking import MaskingConfig, apply_masking
+    from maskstream.trainer.collate import collate_sequences
+    from maskstream.trainer.masking import MaskingConfig, apply_masking
 
     _, windows, _, _ = _windows(family_path, family, documents[:300], "truncate")
     windows = windows.slice(0, 512)
@@ -208,7 +205,7 @@ def test_build_refuses_a_tokenizer_without_mask_token_at_start(texts, tmp_path, 
 @pytest.mark.parametrize("family", ["unigram", "bytelevel-noprefix"])
 def test_fine_tuning_word_ids_follow_the_build(family, family_path, documents):
     """The fine-tuning tokenization numbers words as the build does (not HF word_ids())."""
-    from trainer.finetune import LabeledSet, encode
+    from maskstream.trainer.finetune import LabeledSet, encode
 
     batch = documents[:100]
     hf = load_tokenizer(family_path(family))
@@ -233,8 +230,8 @@ def test_check_tokenizer_command(family_path, minilm_path, subprocess_env, tmp_p
 
 
 def test_a_token_across_two_words_goes_to_the_larger_part_and_joins_them():
-    from schemas.alignment import align_tokens_to_words
-    from schemas.words import word_boundaries
+    from maskstream.schemas.alignment import align_tokens_to_words
+    from maskstream.schemas.words import word_boundaries
 
     text = "e.g. foo-bar xy"
     # Tokens: "e.g" (across e and g), ".", "▁foo-b" (across foo and bar, mostly foo), "ar", "▁", "xy".

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from maskstream.cli import build_parser, main
-from pipelines.dataset.mask_probability import mask_probabilities_flat
-from pipelines.dataset.vocabulary import SKIPPED
-from schemas.manifest import load_manifest
+from maskstream.pipelines.dataset.mask_probability import mask_probabilities_flat
+from maskstream.pipelines.dataset.vocabulary import SKIPPED
+from maskstream.schemas.manifest import load_manifest
 from tests.pipelines.test_build import SEEDS, EncoderSpy, build_args, make_inputs, read_rows
 
 DOCUMENTS, MIN_COUNT = 60, 2
@@ -132,7 +132,7 @@ def test_the_budget_stays_exact(builds):
 
 
 def test_a_threshold_below_one_is_refused(minilm_path):
-    from pipelines.dataset.build import config_from_args
+    from maskstream.pipelines.dataset.build import config_from_args
 
     args, _ = build_parser().parse_known_args(["build", "--input", "x", "--stats", "s", "--seeds", "s.json",
                                                "--output", "o", "--min-word-count", "0"])
@@ -141,7 +141,7 @@ def test_a_threshold_below_one_is_refused(minilm_path):
 
 
 def test_seeds_are_always_encoded_and_a_threshold_leaving_no_word_is_refused():
-    from pipelines.dataset.vocabulary import encoded_words
+    from maskstream.pipelines.dataset.vocabulary import encoded_words
 
     assert encoded_words({"alpha": 1, "beta": 2, "gamma": 1}, 2, ["gamma", "delta"]) == ["beta", "gamma"]
     with pytest.raises(ValueError, match="leaves no word type to encode"):

@@ -12,10 +12,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.dataset.build_steps import vocabulary_counts, vocabulary_tally, word_scores, word_table_rows
-from pipelines.dataset.word_lookup import WordLookup
-from schemas.manifest import Manifest, read_word_table
-from schemas.words import words as words_of_text
+from maskstream.pipelines.dataset.build_steps import (
+    vocabulary_counts,
+    vocabulary_tally,
+    word_scores,
+    word_table_rows,
+)
+from maskstream.pipelines.dataset.word_lookup import WordLookup
+from maskstream.schemas.manifest import Manifest, read_word_table
+from maskstream.schemas.words import words as words_of_text
 
 SAMPLE_WORDS = ["naïve", "straße", "東京", "🙂ok", "zebra", "apple", "Ǆ", "a", "ab", "abc"]
 
@@ -97,7 +102,7 @@ def test_update_refuses_a_vocabulary_beyond_its_memory(tmp_path, sample_corpus, 
     """`update` runs in one process: it checks the vocabulary against the memory available and
     points to `build` on Dataflow instead of running out of memory."""
     from maskstream.cli import main
-    from pipelines.lifecycle import incremental
+    from maskstream.pipelines.lifecycle import incremental
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, get_linear_schedule_with_warmup
 
-from trainer.checkpoint import STATE_FILE, load_checkpoint, resolve_checkpoint, save_checkpoint
+from maskstream.trainer.checkpoint import STATE_FILE, load_checkpoint, resolve_checkpoint, save_checkpoint
 
 TINY = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
                   max_position_embeddings=32)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from trainer.exlm import (
+from maskstream.trainer.exlm import (
     ExLMForMaskedLM,
     TransitionHead,
     dag_best_path,
@@ -370,7 +370,7 @@ def test_predictions_follow_a_graph_built_to_spell_the_targets():
     ids = torch.tensor([[1, 50, 51, 2]])
     x = expand_batch(ids, torch.ones_like(ids), torch.tensor([[False, True, True, False]]), num_states=2, mask_token_id=3)
     assert int(x.num_vertices[0]) == v
-    from trainer.exlm import ExLMOutput
+    from maskstream.trainer.exlm import ExLMOutput
 
     out = ExLMOutput(torch.tensor(0.0), torch.zeros(1), vertex_log_probs, links, torch.zeros(1))
     assert predict_masked_tokens(out, x).tolist() == [[10, 12, 15, 17]]

@@ -8,7 +8,7 @@ import math
 import torch
 from transformers import AutoTokenizer, BertForMaskedLM
 
-from trainer.exlm import ExLMForMaskedLM, evaluation_counts, expand_batch
+from maskstream.trainer.exlm import ExLMForMaskedLM, evaluation_counts, expand_batch
 
 
 def _batches(tokenizer, path, *, count: int, batch_size: int, max_length: int, seed: int):

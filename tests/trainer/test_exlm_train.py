@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
 from maskstream.cli import main
+from maskstream.trainer.metrics import read_metrics
 from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
-from trainer.metrics import read_metrics
 
 
 @pytest.fixture(scope="module")

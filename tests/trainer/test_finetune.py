@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from maskstream.cli import main
-from trainer import finetune
-from trainer.metrics import read_metrics
+from maskstream.trainer import finetune
+from maskstream.trainer.metrics import read_metrics
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
-from trainer.follow import LatestVersionFollower, dataset_root
+from maskstream.schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
+from maskstream.trainer.follow import LatestVersionFollower, dataset_root
 
 
 def write_version(root: Path, version: str, seeds: list[str], vocab_hash: str = "v1", *, complete: bool = True) -> None:

@@ -10,13 +10,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from schemas.tables import SEQUENCE_SCHEMA
+from maskstream.schemas.tables import SEQUENCE_SCHEMA
+from maskstream.trainer.collate import collate_sequences
+from maskstream.trainer.dataset import StreamingSequenceDataset
+from maskstream.trainer.hf import MaskingCollator, shard_urls
+from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.masking import MaskingConfig
 from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
-from trainer.collate import collate_sequences
-from trainer.dataset import StreamingSequenceDataset
-from trainer.hf import MaskingCollator, shard_urls
-from trainer.loader import build_dataloader
-from trainer.masking import MaskingConfig
 
 
 def _check_rows(rows, urls: list[str]) -> None:

@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from schemas.manifest import ManifestError
-from schemas.tables import SEQUENCE_SCHEMA
+from maskstream.schemas.manifest import ManifestError
+from maskstream.schemas.tables import SEQUENCE_SCHEMA
+from maskstream.trainer.dataset import ChecksumMismatch, StreamingSequenceDataset
+from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.masking import MaskingConfig, apply_masking
 from tests.fixtures import sequence_dataset as factory
-from trainer.dataset import ChecksumMismatch, StreamingSequenceDataset
-from trainer.loader import build_dataloader
-from trainer.masking import MaskingConfig, apply_masking
 
 
 def epoch_indices(dataset_root, *, world_size, num_workers, batch_size=16, seed=0, epoch=0, **kwargs):
@@ -71,7 +71,7 @@ def test_rows_are_the_stored_rows(local_dataset, debian_rows, tmp_path, monkeypa
     if one_row_group_per_shard:  # windows start inside row groups decoded 7 rows at a time
         root = str(tmp_path / "big-groups")
         factory.write_dataset(root, debian_rows, shards=2, row_group_size=1000)
-        monkeypatch.setattr("trainer.dataset.READ_BATCH_ROWS", 7)
+        monkeypatch.setattr("maskstream.trainer.dataset.READ_BATCH_ROWS", 7)
     ds = StreamingSequenceDataset(root, shuffle_buffer=50)
     assert len(ds.blocks) == (2 if one_row_group_per_shard else 12)
     seen = []
@@ -209,7 +209,7 @@ def test_a_sample_gets_the_same_mask_on_any_number_of_ranks_and_workers(local_da
 def test_masking_config_from_the_manifest(local_dataset):
     from transformers import AutoTokenizer
 
-    from schemas.models import default_model
+    from maskstream.schemas.models import default_model
 
     ds = StreamingSequenceDataset(local_dataset)
     tok = AutoTokenizer.from_pretrained(default_model())

@@ -12,9 +12,9 @@ import torch
 from scipy import stats
 from transformers import DataCollatorForLanguageModeling
 
-from schemas.models import default_model
-from trainer.collate import collate_sequences
-from trainer.masking import (
+from maskstream.schemas.models import default_model
+from maskstream.trainer.collate import collate_sequences
+from maskstream.trainer.masking import (
     STRATEGIES,
     MaskingConfig,
     apply_masking,
@@ -189,7 +189,7 @@ def test_tmr_and_span_rates(batch, config):
 def test_span_lengths_follow_truncated_geometric(debian_rows, config):
     """Spans of whole words, lengths in words ~ Geometric(0.2) truncated at 10 (chi-square on the
     first span of each sequence, which the budget never truncates when the sequence is long)."""
-    from trainer.masking import choose_spans, sample_keys
+    from maskstream.trainer.masking import choose_spans, sample_keys
 
     long_rows = [r for r in debian_rows if len(r["input_ids"]) == 128][:1]
     row = long_rows[0]

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from trainer.objectives import MaskedLM
+from maskstream.trainer.objectives import MaskedLM
 
 
 def test_masked_lm_loss_equals_the_hf_loss_with_and_without_the_sparse_head():

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from maskstream.cli import main
+from maskstream.trainer import train as train_module
+from maskstream.trainer.metrics import read_metrics
+from maskstream.trainer.train import held_out
 from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
-from trainer import train as train_module
-from trainer.metrics import read_metrics
-from trainer.train import held_out
 
 
 @pytest.fixture(scope="module")
@@ -146,9 +146,9 @@ def test_finetune_starts_from_a_train_output(sample_dataset, tiny_bert, sample_c
 def test_train_config_checks_itself_and_the_cli_defaults_build_one():
     import argparse
 
-    from trainer import finetune
-    from trainer.finetune import FinetuneConfig
-    from trainer.train import TrainConfig, add_arguments
+    from maskstream.trainer import finetune
+    from maskstream.trainer.finetune import FinetuneConfig
+    from maskstream.trainer.train import TrainConfig, add_arguments
 
     with pytest.raises(ValueError, match=r"--batch-size 0 is out of range"):
         TrainConfig(dataset="d", output="o", batch_size=0)

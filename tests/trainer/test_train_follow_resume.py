@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import load_file
 
 from maskstream.cli import main
+from maskstream.trainer import checkpoint
+from maskstream.trainer.metrics import read_metrics
 from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
-from trainer import checkpoint
-from trainer.metrics import read_metrics
 
 # 6 batches of 8 per epoch, 2 per step: 3 steps per epoch; epoch 0 reads v1, epochs 1 and 2 v2.
 RUN = ["--batch-size", "8", "--grad-accumulation", "2", "--max-steps", "8", "--num-workers", "0",

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from schemas.models import display_name
+from maskstream.schemas.models import display_name
 
 log = logging.getLogger("maskstream.model")
 
@@ -111,7 +111,7 @@ def load_pretrained(auto_class: Any, model: str, head: str, expected_because: st
     """`auto_class.from_pretrained(model, output_loading_info=True, **kwargs)`. Where the load
     only initialized a new `head` (and pooler), logs `"<model> has no <head>; a new one is
     initialized (<expected_because>)"` and keeps transformers' messages at debug; otherwise
-    lets them through unchanged. `model` is named by `schemas.models.display_name`."""
+    lets them through unchanged. `model` is named by `maskstream.schemas.models.display_name`."""
     if not log.isEnabledFor(logging.DEBUG):
         hide_weights_bars()
     held = _HeldRecords()
