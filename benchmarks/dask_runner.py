@@ -48,7 +48,7 @@ def two_sinks(out: str, beam_args: list[str]) -> dict[str, list[int] | None]:
 
 
 def stats(out: str, beam_args: list[str]) -> dict:
-    from maskstream.pipelines.statistics import stats as stats_command
+    from maskstream.cli import stats as stats_command
 
     parser = argparse.ArgumentParser()
     stats_command.add_arguments(parser)

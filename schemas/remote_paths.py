@@ -8,10 +8,10 @@ connection or silence all end in one line that names the path, the cause and wha
 
 from __future__ import annotations
 
-import argparse
 import os
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 DEFAULT_TIMEOUT_S = 20.0
 TIMEOUT_ENV = "MASKSTREAM_REMOTE_TIMEOUT"  # overrides the default, e.g. in a container
@@ -22,10 +22,10 @@ class RemotePathError(Exception):
     """A remote path that cannot be used; the message is the whole explanation."""
 
 
-def remote_urls(args: argparse.Namespace) -> list[str]:
-    """The `scheme://` paths among a parsed command's arguments (strings and lists of strings)."""
+def remote_urls(values: Iterable[Any]) -> list[str]:
+    """The `scheme://` paths among a parsed command's argument values (strings and lists of strings)."""
     urls: list[str] = []
-    for value in vars(args).values():
+    for value in values:
         for item in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(item, str) and item.startswith("--") and "=" in item:
                 item = item.split("=", 1)[1]  # a flag passed on to Beam, e.g. --temp_location=gs://...

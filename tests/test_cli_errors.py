@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import maskstream.pipelines.lifecycle.gc
+import maskstream.cli.gc
 import maskstream.pipelines.read_corpus
 from maskstream.cli import EXIT_OS_ERROR, _os_error_in, main
 
@@ -21,7 +21,7 @@ def test_an_unrelated_exception_raised_while_handling_an_oserror_keeps_its_trace
         except OSError:
             return {}["versions"]  # a bug in the fallback: not an I/O failure
 
-    monkeypatch.setattr(maskstream.pipelines.lifecycle.gc, "collect_garbage", collect_garbage)
+    monkeypatch.setattr(maskstream.cli.gc, "collect_garbage", collect_garbage)
     with pytest.raises(KeyError, match="versions") as raised:
         main(["gc", str(tmp_path)])
     assert isinstance(raised.value.__context__, FileNotFoundError)  # the OSError was there, and is not blamed

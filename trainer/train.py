@@ -1,30 +1,11 @@
-"""Continued MLM pretraining on a maskstream dataset, streamed from disk or gs://.
-
-Loads a masked-LM from a model name or path (a model without an MLM head, like the offline
-MiniLM, gets a new head whose decoder is tied to the input embeddings; the log says which
-weights are new), streams the dataset's shards, draws a fresh mask per epoch with any
-strategy (`difference`, drawn from the dataset's stored mask probabilities, by default), and trains with
-AdamW, linear warm-up then linear decay, gradient accumulation and clipping, bf16 autocast
-on CUDA and optionally torch.compile. Several GPUs: launch with `torchrun`; each rank reads
-its own share of the rows. On a GPU, masks are drawn on the device after the transfer; on
-CPU, in the loader workers.
-
-Held-out split: a row is held out (never trained on) when the top 24 bits of (its sample
-index x 0x9E3779B97F4A7C15 mod 2^64), read as a number in [0, 1), fall below
---held-out-fraction: the same rows for every run, rank count and strategy. Evaluation masks the
-first --eval-samples held-out rows in dataset order with --eval-strategy (`random` by default,
-whatever the training strategy), the default budget (15%, 80/10/10) and a fixed seed, so loss,
-perplexity and masked-token accuracy are comparable between runs and strategies.
-
-Outputs in --output: checkpoints/ (every --save-every steps and at the end; `--resume`
-continues from the newest exactly), metrics.jsonl and tensorboard/ (loss, masked-token
-accuracy, learning rate, tokens/s, data-wait share; held-out loss, perplexity, accuracy),
-summary.json, and model/ (save_pretrained + tokenizer: what `maskstream finetune` starts from).
-"""
+"""The training loop of `maskstream train`: `train(TrainConfig)` streams a dataset version's shards
+(dataset.py, loader.py), draws fresh masks (masking.py) and trains a masked LM with AdamW, warm-up
+and linear decay, gradient accumulation, bf16 autocast on CUDA, checkpoints and resume, on one or
+several ranks (torchrun). What it writes and how rows are held out: `maskstream train --help`
+(maskstream/cli/train.py)."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -47,58 +28,6 @@ log = logging.getLogger("maskstream.train")
 STRATEGIES = ("random", "whole_word", "span", "difference")  # tmr is for fine-tuning
 EVAL_SEED = 20_230_523  # fixed: every run masks the held-out rows the same way
 HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: 2^64 / golden ratio
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", required=True, help="dataset root or version folder (local or gs://)")
-    parser.add_argument("--output", required=True, help="output folder (checkpoints, logs, final model)")
-    parser.add_argument("--model", default=None, help="model name or path (default: the offline MiniLM)")
-    parser.add_argument("--objective", default="mlm",
-                        help="training objective, a name in maskstream.trainer.objectives.OBJECTIVES (default: mlm)")
-    parser.add_argument("--exlm-states", type=int, default=4,
-                        help="with --objective exlm: [MASK] states per masked token, k (default: 4)")
-    parser.add_argument("--exlm-token-budget", type=int, default=0,
-                        help="with --objective exlm: most expanded tokens per forward pass; a larger batch runs "
-                             "in checkpointed chunks, same loss and gradients (default: 0, no limit)")
-    parser.add_argument("--strategy", default="difference", choices=STRATEGIES,
-                        help="masking strategy; `difference` draws from the dataset's mask probabilities "
-                             "(default: difference)")
-    parser.add_argument("--whole-word", action="store_true",
-                        help="with --strategy difference, mask whole words (default: off)")
-    parser.add_argument("--mask-budget", type=float, default=0.15, help="share of tokens masked (default: 0.15)")
-    parser.add_argument("--batch-size", type=int, default=32, help="sequences per batch per device (default: 32)")
-    parser.add_argument("--grad-accumulation", type=int, default=1,
-                        help="batches per optimizer step (default: 1)")
-    parser.add_argument("--epochs", type=float, default=1.0,
-                        help="passes over the data when --max-steps is 0 (default: 1)")
-    parser.add_argument("--max-steps", type=int, default=0,
-                        help="optimizer steps to run; 0 derives them from --epochs (default: 0)")
-    parser.add_argument("--learning-rate", type=float, default=1e-4, help="peak learning rate (default: 1e-4)")
-    parser.add_argument("--weight-decay", type=float, default=0.01,
-                        help="AdamW weight decay, not applied to biases and norms (default: 0.01)")
-    parser.add_argument("--warmup-ratio", type=float, default=0.06,
-                        help="warm-up steps as a share of all steps (default: 0.06)")
-    parser.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping norm (default: 1.0)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for shuffling, masks and initialization (default: 0)")
-    parser.add_argument("--num-workers", type=int, default=2, help="DataLoader worker processes (default: 2)")
-    parser.add_argument("--held-out-fraction", type=float, default=0.02,
-                        help="share of rows held out for evaluation, never trained on (default: 0.02)")
-    parser.add_argument("--eval-samples", type=int, default=512,
-                        help="held-out rows evaluated, the first in dataset order (default: 512)")
-    parser.add_argument("--eval-strategy", default="random", choices=STRATEGIES,
-                        help="masking of the held-out rows, same for every run (default: random)")
-    parser.add_argument("--eval-every", type=int, default=500, help="evaluate every N steps and at the end (default: 500)")
-    parser.add_argument("--log-every", type=int, default=10, help="log training metrics every N steps (default: 10)")
-    parser.add_argument("--save-every", type=int, default=1000,
-                        help="write a checkpoint every N steps and at the end (default: 1000)")
-    parser.add_argument("--resume", nargs="?", const="latest", default=None,
-                        help="continue from a checkpoint folder, or with no value from the newest in "
-                             "OUTPUT/checkpoints (default: start fresh)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model (default: off)")
-    parser.add_argument("--follow-latest", action="store_true",
-                        help="at each epoch boundary move on to the newest complete version of the dataset root "
-                             "(--dataset, or the root holding the version it names) when its tokenizer matches; "
-                             "logs the switch and the seeds that changed (default: off)")
 
 
 # --- held-out split -------------------------------------------------------------------------
@@ -236,18 +165,6 @@ class TrainConfig:
             if strategy not in STRATEGIES:
                 raise ValueError(f"unknown {flag} {strategy!r}; choose one of {STRATEGIES}")
 
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> TrainConfig:
-        return config_from_args(cls, args)
-
-
-def config_from_args(cls: type, args: argparse.Namespace) -> Any:
-    """The config dataclass `cls` of parsed CLI arguments (a field per option); a setting out of
-    range exits with its message."""
-    try:
-        return cls(**{field.name: getattr(args, field.name) for field in dataclasses.fields(cls)})
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
 
 
 def check_ranges(*checks: tuple[str, Any, bool]) -> None:
@@ -637,13 +554,14 @@ def save_final(out: Path, step: int, parts: TrainingModel, data: TrainingData, r
     log.info("wrote %s (model/, checkpoints/, metrics.jsonl, tensorboard/, summary.json)", out)
 
 
-def run(args: argparse.Namespace) -> int:
+def train(config: TrainConfig) -> int:
+    """The training loop, top to bottom: set up the ranks, the data and the model (resuming from a
+    checkpoint when asked), train, evaluate and checkpoint on schedule, save the final model."""
     import torch.distributed as dist
     from tqdm import tqdm
 
     from maskstream.trainer.metrics import MetricsLogger
 
-    config = TrainConfig.from_args(args)
     ranks = setup_ranks(config.seed)
     saved = read_resume_state(config)
     data = open_data(config, ranks, saved)

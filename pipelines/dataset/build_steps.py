@@ -74,6 +74,17 @@ class BuildConfig:
     min_word_count: int = 1  # pipelines/dataset/vocabulary.py: rarer word types are not encoded
     write_embeddings: bool = False
 
+    def __post_init__(self) -> None:
+        checks = [("--max-length", self.max_length, "between 8 and 512", 8 <= self.max_length <= 512),
+                  ("--budget", self.budget, "in (0, 1]", 0.0 < self.budget <= 1.0),
+                  ("--alpha", self.alpha, "in [0, 1]", 0.0 <= self.alpha <= 1.0),
+                  ("--sharpness", self.sharpness, "> 0", self.sharpness > 0),
+                  ("--floor", self.floor, f"in [0, --budget = {self.budget}]", 0.0 <= self.floor <= self.budget),
+                  ("--min-word-count", self.min_word_count, ">= 1", self.min_word_count >= 1)]
+        for flag, value, rule, ok in checks:
+            if not ok:
+                raise ValueError(f"{flag} must be {rule}, got {value}")
+
     def word_encoder(self) -> WordEncoder:
         """The word encoder these options describe (the build's RunInference and the update's process)."""
         return WordEncoder(self.encoder, pooling=self.pooling, threads=self.encoder_threads,

@@ -13,7 +13,6 @@ whatever the corpus size.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import json
@@ -33,14 +32,6 @@ DEFAULT_PAGE_SIZE = 10
 SCALE_STOPS = 33  # viridis sampled at 33 points, interpolated linearly by the page's script
 SEQUENCE_COLUMNS = ["sequence_id", "document_id", "input_ids", "word_ids", "word_index", "special_tokens_mask",
                     "mask_probability"]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--html", default=None, metavar="PAGE",
-                        help="also write one self-contained HTML page (sequence browser, seeds, signal, provenance)")
-    parser.add_argument("--html-sequences", type=int, default=DEFAULT_SEQUENCES, metavar="N",
-                        help=f"sequences the page's browser holds, spread evenly over the version; fewer if the "
-                             f"page would exceed {MAX_PAGE_BYTES / 1e6:g} MB (default: {DEFAULT_SEQUENCES})")
 
 
 def sample_ids(total: int, count: int) -> np.ndarray:

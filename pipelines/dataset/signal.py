@@ -395,7 +395,7 @@ def same_figures(recomputed: dict[str, Any], stored: dict[str, Any]) -> bool:
 
 def inspect_lines(reports: dict[str, dict[str, Any]], manifest: Any) -> list[str]:
     """What `inspect` says of the vocabulary and the signal, given `reports` recomputed from the
-    shards (`inspect_dataset.signal_reports`). A version whose writer printed them (its manifest
+    shards (`signal_reports`). A version whose writer printed them (its manifest
     holds the same figures) gets one line saying so, so that `build` then `inspect` shows each
     figure once; an older manifest, or figures that differ, get the whole report."""
     from maskstream.pipelines.dataset.vocabulary import vocabulary_line
@@ -499,3 +499,10 @@ def plot_report(report: dict[str, Any], path: str, title: str) -> None:
     with fsspec.open(path, "wb") as f:
         fig.savefig(f, format="png", dpi=100)
     plt.close(fig)
+
+
+def signal_reports(tallies: list[dict], word_table: Any, seeds: list[str]) -> dict[str, dict]:
+    """`signal_report` per map of the shards' `maskstream.pipelines.dataset.signal.map_tallies` (one per shard):
+    the stored probabilities first, then each map of `comparison_maps`, recomputed."""
+    words = WordsForReport.of_table(word_table)  # once: it holds every word type's text and index
+    return {name: words.diagnostics(tally, seeds) for name, tally in merge_map_tallies(tallies).items()}

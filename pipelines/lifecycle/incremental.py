@@ -167,6 +167,22 @@ def update(options: UpdateOptions) -> dict[str, Any]:
             gc.enable()
 
 
+def leased_update(options: UpdateOptions) -> dict[str, Any]:
+    """`incremental.update(options)` holding a lease (schemas/lease.py) on the version it writes, so
+    `maskstream gc` leaves the incomplete version, and the cache it fills, alone however long it takes."""
+    import dataclasses
+
+    from maskstream.pipelines.dataset.dataset_writer import join, new_version_name
+    from maskstream.schemas.lease import VersionLease
+
+    options = dataclasses.replace(options, version=options.version or new_version_name())
+    lease = VersionLease(join(options.root, options.version))
+    try:
+        return update(options)
+    finally:
+        lease.release()
+
+
 class StageClock:
     """Seconds per stage: `lap(name)` closes the stage that began at the previous lap."""
 

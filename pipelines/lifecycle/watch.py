@@ -1,49 +1,20 @@
-"""Watch a corpus folder or gs:// prefix and write a new dataset version whenever it changes.
-
-Every --interval seconds, lists the corpus files under SOURCE (.txt, .jsonl, .parquet, also
-compressed; recursively) with their sizes and modification times (GCS: generations). A change
-in that listing starts a wait: only once the listing has stayed the same for --settle seconds
-(a copy in progress keeps changing it) are the files fingerprinted (sha256 of their content).
-When the fingerprint (paths and content hashes) differs from the one of DATASET_ROOT/latest,
-it runs `maskstream update` (counting and tokenizing only the added and changed files) and
-logs what changed (added, removed, changed files), what was rebuilt, and the new version.
-
-Stopping: SIGINT or SIGTERM while idle stops at once; during a build it lets the build finish
-and then stops; a second signal abandons the build. A build that is abandoned or killed
-(even SIGKILL) leaves DATASET_ROOT/latest on the last complete version.
-
---once checks a single time (still waiting for the listing to settle), for a scheduler. Exit
-status: 0 a new version was written, 3 the corpus was unchanged (nothing built), 2 bad input
-(no corpus file under SOURCE, bad options), 1 the build failed.
-
-Example:
-  maskstream watch gs://bucket/corpus --output gs://bucket/dataset --interval 300
-"""
+"""`Watcher`: polls a corpus folder or gs:// prefix and runs an incremental update (incremental.py)
+whenever its files change, once their listing has settled (the command and its exit statuses:
+`maskstream watch --help`, maskstream/cli/watch.py)."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
-import signal
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from maskstream.pipelines.lifecycle.incremental import UpdateOptions
 
 LOG = logging.getLogger("maskstream.watch")
 EXIT_BUILT, EXIT_FAILED, EXIT_INPUT_ERROR, EXIT_UNCHANGED = 0, 1, 2, 3
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from maskstream.pipelines.lifecycle.update import add_update_options
-
-    parser.add_argument("source", metavar="SOURCE", help="folder or gs:// prefix holding the corpus files")
-    parser.add_argument("--output", required=True, metavar="DATASET_ROOT", help="dataset root (local or gs://)")
-    parser.add_argument("--interval", type=float, default=60.0, help="seconds between two listings (default: 60)")
-    parser.add_argument("--settle", type=float, default=30.0,
-                        help="seconds the listing must stay unchanged before a build (default: 30)")
-    parser.add_argument("--once", action="store_true",
-                        help="check once and exit: 0 built, 3 unchanged, 2 bad input, 1 build failed (default: off)")
-    add_update_options(parser)
 
 
 def list_source(source: str) -> dict[str, tuple]:
@@ -91,9 +62,11 @@ def _summary(paths: list[str], limit: int = 5) -> str:
 class Watcher:
     """Polls SOURCE and rebuilds ROOT; `stop` (an Event) ends `run` at the next safe point."""
 
-    def __init__(self, source: str, root: str, args: argparse.Namespace, *, interval: float, settle: float,
+    def __init__(self, source: str, options: UpdateOptions, *, interval: float, settle: float,
                  stop: threading.Event | None = None):
-        self.source, self.root, self.args = source.rstrip("/"), root.rstrip("/"), args
+        """`options`: every update's settings; each build takes its inputs from the listing of `source`
+        and writes into `options.root`."""
+        self.source, self.root, self.options = source.rstrip("/"), options.root.rstrip("/"), options
         self.interval, self.settle = interval, settle
         self.stop = stop or threading.Event()
         self.building = False
@@ -116,7 +89,9 @@ class Watcher:
     def check(self) -> int:
         """One decision: EXIT_BUILT, EXIT_UNCHANGED, or an error status."""
         from maskstream.pipelines.corpus import corpus_fingerprint
-        from maskstream.pipelines.lifecycle.update import leased_update, options_from_args
+        from maskstream.pipelines.lifecycle.incremental import (
+            leased_update,  # pyarrow.compute: not for --help
+        )
 
         listing = self.settled_listing()
         if listing is None:
@@ -140,7 +115,7 @@ class Watcher:
                  len(changes["added"]), _summary(changes["added"]), len(changes["removed"]),
                  _summary(changes["removed"]), len(changes["changed"]), _summary(changes["changed"]))
         try:
-            report = leased_update(options_from_args(self.args, files, self.root))
+            report = leased_update(dataclasses.replace(self.options, inputs=files, root=self.root))
         except (ValueError, FileNotFoundError, FileExistsError, MemoryError) as e:
             LOG.error("build failed: %s", e)
             self._checked = None  # retry at the next poll
@@ -156,13 +131,11 @@ class Watcher:
     def run(self) -> None:
         from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
         from maskstream.pipelines.lifecycle.encoder_process import EncoderLoader
-        from maskstream.pipelines.lifecycle.update import options_from_args
-
         LOG.info("watching %s every %g s (settle %g s), building into %s", self.source, self.interval,
                  self.settle, self.root)
         # Long-lived: start the word encoder's process now, so that the first rebuild does not wait
         # for it either (the process keeps it for every later one); the tokenizer is loaded here too.
-        config = options_from_args(self.args, [], self.root).build
+        config = self.options.build
         load_backend_tokenizer(config.tokenizer)
         EncoderLoader(config)
         while not self.stop.is_set():
@@ -171,31 +144,3 @@ class Watcher:
                 LOG.info("will look again in %.0f s", self.interval)
             self.stop.wait(self.interval)
         LOG.info("stopped")
-
-
-def run(args: argparse.Namespace) -> int:
-    logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
-    if args.interval <= 0 or args.settle < 0:
-        LOG.error("--interval must be > 0 and --settle >= 0")
-        return EXIT_INPUT_ERROR
-    watcher = Watcher(args.source, args.output, args, interval=args.interval, settle=args.settle)
-
-    def on_signal(signum, _frame):
-        if watcher.stop.is_set() and watcher.building:
-            LOG.warning("second %s: abandoning the build; latest stays on the last complete version",
-                        signal.Signals(signum).name)
-            raise KeyboardInterrupt
-        watcher.stop.set()
-        LOG.info("%s: %s", signal.Signals(signum).name,
-                 "finishing the current build, then stopping (signal again to abandon it)" if watcher.building
-                 else "stopping")
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        if args.once:
-            return watcher.check()
-        watcher.run()
-    except KeyboardInterrupt:
-        return 130
-    return 0

@@ -1,36 +1,14 @@
-"""Seed words: the top-K words of `maskstream stats` by TF-ICF, after filters.
-
-With statistics computed against a background corpus (`maskstream stats --background-input`),
-the words are ranked by their background contrast instead (`--contrast`, schemas/formulas.py):
-TF-ICF times the log-lift of the domain over the background, which keeps the words of the domain
-and drops those of the kind of text. The report then shows, per seed, its domain, background and
-general frequencies and which contrast put it there: `background + general` when it is also among
-the top K by TF-ICF alone, `background` when only the background contrast made it a seed.
-
-A word is a candidate unless a filter removes it:
-  min-df        it occurs in fewer than --min-df documents (one document's names and typos);
-  stop word     it is on the stop-word list (scikit-learn's English list by default);
-  non-alphabetic  it holds a digit (version numbers, identifiers);
-  too short     it has fewer than --min-length characters.
-
-Writes SEEDS_JSON ({"seeds": [...] best first, "config", "formulas", "source_fingerprint"}); each
-seed holds its stats row ("word", "tf", "df", "general_frequency", "tf_icf", and with a background
-"background_frequency", "contrast") and, from `seed_provenance`, "rank", "domain_frequency",
-"score_name", "score", "tf_icf_rank" and "put_there_by" ("general", "background + general" or
-"background"); `maskstream build` copies the file into the dataset version, and `inspect --html`
-shows it (files written before these fields existed still read). Beside it, a Markdown report
-(SEEDS_report.md: the top 50 words by TF-ICF with their counts and which filter removed which)
-and a bar chart of the seeds' scores (SEEDS.png). The stats table has one row per word type
+"""Seed words: the top-K words of `maskstream stats` by TF-ICF (or by background contrast), after
+filters, with their provenance, a Markdown report and a chart (`write_seeds`; the rules are in
+`maskstream seeds --help`, maskstream/cli/seeds.py). The stats table has one row per word type
 (millions for a large corpus), so it is streamed in record batches (`SeedRanking`): memory holds
-the best rows seen so far, not the vocabulary; no Beam pipeline.
-"""
+the best rows seen so far, not the vocabulary; no Beam pipeline."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import posixpath
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,33 +24,6 @@ from maskstream.pipelines.statistics.seed_selection import (
 STATS_BATCH_ROWS = 65_536  # word-stats rows held at once while ranking
 CONTRASTS = ("general", "background")
 SCORE_COLUMN = {"general": "tf_icf", "background": "contrast"}
-EXIT_INPUT_ERROR = 2
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stats", required=True, metavar="STATS_DIR",
-                        help="output folder of `maskstream stats` (local or gs://)")
-    parser.add_argument("--output", required=True, metavar="SEEDS_JSON",
-                        help="where to write seeds.json; the report and chart go beside it")
-    parser.add_argument("--contrast", choices=CONTRASTS, default=None,
-                        help="rank by TF-ICF against general language, or by the background contrast "
-                             "(default: background when the stats have one, else general)")
-    add_seed_options(parser)
-
-
-def add_seed_options(parser: argparse.ArgumentParser) -> None:
-    """How many seeds and which filters (shared by `seeds`, `update` and `watch`)."""
-    parser.add_argument("--top-k", type=int, default=DEFAULT_TOP_K,
-                        help=f"number of seed words (default: {DEFAULT_TOP_K})")
-    parser.add_argument("--min-df", type=int, default=DEFAULT_MIN_DF,
-                        help=f"minimum number of documents a seed occurs in (default: {DEFAULT_MIN_DF})")
-    parser.add_argument("--min-length", type=int, default=DEFAULT_MIN_LENGTH,
-                        help=f"minimum characters of a seed (default: {DEFAULT_MIN_LENGTH})")
-    parser.add_argument("--stop-words", default="english", metavar="english|none|FILE",
-                        help="stop words: 'english' (scikit-learn's list), 'none', or a file with one word "
-                             "a line (default: english)")
-    parser.add_argument("--allow-non-alphabetic", action="store_true", default=False,
-                        help="let words with digits be seeds (default: alphabetic words only)")
 
 
 def word_stats_dataset(stats_dir: str) -> Any:
@@ -223,45 +174,56 @@ def plot_scores(seeds: list[dict], path: str, score: str = "tf_icf") -> None:
     plt.close(fig)
 
 
-def run(args: argparse.Namespace) -> int:
+class SeedsError(ValueError):
+    """Statistics that cannot give seeds (no background contrast to rank by, no word passes)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedsConfig:
+    """Which seeds `write_seeds` picks: how many, by which score, after which filters (the flags of
+    `maskstream seeds`, `update` and `watch`); checked on construction."""
+
+    top_k: int = DEFAULT_TOP_K
+    min_df: int = DEFAULT_MIN_DF
+    min_length: int = DEFAULT_MIN_LENGTH
+    stop_words: str = "english"  # english, none, or a file with one word a line
+    alphabetic_only: bool = True
+    contrast: str | None = None  # general or background; None: background when the stats have one
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1 or self.min_df < 1 or self.min_length < 0:
+            raise ValueError(f"--top-k and --min-df must be >= 1 and --min-length >= 0, got {self.top_k}, "
+                             f"{self.min_df}, {self.min_length}")
+        if self.contrast not in (None, *CONTRASTS):
+            raise ValueError(f"--contrast must be one of {CONTRASTS}, got {self.contrast!r}")
+
+
+def write_seeds(stats: str, output: str, config: SeedsConfig) -> dict[str, Any]:
+    """Ranks the word statistics in `stats`, writes `output` (seeds.json), the report and the chart
+    beside it; returns {"seeds": the seed rows, "paths": the three files, "warning": or None}.
+    Raises FileNotFoundError (no statistics) or SeedsError."""
     import fsspec
 
     from maskstream.schemas.formulas import FORMULA_VERSIONS
 
-    try:
-        word_stats = word_stats_dataset(args.stats)
-        with fsspec.open(posixpath.join(args.stats.rstrip("/"), "summary.json"), "r", encoding="utf-8") as f:
-            summary = json.load(f)
-        stop_words = load_stop_words(args.stop_words)
-    except FileNotFoundError as e:
-        print(f"maskstream seeds: error: {e}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
+    word_stats = word_stats_dataset(stats)
+    with fsspec.open(posixpath.join(stats.rstrip("/"), "summary.json"), "r", encoding="utf-8") as f:
+        summary = json.load(f)
+    stop_words = load_stop_words(config.stop_words)
     has_background = "contrast" in word_stats.schema.names
-    contrast = args.contrast or ("background" if has_background else "general")
+    contrast = config.contrast or ("background" if has_background else "general")
     if contrast == "background" and not has_background:
-        print(f"maskstream seeds: error: {args.stats} has no background contrast: run `maskstream stats` with "
-              "--background-input", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    config = {
-        "stats": args.stats,
-        "top_k": args.top_k,
-        "min_df": args.min_df,
-        "min_length": args.min_length,
-        "stop_words": args.stop_words,
-        "alphabetic_only": not args.allow_non_alphabetic,
-        "contrast": contrast,
-        "stats_config": summary.get("config", {}),
-    }
-    ranking = SeedRanking(args.top_k, SCORE_COLUMN[contrast], min_df=args.min_df, min_length=args.min_length,
-                          stop_words=stop_words, alphabetic_only=not args.allow_non_alphabetic)
+        raise SeedsError(f"{stats} has no background contrast: run `maskstream stats` with --background-input")
+    recorded = {"stats": stats, "top_k": config.top_k, "min_df": config.min_df, "min_length": config.min_length,
+                "stop_words": config.stop_words, "alphabetic_only": config.alphabetic_only, "contrast": contrast,
+                "stats_config": summary.get("config", {})}
+    ranking = SeedRanking(config.top_k, SCORE_COLUMN[contrast], min_df=config.min_df, min_length=config.min_length,
+                          stop_words=stop_words, alphabetic_only=config.alphabetic_only)
     for rows in iter_word_stats(word_stats):
         ranking.add(rows)
     seeds = ranking.seeds
     if not seeds:
-        print(f"maskstream seeds: error: no word of {ranking.words} passes the filters", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    if len(seeds) < args.top_k:
-        print(f"maskstream seeds: warning: only {len(seeds)} words pass the filters", file=sys.stderr)
+        raise SeedsError(f"no word of {ranking.words} passes the filters")
     # The formulas the statistics were computed with, plus this version's for the rest.
     formulas = {**FORMULA_VERSIONS, **summary.get("formulas", {})}
     # Ranked by TF-ICF, the seeds' own positions are their TF-ICF ranks; else a second pass counts them.
@@ -269,21 +231,19 @@ def run(args: argparse.Namespace) -> int:
                     else {row["word"]: rank for rank, row in enumerate(seeds, start=1)})
     result = {
         "seeds": seed_provenance(ranking, tf_icf_ranks, contrast, summary.get("total_words") or 0),
-        "config": config,
+        "config": recorded,
         "formulas": formulas,
         "source_fingerprint": summary.get("source_fingerprint", {}),
     }
-    output = args.output
     stem = output[: -len(".json")] if output.endswith(".json") else output
     report_path, chart_path = f"{stem}_report.md", f"{stem}.png"
     fs, path = fsspec.core.url_to_fs(output)
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
     plot_scores(seeds, chart_path, SCORE_COLUMN[contrast])
     with fsspec.open(report_path, "w", encoding="utf-8") as f:
-        f.write(render_report(ranking, {**summary, "formulas": formulas}, config, posixpath.basename(chart_path),
+        f.write(render_report(ranking, {**summary, "formulas": formulas}, recorded, posixpath.basename(chart_path),
                               tf_icf_ranks))
     with fsspec.open(output, "w", encoding="utf-8") as f:
         f.write(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {output}, {report_path}, {chart_path}")
-    print("seeds: " + " ".join(row["word"] for row in seeds))
-    return 0
+    warning = f"only {len(seeds)} words pass the filters" if len(seeds) < config.top_k else None
+    return {"seeds": seeds, "paths": [output, report_path, chart_path], "warning": warning}

@@ -1,28 +1,14 @@
-"""Word statistics of a domain corpus (an Apache Beam pipeline).
-
-Reads the corpus (.txt, .jsonl, .parquet; local paths or gs:// globs), counts every word
-(schemas/words.py) -- tf (occurrences), df (documents) and the number of documents N -- looks
-up each word's frequency in general text (the offline wordfreq tables, or a second corpus
-given with --general-input), and scores it by TF-ICF (see pipelines/statistics/tf_icf.py). With
---background-input, a background corpus (the broader text the domain is part of) is counted the
-same way and each word also gets its background frequency and its background contrast. Writes
-
-  OUTPUT/word_stats-*.parquet   one row per word (maskstream.schemas.tables.WORD_STATS_SCHEMA)
-  OUTPUT/summary.json           documents read/accepted/rejected, distinct and total words, N,
-                                the corpus fingerprint, the configuration and formula versions
-  OUTPUT/rejects-*.jsonl        one {"source", "location", "reason"} per rejected record
-
-Results are written to a temporary folder beside OUTPUT and moved into place only when the
-pipeline succeeded with at least one accepted document; a missing input or zero accepted
-documents is an error (exit status 2) and leaves OUTPUT untouched.
-"""
+"""Word statistics of a domain corpus, an Apache Beam pipeline: `compute_stats(StatsConfig)` counts
+every word (tf, df, N), looks up its general frequency, scores it by TF-ICF (tf_icf.py), and with a
+background corpus adds its contrast; it writes word_stats-*.parquet, summary.json and rejects-*.jsonl
+into a staging folder beside the output and moves them into place only when the pipeline succeeded
+with at least one accepted document (the outputs: `maskstream stats --help`, maskstream/cli/stats.py)."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import logging
-import sys
 import uuid
 from typing import Any
 
@@ -35,34 +21,32 @@ WORD_STATS_PREFIX = "word_stats"
 REJECTS_PREFIX = "rejects"
 GENERAL_REJECTS_PREFIX = "general_rejects"
 BACKGROUND_REJECTS_PREFIX = "background_rejects"
-EXIT_INPUT_ERROR = 2
 
 
 class StatsError(Exception):
     """Input that cannot give statistics (nothing found, nothing accepted)."""
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", nargs="+", required=True, metavar="PATTERN",
-                        help="domain corpus files or globs (.txt, .jsonl, .parquet; local or gs://)")
-    parser.add_argument("--output", required=True, metavar="STATS_DIR",
-                        help="folder for word_stats-*.parquet, summary.json and rejects-*.jsonl (local or gs://)")
-    parser.add_argument("--text-field", default="text",
-                        help="JSONL field / Parquet column holding the text (default: text)")
-    parser.add_argument("--txt-mode", choices=("line", "file"), default="line",
-                        help=".txt files: a document per line or per file (default: line)")
-    parser.add_argument("--general-input", nargs="+", default=None, metavar="PATTERN",
-                        help="a general-text corpus to take general frequencies from, read like --input "
-                             "(default: none, use the offline wordfreq tables)")
-    parser.add_argument("--background-input", nargs="+", default=None, metavar="PATTERN",
-                        help="a background corpus the domain is contrasted with, read like --input (e.g. all "
-                             "package descriptions for the science ones); adds background_frequency and contrast "
-                             "columns, which `maskstream seeds` then ranks by (default: none; docs/signal.md)")
-    parser.add_argument("--general-language", default="en",
-                        help="wordfreq language of the general frequencies (default: en)")
-    parser.add_argument("--unseen-count", type=float, default=DEFAULT_UNSEEN_COUNT,
-                        help="occurrences assumed for words general text lacks, at the general source's "
-                             f"resolution (default: {DEFAULT_UNSEEN_COUNT}; see docs/statistics-and-seeds.md, 'TF-ICF')")
+@dataclasses.dataclass(frozen=True)
+class StatsConfig:
+    """What `compute_stats` counts and how (the flags of `maskstream stats`); checked on construction."""
+
+    input: list[str]
+    output: str
+    text_field: str = "text"
+    txt_mode: str = "line"
+    general_input: list[str] | None = None
+    background_input: list[str] | None = None
+    general_language: str = "en"
+    unseen_count: float = DEFAULT_UNSEEN_COUNT
+
+    def __post_init__(self) -> None:
+        if not self.input:
+            raise ValueError("--input names no file")
+        if self.txt_mode not in ("line", "file"):
+            raise ValueError(f"--txt-mode must be line or file, got {self.txt_mode!r}")
+        if not self.unseen_count > 0:
+            raise ValueError(f"--unseen-count must be > 0, got {self.unseen_count}")
 
 
 def count_corpus(patterns: list[str], text_field: str, txt_mode: str, rejects_prefix: str) -> Any:
@@ -89,7 +73,7 @@ def count_corpus(patterns: list[str], text_field: str, txt_mode: str, rejects_pr
     return CountCorpus()
 
 
-def build_pipeline(pipeline: Any, args: argparse.Namespace, out_dir: str) -> None:
+def build_pipeline(pipeline: Any, args: StatsConfig, out_dir: str) -> None:
     """Adds the stats pipeline to `pipeline`, writing into `out_dir`."""
     import apache_beam as beam
     from apache_beam.pvalue import AsSingleton
@@ -179,7 +163,7 @@ def publish(staging: str, output: str) -> None:
     FileSystems.rename(new, [f"{output}/{path.rsplit('/', 1)[1]}" for path in new])
 
 
-def _summarize(args: argparse.Namespace, staging: str) -> dict[str, Any]:
+def _summarize(args: StatsConfig, staging: str) -> dict[str, Any]:
     from maskstream.schemas.formulas import FORMULA_VERSIONS
 
     counts = json.loads(_read_text(f"{staging}/{COUNTS_NAME}"))
@@ -223,7 +207,10 @@ def _summarize(args: argparse.Namespace, staging: str) -> dict[str, Any]:
     return summary
 
 
-def run(args: argparse.Namespace) -> int:
+def compute_stats(config: StatsConfig, beam_args: list[str]) -> dict[str, Any]:
+    """Runs the pipeline with Beam's `beam_args` and publishes its outputs into `config.output`; returns
+    the summary (summary.json), or {"dry_run": the job's size line} when Beam is asked only to build the
+    job. Raises FileNotFoundError (an input matches no file) or StatsError; the output is then untouched."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -232,36 +219,23 @@ def run(args: argparse.Namespace) -> int:
 
     # Beam logs every string annotation (`from __future__ import annotations`) at INFO.
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
-    try:
-        files = expand_inputs(args.input)
-        if args.general_input:
-            expand_inputs(args.general_input)
-        if args.background_input:
-            expand_inputs(args.background_input)
-    except FileNotFoundError as e:
-        print(f"maskstream stats: error: {e}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    output = args.output.rstrip("/")
+    files = expand_inputs(config.input)
+    for extra in (config.general_input, config.background_input):
+        if extra:
+            expand_inputs(extra)
+    output = config.output.rstrip("/")
     staging = f"{output}.tmp-{uuid.uuid4().hex[:12]}"
     LOGGER.info("reading %d file(s); staging results in %s", len(files), staging)
-    if is_dry_run(args.beam_args):  # the job is built, not run: nothing to summarize or publish
-        pipeline = beam.Pipeline(options=PipelineOptions(args.beam_args))
-        build_pipeline(pipeline, args, staging)
-        print(job_size(pipeline.run()).line("stats"))
-        return 0
+    if is_dry_run(beam_args):  # the job is built, not run: nothing to summarize or publish
+        pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+        build_pipeline(pipeline, config, staging)
+        return {"dry_run": job_size(pipeline.run()).line("stats")}
     try:
-        with beam.Pipeline(options=PipelineOptions(args.beam_args)) as pipeline:
-            build_pipeline(pipeline, args, staging)
-        summary = _summarize(args, staging)
+        with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+            build_pipeline(pipeline, config, staging)
+        summary = _summarize(config, staging)
         _write_text(f"{staging}/{SUMMARY_NAME}", json.dumps(summary, indent=2, sort_keys=True) + "\n")
         publish(staging, output)
-    except StatsError as e:
-        print(f"maskstream stats: error: {e}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
     finally:
         _remove_tree(staging)
-    print(f"wrote {output}/{WORD_STATS_PREFIX}-*.parquet, {output}/{SUMMARY_NAME}, {output}/{REJECTS_PREFIX}-*.jsonl")
-    print(f"documents read: {summary['documents_read']}, accepted: {summary['documents_accepted']}, "
-          f"rejected: {summary['documents_rejected']}")
-    print(f"distinct words: {summary['distinct_words']}, total words: {summary['total_words']}")
-    return 0
+    return summary

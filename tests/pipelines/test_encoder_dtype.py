@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from maskstream.cli import build_parser
+from maskstream.cli.build import build_config
+from maskstream.cli.update import update_options
 from maskstream.pipelines.dataset import encoder_dtype
-from maskstream.pipelines.dataset.build import config_from_args
 from maskstream.pipelines.dataset.build_steps import nearest_seed_similarity
 from maskstream.pipelines.dataset.embeddings import WordEncoderHandler
 from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
@@ -108,15 +109,14 @@ def test_explicit_dtypes_are_kept_and_others_refused(monkeypatch, no_cuda):
 
 @pytest.mark.parametrize("command", ["build", "update"])
 def test_the_config_holds_the_resolved_dtype(monkeypatch, no_cuda, command):
-    from maskstream.pipelines.lifecycle.update import options_from_args
 
     def config(*extra):
         io = ["--input", "x", "--output", "y"]
         if command == "build":
             args, _ = build_parser().parse_known_args(["build", *io, "--stats", "s", "--seeds", "j", *extra])
-            return config_from_args(args)
+            return build_config(args)
         args, _ = build_parser().parse_known_args(["update", *io, *extra])
-        return options_from_args(args, args.input, args.output).build
+        return update_options(args, args.input, args.output).build
 
     monkeypatch.setattr(encoder_dtype, "cpu_flags", lambda: {"avx512_bf16"})
     assert config().encoder_dtype == "bfloat16"

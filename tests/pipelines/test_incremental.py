@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from maskstream.cli import build_parser
+from maskstream.cli.update import update_options
 from maskstream.pipelines.dataset.dataset_writer import verify_shard
 from maskstream.pipelines.lifecycle.incremental import update
 from maskstream.schemas.manifest import MANIFEST_NAME, load_manifest
@@ -44,11 +45,10 @@ def change_one_file(folder: Path) -> Path:
 
 def run_update(inputs: str, root: str, *extra: str) -> dict:
     from maskstream.pipelines.lifecycle.incremental import update
-    from maskstream.pipelines.lifecycle.update import options_from_args
 
     args, _ = build_parser().parse_known_args(["update", "--input", inputs, "--output", root, "--shard-rows", "100",
                                                *extra])
-    return update(options_from_args(args, args.input, args.output))
+    return update(update_options(args, args.input, args.output))
 
 
 def read_version(url: str) -> tuple[pa.Table, pa.Table, list[str]]:
@@ -162,7 +162,6 @@ def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) 
 def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first_build) -> None:
     from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
     from maskstream.pipelines.lifecycle.cache import encoder_key
-    from maskstream.pipelines.lifecycle.update import options_from_args
 
     url, manifest = load_manifest(str(first_build["root"]))  # latest: the corpus as it is now
     dtype = resolve_encoder_dtype("auto", "auto")  # the default, --encoder-dtype auto
@@ -174,7 +173,7 @@ def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first
     shutil.copytree(first_build["root"], root)
     args, _ = build_parser().parse_known_args(["update", "--input", f"{first_build['corpus']}/*.jsonl", "--output",
                                                str(root), "--shard-rows", "100", "--encoder-dtype", other])
-    report = update(options_from_args(args, args.input, args.output))
+    report = update(update_options(args, args.input, args.output))
     assert report["counts"]["files_processed"] == 0 and report["counts"]["words_from_cache"] == 0
     _, changed = load_manifest(report["version"])
     assert changed.encoder["dtype"] == other
@@ -232,7 +231,7 @@ def test_watch_builds_when_the_folder_changes(first_build) -> None:
 
     corpus, root = watched_copy(first_build, "watch")
     args, _ = build_parser().parse_known_args(["watch", str(corpus), "--output", str(root)])
-    watcher = Watcher(str(corpus), str(root), args, interval=0.2, settle=0.4)
+    watcher = Watcher(str(corpus), update_options(args, [], str(root)), interval=0.2, settle=0.4)
     assert watcher.check() == EXIT_BUILT
     first_version = load_manifest(str(root))[1].version
     assert watcher.check() == EXIT_UNCHANGED

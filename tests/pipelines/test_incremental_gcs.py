@@ -12,6 +12,7 @@ import pytest
 from apache_beam.internal.gcp import auth
 
 from maskstream.cli import build_parser
+from maskstream.cli.update import update_options
 from maskstream.schemas.manifest import load_manifest
 
 
@@ -25,7 +26,6 @@ def beam_anonymous_gcs(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs, caplog,
                                         tiny_bert: str, tmp_path) -> None:
     from maskstream.pipelines.lifecycle.incremental import update
-    from maskstream.pipelines.lifecycle.update import options_from_args
     from maskstream.pipelines.lifecycle.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
     from maskstream.trainer.follow import LatestVersionFollower
 
@@ -37,7 +37,7 @@ def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, be
 
     args, _ = build_parser().parse_known_args(["update", "--input", f"{corpus}/*.jsonl", "--output", root,
                                                "--top-k", "5"])
-    first = update(options_from_args(args, args.input, args.output))
+    first = update(update_options(args, args.input, args.output))
     assert first["counts"]["files_processed"] == 20
     url, manifest = load_manifest(root)
     assert url == first["version"] and url.startswith("gs://")
@@ -48,12 +48,12 @@ def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, be
     text = " ".join(["quasicrystal lattice diffraction"] * 30)
     fs.pipe(f"{corpus}/part-99.jsonl", "".join(json.dumps({"text": text}) + "\n" for _ in range(3)).encode())
     watch_args, _ = build_parser().parse_known_args(["watch", corpus, "--output", root, "--top-k", "5"])
-    watcher = Watcher(corpus, root, watch_args, interval=0.2, settle=0.2)
+    watcher = Watcher(corpus, update_options(watch_args, [], root), interval=0.2, settle=0.2)
     with caplog.at_level(logging.INFO):
         assert watcher.check() == EXIT_BUILT
         assert "1 added" in caplog.text and "part-99.jsonl" in caplog.text
         assert "counted and tokenized 1 of 21 files" in caplog.text
-    assert Watcher(corpus, root, watch_args, interval=0.2, settle=0.2).check() == EXIT_UNCHANGED
+    assert Watcher(corpus, update_options(watch_args, [], root), interval=0.2, settle=0.2).check() == EXIT_UNCHANGED
 
     with caplog.at_level(logging.INFO):
         switch = follower.poll()

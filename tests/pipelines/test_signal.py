@@ -164,7 +164,7 @@ def test_build_diagnostics_match_a_count_of_the_shards(sharpened_build):
 
 
 def test_the_build_prints_its_diagnostics(sharpened_build, capsys):
-    from maskstream.pipelines.dataset.build import print_signal
+    from maskstream.cli.build import print_signal
 
     print_signal(sharpened_build["version_url"])
     out = capsys.readouterr().out
@@ -218,7 +218,7 @@ def test_inspect_prints_the_signal_the_build_did_not(sharpened_build, tmp_path, 
 
 def test_a_near_uniform_map_is_warned_about(sharpened_build):
     """The paper's map on this slice: its diagnostics carry the warning naming the knobs."""
-    from maskstream.pipelines.dataset.inspect_dataset import signal_reports
+    from maskstream.pipelines.dataset.signal import signal_reports
 
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
     from maskstream.pipelines.dataset.signal import map_tallies

@@ -132,12 +132,12 @@ def test_the_budget_stays_exact(builds):
 
 
 def test_a_threshold_below_one_is_refused(minilm_path):
-    from maskstream.pipelines.dataset.build import config_from_args
+    from maskstream.cli.build import build_config
 
     args, _ = build_parser().parse_known_args(["build", "--input", "x", "--stats", "s", "--seeds", "s.json",
                                                "--output", "o", "--min-word-count", "0"])
     with pytest.raises(ValueError, match="--min-word-count must be >= 1"):
-        config_from_args(args)
+        build_config(args)
 
 
 def test_seeds_are_always_encoded_and_a_threshold_leaving_no_word_is_refused():

@@ -146,9 +146,11 @@ def test_finetune_starts_from_a_train_output(sample_dataset, tiny_bert, sample_c
 def test_train_config_checks_itself_and_the_cli_defaults_build_one():
     import argparse
 
-    from maskstream.trainer import finetune
+    from maskstream.cli import finetune as finetune_command
+    from maskstream.cli.config import config_of
+    from maskstream.cli.train import add_arguments
     from maskstream.trainer.finetune import FinetuneConfig
-    from maskstream.trainer.train import TrainConfig, add_arguments
+    from maskstream.trainer.train import TrainConfig
 
     with pytest.raises(ValueError, match=r"--batch-size 0 is out of range"):
         TrainConfig(dataset="d", output="o", batch_size=0)
@@ -161,9 +163,9 @@ def test_train_config_checks_itself_and_the_cli_defaults_build_one():
     # The dataclass's defaults are the CLI's: a config from parsed flags equals one from the names alone.
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    assert TrainConfig.from_args(parser.parse_args(["--dataset", "d", "--output", "o"])) == TrainConfig("d", "o")
+    assert config_of(TrainConfig, parser.parse_args(["--dataset", "d", "--output", "o"])) == TrainConfig("d", "o")
     with pytest.raises(SystemExit, match=r"--save-every 0 is out of range \(see --help\)"):
-        TrainConfig.from_args(parser.parse_args(["--dataset", "d", "--output", "o", "--save-every", "0"]))
+        config_of(TrainConfig, parser.parse_args(["--dataset", "d", "--output", "o", "--save-every", "0"]))
     parser = argparse.ArgumentParser()
-    finetune.add_arguments(parser)
-    assert FinetuneConfig.from_args(parser.parse_args(["--train", "t", "--output", "o"])) == FinetuneConfig("t", "o")
+    finetune_command.add_arguments(parser)
+    assert config_of(FinetuneConfig, parser.parse_args(["--train", "t", "--output", "o"])) == FinetuneConfig("t", "o")

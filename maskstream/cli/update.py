@@ -21,6 +21,14 @@ import argparse
 import json
 import logging
 import time
+from typing import TYPE_CHECKING
+
+from maskstream.cli.build import add_dataset_options, build_config, print_signal
+from maskstream.cli.seeds import add_seed_options, seeds_config
+from maskstream.pipelines.dataset.build_steps import BuildConfig
+
+if TYPE_CHECKING:
+    from maskstream.pipelines.lifecycle.incremental import UpdateOptions
 
 LOG = logging.getLogger("maskstream.update")
 
@@ -37,46 +45,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_update_options(parser: argparse.ArgumentParser) -> None:
     """The options `update` and `watch` share (everything but the input and the output)."""
-    from maskstream.pipelines.dataset.build import add_dataset_options
-    from maskstream.pipelines.statistics import seeds
-
     parser.add_argument("--text-field", default="text", help="JSONL field / Parquet column with the text (default: text)")
     parser.add_argument("--txt-mode", choices=("line", "file"), default="line",
                         help=".txt files: a document per line or per file (default: line)")
-    seeds.add_seed_options(parser)
+    add_seed_options(parser)
     add_dataset_options(parser)
 
 
-def options_from_args(args: argparse.Namespace, inputs: list[str], root: str):
-    from maskstream.pipelines.dataset.build import config_from_args
-    from maskstream.pipelines.dataset.build_steps import BuildConfig
+def update_options(args: argparse.Namespace, inputs: list[str], root: str) -> UpdateOptions:
+    """The UpdateOptions of `update`'s and `watch`'s flags: the build's config made directly, with the
+    settings an update does not take (it packs within each file, writes no embeddings)."""
+    # The update's driver imports pyarrow.compute and its caches: not for `--help`.
     from maskstream.pipelines.lifecycle.incremental import UpdateOptions
 
-    build_args = argparse.Namespace(**vars(args), pack_group_size=0,
-                                    tokenize_batch_size=BuildConfig.tokenize_batch_size, write_embeddings=False)
+    seeds = seeds_config(args)
     return UpdateOptions(
-        inputs=list(inputs), root=root, build=config_from_args(build_args), text_field=args.text_field,
-        txt_mode=args.txt_mode, top_k=args.top_k, min_df=args.min_df, min_length=args.min_length,
-        stop_words=args.stop_words, alphabetic_only=not args.allow_non_alphabetic,
+        inputs=list(inputs), root=root,
+        build=build_config(args, pack_group_size=0, tokenize_batch_size=BuildConfig.tokenize_batch_size,
+                           write_embeddings=False),
+        text_field=args.text_field, txt_mode=args.txt_mode, top_k=seeds.top_k, min_df=seeds.min_df,
+        min_length=seeds.min_length, stop_words=seeds.stop_words, alphabetic_only=seeds.alphabetic_only,
         version=getattr(args, "version", None), beam_args=list(getattr(args, "beam_args", [])),
     )
-
-
-def leased_update(options) -> dict:
-    """`incremental.update(options)` holding a lease (schemas/lease.py) on the version it writes, so
-    `maskstream gc` leaves the incomplete version, and the cache it fills, alone however long it takes."""
-    import dataclasses
-
-    from maskstream.pipelines.dataset.dataset_writer import join, new_version_name
-    from maskstream.pipelines.lifecycle.incremental import update
-    from maskstream.schemas.lease import VersionLease
-
-    options = dataclasses.replace(options, version=options.version or new_version_name())
-    lease = VersionLease(join(options.root, options.version))
-    try:
-        return update(options)
-    finally:
-        lease.release()
 
 
 def process_age() -> float | None:
@@ -94,14 +84,14 @@ def process_age() -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from maskstream.pipelines.dataset.build import print_signal
+    from maskstream.pipelines.lifecycle.incremental import leased_update  # heavy: see update_options
 
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
     # The fixed costs every update pays, whatever changed (the stages' own are in "seconds").
     fixed = {"start_and_imports": process_age()}
     started = time.perf_counter()
     try:
-        options = options_from_args(args, args.input, args.output)
+        options = update_options(args, args.input, args.output)
         fixed["checks"] = round(time.perf_counter() - started, 3)
         report = leased_update(options)
     except (ValueError, FileNotFoundError, FileExistsError, MemoryError) as e:

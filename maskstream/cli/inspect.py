@@ -25,6 +25,7 @@ import sys
 from typing import Any
 
 from maskstream.pipelines.dataset import inspect_html
+from maskstream.pipelines.dataset.signal import signal_reports
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default=None,
                         help="PNG to write (default: mask_probabilities.png in the current folder)")
     parser.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the shards (default: check)")
-    inspect_html.add_arguments(parser)
+    parser.add_argument("--html", default=None, metavar="PAGE",
+                        help="also write one self-contained HTML page (sequence browser, seeds, signal, provenance)")
+    parser.add_argument("--html-sequences", type=int, default=inspect_html.DEFAULT_SEQUENCES, metavar="N",
+                        help=f"sequences the page's browser holds, spread evenly over the version; fewer if the "
+                             f"page would exceed {inspect_html.MAX_PAGE_BYTES / 1e6:g} MB "
+                             f"(default: {inspect_html.DEFAULT_SEQUENCES})")
 
 
 def mark_tokens(tokens: list[str], probability, special, fraction: float) -> str:
@@ -71,15 +77,6 @@ def summary_lines(version_url: str, manifest) -> list[str]:
         f"reduce {config.get('reduce')}, max length {config.get('max_length')}, packing {config.get('packing')}",
         f"formulas         {', '.join(f'{k}={v}' for k, v in sorted(manifest.formulas.items()))}",
     ]
-
-
-def signal_reports(tallies: list[dict], word_table: Any, seeds: list[str]) -> dict[str, dict]:
-    """`signal_report` per map of the shards' `maskstream.pipelines.dataset.signal.map_tallies` (one per shard):
-    the stored probabilities first, then each map of `comparison_maps`, recomputed."""
-    from maskstream.pipelines.dataset.signal import WordsForReport, merge_map_tallies
-
-    words = WordsForReport.of_table(word_table)  # once: it holds every word type's text and index
-    return {name: words.diagnostics(tally, seeds) for name, tally in merge_map_tallies(tallies).items()}
 
 
 def run(args: argparse.Namespace) -> int:

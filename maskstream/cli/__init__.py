@@ -1,8 +1,10 @@
 """`maskstream`: one command line, a subcommand per stage.
 
-Each subcommand lives in its own module, which exposes `add_arguments(parser)` and
-`run(args) -> int` and imports its heavy dependencies (Beam, torch) only inside `run`,
-so `--help` is fast and the trainer's commands never import Beam.
+Each subcommand is a module of this package (`maskstream.cli.build`, `maskstream.cli.train`, ...):
+its help text, `add_arguments(parser)` and `run(args) -> int`, which turns the flags into the
+library's config and calls the library (`maskstream.pipelines`, `maskstream.trainer`). No library
+module imports this package. Heavy dependencies (Beam, torch) load only when a command runs, so
+`--help` is fast and the trainer's commands never import Beam.
 
 Pipeline subcommands pass every argument they do not know to Beam (`--runner`,
 `--project`, `--region`, `--temp_location`, `--direct_num_workers`, ...) as `args.beam_args`.
@@ -27,16 +29,16 @@ from maskstream.schemas.remote_paths import (
 
 # name -> (module, one-line help, passes unknown flags to Beam)
 COMMANDS: dict[str, tuple[str, str, bool]] = {
-    "stats": ("maskstream.pipelines.statistics.stats", "word statistics and TF-ICF of a domain corpus (Beam)", True),
-    "seeds": ("maskstream.pipelines.statistics.seeds", "top-K seed words by TF-ICF, with a report", False),
-    "build": ("maskstream.pipelines.dataset.build", "tokenize, score words against the seeds, write a versioned dataset", True),
-    "check-tokenizer": ("maskstream.pipelines.dataset.check_tokenizer", "does a tokenizer map its tokens to the right words? (a corpus sample)", False),
-    "inspect": ("maskstream.pipelines.dataset.inspect_dataset", "summarize and verify a dataset version, plot its mask probabilities", False),
-    "update": ("maskstream.pipelines.lifecycle.update", "stats, seeds and build in one step, redoing only what the corpus changed", True),
-    "watch": ("maskstream.pipelines.lifecycle.watch", "rebuild a dataset whenever a corpus folder or gs:// prefix changes", True),
-    "gc": ("maskstream.pipelines.lifecycle.gc", "remove old dataset versions and cache entries no kept version uses", False),
-    "train": ("maskstream.trainer.train", "continued MLM pretraining on a dataset's streamed shards", False),
-    "finetune": ("maskstream.trainer.finetune", "fine-tune a classifier with TMR, evaluate, zero-shot transfer", False),
+    "stats": ("maskstream.cli.stats", "word statistics and TF-ICF of a domain corpus (Beam)", True),
+    "seeds": ("maskstream.cli.seeds", "top-K seed words by TF-ICF, with a report", False),
+    "build": ("maskstream.cli.build", "tokenize, score words against the seeds, write a versioned dataset", True),
+    "check-tokenizer": ("maskstream.cli.check_tokenizer", "does a tokenizer map its tokens to the right words? (a corpus sample)", False),
+    "inspect": ("maskstream.cli.inspect", "summarize and verify a dataset version, plot its mask probabilities", False),
+    "update": ("maskstream.cli.update", "stats, seeds and build in one step, redoing only what the corpus changed", True),
+    "watch": ("maskstream.cli.watch", "rebuild a dataset whenever a corpus folder or gs:// prefix changes", True),
+    "gc": ("maskstream.cli.gc", "remove old dataset versions and cache entries no kept version uses", False),
+    "train": ("maskstream.cli.train", "continued MLM pretraining on a dataset's streamed shards", False),
+    "finetune": ("maskstream.cli.finetune", "fine-tune a classifier with TMR, evaluate, zero-shot transfer", False),
 }
 
 
@@ -133,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         if args._passes_beam and is_dry_run(args.beam_args):
             logging.getLogger("maskstream").info("dry run: the remote paths are not checked")
         else:
-            check_reachable(remote_urls(args), args.remote_timeout)
+            check_reachable(remote_urls(vars(args).values()), args.remote_timeout)
     except RemotePathError as error:
         logging.getLogger("maskstream").debug("remote path check failed", exc_info=True)
         print(f"maskstream {args.command}: error: {error}", file=sys.stderr)

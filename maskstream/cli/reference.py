@@ -1,7 +1,7 @@
 """Write `docs/cli.md`, the command-line reference, from the argparse definitions themselves.
 
-    python -m maskstream.cli_reference            # rewrite docs/cli.md
-    python -m maskstream.cli_reference --check    # exit 1 if docs/cli.md is out of date
+    python -m maskstream.cli.reference            # rewrite docs/cli.md
+    python -m maskstream.cli.reference --check    # exit 1 if docs/cli.md is out of date
 
 A test runs the check, so the page cannot drift from the commands.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from maskstream.cli import COMMANDS, build_parser
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 WIDTH = "100"  # argparse wraps to $COLUMNS: fixed, so the page does not depend on the terminal
 
 
@@ -27,7 +27,7 @@ def render() -> str:
         parser = build_parser()
         subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         parts = ["# Command-line reference", "",
-                 "Generated from the argparse definitions by `python -m maskstream.cli_reference`; "
+                 "Generated from the argparse definitions by `python -m maskstream.cli.reference`; "
                  "do not edit by hand. Back to the [README](../README.md).", "",
                  "## maskstream", "", "```text", parser.format_help().rstrip(), "```", ""]
         for name in COMMANDS:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     page = render()
     if args.check:
         if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != page:
-            print(f"{PAGE} is out of date: run `python -m maskstream.cli_reference`", file=sys.stderr)
+            print(f"{PAGE} is out of date: run `python -m maskstream.cli.reference`", file=sys.stderr)
             return 1
         return 0
     PAGE.write_text(page, encoding="utf-8")
