@@ -177,7 +177,7 @@ def control_passes(lines: list[dict[str, Any]], planned: list[int]) -> tuple[boo
     c = paired_summary(by_seed(lines, CONTROL[0], probe_score), by_seed(lines, CONTROL[1], probe_score))
     missing = sorted(set(planned) - set(c["seeds"]))
     if missing or c["n"] < MIN_SEEDS:
-        return False, c, (f"not decided: the gate needs every planned seed ({len(planned)}) and at least {MIN_SEEDS}; "
+        return False, c, (f"the gate needs every planned seed ({len(planned)}) and at least {MIN_SEEDS}; "
                           f"{c['n']} are paired" + (f", seeds {missing} missing" if missing else ""))
     if not c["sd"] > 0:
         return False, c, "the paired differences have no spread (sd 0), so there is no interval"
@@ -197,8 +197,12 @@ def section_control(lines: list[dict[str, Any]], planned: list[int], labels: lis
                f"Wilcoxon p {num(c['p_wilcoxon'])}, n = {c['n']} seeds, minimum detectable effect {pct(c['mde'])} "
                f"points ({POWER:.0%} power, α = {ALPHA}); bootstrap over test texts "
                f"{boot_interval(bootstrap(lines, labels, *CONTROL))}: the control "
-               + (f"**PASSES** ({why})." if passed else f"**FAILS** ({why})."))
-    if not passed:
+               + (f"**PASSES** ({why})." if passed else f"**NOT DECIDED** ({why})." if "gate needs" in why
+                  else f"**FAILS** ({why})."))
+    if "gate needs" in why:
+        out += ["", "**Not decided yet: nothing is compared until every planned seed is in** (the per-run table "
+                "below is there for the record)."]
+    elif not passed:
         out += ["", "**The control failed: the setup cannot show a masking strategy's effect downstream, so this "
                 "experiment compares nothing** (the per-run table below is there for the record)."]
     return out + ["", SCOPE, ""]
@@ -236,7 +240,7 @@ def section_comparisons(lines: list[dict[str, Any]], planned: list[int], labels:
     out = ["### 2. Every arm against `random` (primary readout)", ""]
     passed, _, _ = control_passes(lines, planned)
     if not passed:
-        return out + ["Not compared: the control did not pass.", ""]
+        return out + ["Not compared: the control has not passed.", ""]
     rows = comparisons(lines, labels)
     primary = rows.get(PRIMARY_COMPARISON[0])
     if primary is not None:
