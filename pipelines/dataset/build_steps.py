@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from maskstream.pipelines.dataset.vocabulary import check_min_word_count
 from maskstream.pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
 from maskstream.pipelines.dataset.word_lookup import WordLookup, WordScores, word_keys
 from maskstream.schemas.manifest import (
@@ -79,11 +80,11 @@ class BuildConfig:
                   ("--budget", self.budget, "in (0, 1]", 0.0 < self.budget <= 1.0),
                   ("--alpha", self.alpha, "in [0, 1]", 0.0 <= self.alpha <= 1.0),
                   ("--sharpness", self.sharpness, "> 0", self.sharpness > 0),
-                  ("--floor", self.floor, f"in [0, --budget = {self.budget}]", 0.0 <= self.floor <= self.budget),
-                  ("--min-word-count", self.min_word_count, ">= 1", self.min_word_count >= 1)]
+                  ("--floor", self.floor, f"in [0, --budget = {self.budget}]", 0.0 <= self.floor <= self.budget)]
         for flag, value, rule, ok in checks:
             if not ok:
                 raise ValueError(f"{flag} must be {rule}, got {value}")
+        check_min_word_count(self.min_word_count)
 
     def word_encoder(self) -> WordEncoder:
         """The word encoder these options describe (the build's RunInference and the update's process)."""
