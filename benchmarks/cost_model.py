@@ -187,7 +187,7 @@ def measure_third(third: int, lines: list[str], work: Path, env: dict[str, str],
 def measure_encoders(whole: Path) -> tuple[int, str, list[dict]]:
     """(word types, the build's runtime choice here, runtimes compared) over every word type of `whole`."""
     from benchmarks.encoder_runtime import compare_runtimes, vocabulary_and_seeds
-    from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
+    from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
     from maskstream.schemas.models import default_model
 
     vocabulary, seeds = vocabulary_and_seeds(whole)

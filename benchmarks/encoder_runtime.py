@@ -3,7 +3,7 @@
     python -m benchmarks.encoder_runtime [--corpus data/debian-science.jsonl] [--threads 1]   # pip install -e '.[bench]'
 
 Every distinct word of the corpus (the build's vocabulary) is encoded as the build encodes it
-(`maskstream.pipelines.dataset.embeddings`: `[CLS] word [SEP]`, mean over the word's own tokens, batches of words of
+(`maskstream.pipelines.dataset.beam.embeddings`: `[CLS] word [SEP]`, mean over the word's own tokens, batches of words of
 one token count) by the offline MiniLM in each runtime, then scored against seed words with
 `nearest_seed_similarity`. Seeds: the 20 words of highest TF-ICF from `maskstream.pipelines.statistics.tf_icf` over
 the corpus' counts (`collections.Counter`), after `maskstream seeds`' default filters. Runtimes:
@@ -57,13 +57,13 @@ def vocabulary_and_seeds(corpus: Path, top_k: int = 20) -> tuple[list[str], list
 
 
 def batches(vocabulary: list[str], model: str) -> list[list[str]]:
-    from maskstream.pipelines.dataset.word_encoder import word_batches
+    from maskstream.pipelines.dataset.core.word_encoder import word_batches
 
     return word_batches(vocabulary, model, BATCH)
 
 
 def inputs_of(batch: list[str], model: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    from maskstream.pipelines.dataset.word_encoder import load_word_tokenizer
+    from maskstream.pipelines.dataset.core.word_encoder import load_word_tokenizer
     from maskstream.schemas.models import MAX_WORD_TOKENS
 
     encodings = load_word_tokenizer(model, MAX_WORD_TOKENS).encode_batch(batch)
@@ -188,7 +188,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads for every runtime (default: 1)")
     args = parser.parse_args()
 
-    from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
+    from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
     from maskstream.schemas.models import default_model
 
     vocabulary, seeds = vocabulary_and_seeds(args.corpus)

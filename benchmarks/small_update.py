@@ -12,7 +12,7 @@ same work three ways, each writing the same cache entries:
 
 Prints one table with the seconds of each and Beam's time over the in-process time, then the
 linear fit (seconds = start + per MB x MB) of each and the size where the multi-worker pipeline
-catches up with one process: incremental.IN_PROCESS_MAX_BYTES is set from it.
+catches up with one process: changed_files.IN_PROCESS_MAX_BYTES (pipelines/lifecycle/) is set from it.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def changed_files(lines: list[str], megabytes: float, folder: Path, files: int =
 
 
 def in_process(keys: dict[str, str], cache: str, tokenizer_name: str) -> float:
-    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
     from maskstream.pipelines.lifecycle.cache import count_and_tokenize_file, parse_file
 
     started = time.perf_counter()
@@ -82,7 +82,7 @@ def main() -> int:
 
     import logging
 
-    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
     from maskstream.schemas.models import default_model
 
     logging.getLogger("apache_beam").setLevel(logging.ERROR)

@@ -20,6 +20,8 @@ PACKAGE_DIRS = {"maskstream": "maskstream", "maskstream.schemas": "schemas", "ma
 # a module may import its own package and the layers below it, never above or beside
 LAYERS = {"maskstream.schemas": 0, "maskstream.pipelines": 1, "maskstream.trainer": 1, "maskstream": 2,
           "maskstream.cli": 3, "maskstream.__main__": 3}
+# inside the dataset stage, each role imports only the roles before it (pipelines/dataset/__init__.py)
+DATASET_ROLES = ["core", "storage", "inspect", "build_steps", "beam", "build"]
 LONGEST_FUNCTION = 100
 
 
@@ -110,6 +112,20 @@ def test_layers_import_only_downward() -> None:
     apart = {"maskstream.pipelines", "maskstream.trainer"}
     upward = [f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
               if LAYERS[layer(b)] > LAYERS[layer(a)] or {layer(a), layer(b)} == apart]
+    assert upward == []
+
+
+def test_the_dataset_roles_import_only_the_roles_before_them() -> None:
+    prefix = "maskstream.pipelines.dataset."
+
+    def role(name: str) -> int | None:
+        part = name[len(prefix):].split(".")[0] if name.startswith(prefix) else None
+        return DATASET_ROLES.index(part) if part in DATASET_ROLES else None
+
+    graph = import_graph()
+    assert {role(name) for name in graph} >= set(range(len(DATASET_ROLES)))  # every role has a module
+    upward = [f"{a} -> {b}" for a, targets in graph.items() for b in targets
+              if role(a) is not None and role(b) is not None and role(b) > role(a)]
     assert upward == []
 
 

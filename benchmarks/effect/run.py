@@ -44,7 +44,7 @@ from benchmarks.effect.configs import (
 )
 from benchmarks.effect.corpora import expand, read_labeled, read_texts
 from benchmarks.effect.general_model import MODELS, ensure_general_model, file_sha256, fp32_copy, hardware
-from maskstream.pipelines.dataset.tokenizer_facts import cache_root
+from maskstream.pipelines.dataset.core.tokenizer_facts import cache_root
 from maskstream.trainer.finetune import hash_fraction
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ from typing import Any
 
 from maskstream.pipelines.dataset.build import LOG, build_version
 from maskstream.pipelines.dataset.build_steps import DEFAULTS, BuildConfig
-from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
-from maskstream.pipelines.dataset.tokenizer_facts import check_tokenizer
+from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
+from maskstream.pipelines.dataset.core.tokenizer_facts import check_tokenizer
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,9 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", default=None,
                         help="version folder name (default: UTC time plus a random suffix); must not exist")
     add_dataset_options(parser)
-    parser.add_argument("--pack-group-size", type=int, default=DEFAULTS.pack_group_size,
-                        help="pack: documents per packing group, packed in document-id order "
-                             "(default: %(default)s)")
     parser.add_argument("--tokenize-batch-size", type=int, default=DEFAULTS.tokenize_batch_size,
                         help="documents per tokenizer call and per table of windows (default: %(default)s)")
     parser.add_argument("--write-embeddings", action="store_true",
@@ -57,8 +54,11 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=DEFAULTS.max_length,
                         help="tokens per sequence incl. specials, <= 512 (default: %(default)s)")
     parser.add_argument("--packing", choices=("truncate", "pack"), default=DEFAULTS.packing,
-                        help="truncate: each document into consecutive windows; pack: documents packed into "
-                             "full sequences (`update` packs the documents of each input file) (default: %(default)s)")
+                        help="truncate: each document into consecutive windows; pack: documents joined by the "
+                             "end-of-sequence token and cut into full windows (default: %(default)s)")
+    parser.add_argument("--pack-group-size", type=int, default=DEFAULTS.pack_group_size,
+                        help="pack: documents per packing group, packed in document-id order "
+                             "(default: %(default)s)")
     parser.add_argument("--pooling", choices=("mean", "pooler"), default=DEFAULTS.pooling,
                         help="word embedding: mean over the word's own tokens, or the model's pooler "
                              "(default: %(default)s)")
@@ -104,17 +104,16 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_config(args: argparse.Namespace, **overrides: Any) -> BuildConfig:
-    """The BuildConfig of the dataset options (`add_dataset_options`; `build`'s own three unless given in
+    """The BuildConfig of the dataset options (`add_dataset_options`; `build`'s own two unless given in
     `overrides`), checked (ranges: BuildConfig; the tokenizer: refused here, not as a crash in training)."""
-    options = {"pack_group_size": getattr(args, "pack_group_size", None),
-               "tokenize_batch_size": getattr(args, "tokenize_batch_size", None),
+    options = {"tokenize_batch_size": getattr(args, "tokenize_batch_size", None),
                "write_embeddings": getattr(args, "write_embeddings", None), **overrides}
     config = BuildConfig(
         tokenizer=args.tokenizer or args.model,
         encoder=args.model,
         max_length=args.max_length,
         packing=args.packing,
-        pack_group_size=options["pack_group_size"],
+        pack_group_size=args.pack_group_size,
         pooling=args.pooling,
         reduce=args.reduce,
         weighting=args.weighting,
@@ -157,9 +156,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_signal(version_url: str) -> None:
-    """The manifest's vocabulary coverage and signal diagnostics (pipelines/dataset/signal.py), as text."""
-    from maskstream.pipelines.dataset.signal import build_lines
-    from maskstream.pipelines.dataset.vocabulary import vocabulary_line
+    """The manifest's vocabulary coverage and signal diagnostics (pipelines/dataset/inspect/signal.py), as text."""
+    from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
+    from maskstream.pipelines.dataset.inspect.signal import build_lines
     from maskstream.schemas.manifest import load_manifest
 
     _, manifest = load_manifest(version_url)

@@ -17,7 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from maskstream.pipelines.dataset.check_tokenizer import SHIPPED_SAMPLE, read_texts, word_decode_report
+from maskstream.pipelines.dataset.inspect.check_tokenizer import (
+    SHIPPED_SAMPLE,
+    read_texts,
+    word_decode_report,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from maskstream.pipelines.dataset.tokenizer_facts import check_tokenizer
+    from maskstream.pipelines.dataset.core.tokenizer_facts import check_tokenizer
 
     try:
         check_tokenizer(args.model)

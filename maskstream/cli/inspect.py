@@ -6,26 +6,37 @@ gs://. Prints the manifest's summary, checks the sha256 of every shard against t
 with the tokens most likely to be masked marked as [[token]], and writes a PNG with the
 histogram of the mask probabilities and of the expected masking rate per sequence.
 
-Then the masking signal (pipelines/dataset/signal.py), computed again from the shards: lifts,
+Then the masking signal (pipelines/dataset/inspect/signal.py), computed again from the shards: lifts,
 entropy ratio, the most and least masked words of the stored probabilities, and the same figures
 for three maps recomputed from the shards' words and the word table -- the paper's similarity map,
-the reference code's rank map and the sharpened map (`maskstream.pipelines.dataset.mask_probability.SHARPENED`);
+the reference code's rank map and the sharpened map (`maskstream.pipelines.dataset.core.mask_probability.SHARPENED`);
 plotted to a second PNG (the first one's name with `_signal`). Where they are the figures of the
 manifest, which `build` printed, one line says so; otherwise (an older version, or figures that
 differ) they are printed in full.
 
 With --html PAGE, also one self-contained HTML page of all of it, with a sequence browser
-(pipelines/dataset/inspect_html.py).
+(pipelines/dataset/inspect/inspect_html.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
-from maskstream.pipelines.dataset import inspect_html
-from maskstream.pipelines.dataset.signal import signal_reports
+import numpy as np
+
+from maskstream.pipelines.dataset.inspect import inspect_html
+from maskstream.pipelines.dataset.inspect.signal import (
+    inspect_lines,
+    plot_histograms,
+    plot_report,
+    signal_reports,
+)
+from maskstream.pipelines.dataset.inspect.version_contents import mark_tokens, read_version_contents
+from maskstream.pipelines.dataset.storage.dataset_writer import verify_shard
+from maskstream.schemas.manifest import Manifest, ManifestError, load_manifest
+from maskstream.schemas.models import manifest_model_name
+from maskstream.schemas.tables import SchemaMismatch
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,20 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: {inspect_html.DEFAULT_SEQUENCES})")
 
 
-def mark_tokens(tokens: list[str], probability, special, fraction: float) -> str:
-    """Tokens joined by spaces, the top `fraction` of non-special tokens by probability as [[token]]."""
-    import numpy as np
-
-    probability = np.asarray(probability, np.float64)
-    candidates = np.flatnonzero(np.asarray(special) == 0)
-    k = max(1, round(fraction * len(candidates))) if len(candidates) else 0
-    top = set(candidates[np.argsort(-probability[candidates], kind="stable")[:k]].tolist())
-    return " ".join(f"[[{t}]]" if i in top else t for i, t in enumerate(tokens))
-
-
-def summary_lines(version_url: str, manifest) -> list[str]:
-    from maskstream.schemas.models import manifest_model_name
-
+def summary_lines(version_url: str, manifest: Manifest) -> list[str]:
     docs = manifest.source_fingerprint.get("documents", {})
     config = manifest.config
     return [
@@ -80,15 +78,6 @@ def summary_lines(version_url: str, manifest) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-    import pyarrow.parquet as pq
-    from transformers import AutoTokenizer
-
-    from maskstream.pipelines.dataset.dataset_writer import join, verify_shard
-    from maskstream.pipelines.dataset.signal import inspect_lines, map_tallies, plot_histograms, plot_report
-    from maskstream.schemas.manifest import ManifestError, load_manifest, read_word_table
-    from maskstream.schemas.tables import SEQUENCE_SCHEMA, SchemaMismatch, check_schema
-
     try:
         version_url, manifest = load_manifest(args.dataset)
     except (ManifestError, FileNotFoundError) as e:
@@ -96,61 +85,37 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for line in summary_lines(version_url, manifest):
         print(line)
-
     failures = [] if args.no_verify else [r for s in manifest.shards if (r := verify_shard(version_url, s))]
+    for failure in failures:
+        print(f"CHECKSUM FAILURE {failure}", file=sys.stderr)
     if failures:
-        for failure in failures:
-            print(f"CHECKSUM FAILURE {failure}", file=sys.stderr)
         return 1
     if not args.no_verify:
         print(f"checksums        all {len(manifest.shards)} shards match the manifest")
+    try:
+        contents = read_version_contents(version_url, manifest, args.samples)
+    except SchemaMismatch as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
-    import fsspec
-
-    probabilities: list[Any] = []
-    rates: list[float] = []
-    shown: list[dict[str, Any]] = []
-    columns = ["sequence_id", "input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability"]
-    word_table = read_word_table(version_url, manifest.word_table)
-    similarity = np.zeros(word_table.num_rows, np.float32)
-    similarity[word_table.column("word_index").to_numpy()] = word_table.column("similarity").to_numpy()
-    tallies = []  # one per shard: the whole dataset is never in memory at once
-    for shard in manifest.shards:
-        with fsspec.open(join(version_url, shard.path), "rb") as f:
-            parquet = pq.ParquetFile(f)
-            try:
-                check_schema(parquet.schema_arrow, SEQUENCE_SCHEMA, shard.path)
-            except SchemaMismatch as e:
-                print(f"error: {e}", file=sys.stderr)
-                return 1
-            if len(shown) < args.samples:
-                shown.extend(parquet.read_row_group(0).slice(0, args.samples - len(shown)).to_pylist())
-            table = parquet.read(columns=columns)
-        tallies.append(map_tallies(table, similarity, manifest.config, manifest.total_rows))
-        special = np.asarray(table.column("special_tokens_mask").combine_chunks().flatten(), np.int8)
-        probability = np.asarray(table.column("mask_probability").combine_chunks().flatten(), np.float32)
-        probabilities.append(probability[special == 0])
-        lengths = table.column("input_ids").combine_chunks().value_lengths().to_numpy()
-        row = np.repeat(np.arange(len(lengths)), lengths)
-        expected = np.bincount(row, weights=probability, minlength=len(lengths))
-        count = np.bincount(row, weights=(special == 0), minlength=len(lengths))
-        rates.extend((expected / np.maximum(count, 1)).tolist())
+    # Heavy (transformers): only once the manifest and the shards have been checked.
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(manifest.tokenizer["name"])
-    for row in shown:
+    for row in contents.samples:
         tokens = tokenizer.convert_ids_to_tokens(row["input_ids"])
         print(f"\nsequence {row['sequence_id']} ({row['document_id']}, {len(tokens)} tokens, "
               f"expected masked {sum(row['mask_probability']):.2f}):")
         print(mark_tokens(tokens, row["mask_probability"], row["special_tokens_mask"], args.top_fraction))
 
-    all_probabilities = np.concatenate(probabilities) if probabilities else np.zeros(0)
+    probabilities, rates = contents.probabilities, contents.rates
     plot = args.plot or "mask_probabilities.png"
-    plot_histograms(all_probabilities, rates, plot, f"{manifest.version}: {manifest.total_rows} sequences")
-    print(f"\nmask probability  mean {all_probabilities.mean():.4f}, max {all_probabilities.max():.4f}; "
+    plot_histograms(probabilities, rates, plot, f"{manifest.version}: {manifest.total_rows} sequences")
+    print(f"\nmask probability  mean {probabilities.mean():.4f}, max {probabilities.max():.4f}; "
           f"expected masked fraction per sequence mean {np.mean(rates):.4f}")
     print(f"plot             {plot}")
 
-    reports = signal_reports(tallies, word_table, manifest.seeds)
+    reports = signal_reports(contents.tallies, contents.word_table, manifest.seeds)
     built_name, built = next(iter(reports.items()))
     print()
     print("\n".join(inspect_lines(reports, manifest)))
@@ -158,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
     plot_report(built, signal_plot, f"{manifest.version}: {built_name}")
     print(f"signal plot      {signal_plot}")
     if args.html:
-        page = inspect_html.write_page(args.html, version_url, manifest, tokenizer=tokenizer, word_table=word_table,
-                                       reports=reports, probabilities=all_probabilities, rates=rates,
-                                       verified=not args.no_verify, sequences=args.html_sequences)
+        page = inspect_html.write_page(args.html, version_url, manifest, tokenizer=tokenizer,
+                                       word_table=contents.word_table, reports=reports, probabilities=probabilities,
+                                       rates=rates, verified=not args.no_verify, sequences=args.html_sequences)
         print(f"html page        {args.html} ({page['bytes']:,} bytes, {page['sequences']} sequences); "
               "open it in a browser")
     return 0

@@ -8,8 +8,8 @@ DATASET_ROOT/VERSION/ like `maskstream build` (shards, words/, seeds.json, rejec
 manifest.json last) and moves DATASET_ROOT/latest to it. The cache lives in DATASET_ROOT/_cache/;
 `maskstream gc` prunes it with old versions. The first run into an empty root is a full build.
 
-Rows equal those of `maskstream stats` + `seeds` + `build` with the same options in `truncate`
-mode; with `--packing pack`, documents are packed within each input file.
+Rows equal those of `maskstream stats` + `seeds` + `build` with the same options, in either
+packing mode.
 
 Example:
   maskstream update --input 'corpus/*.jsonl' --output out/dataset
@@ -21,14 +21,12 @@ import argparse
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from maskstream.cli.build import add_dataset_options, build_config, print_signal
 from maskstream.cli.seeds import add_seed_options, seeds_config
 from maskstream.pipelines.dataset.build_steps import BuildConfig
-
-if TYPE_CHECKING:
-    from maskstream.pipelines.lifecycle.incremental import UpdateOptions
+from maskstream.pipelines.lifecycle.incremental import leased_update
+from maskstream.pipelines.lifecycle.options import UpdateOptions
 
 LOG = logging.getLogger("maskstream.update")
 
@@ -54,14 +52,11 @@ def add_update_options(parser: argparse.ArgumentParser) -> None:
 
 def update_options(args: argparse.Namespace, inputs: list[str], root: str) -> UpdateOptions:
     """The UpdateOptions of `update`'s and `watch`'s flags: the build's config made directly, with the
-    settings an update does not take (it packs within each file, writes no embeddings)."""
-    # The update's driver imports pyarrow.compute and its caches: not for `--help`.
-    from maskstream.pipelines.lifecycle.incremental import UpdateOptions
-
+    settings an update does not take (it writes no embeddings)."""
     seeds = seeds_config(args)
     return UpdateOptions(
         inputs=list(inputs), root=root,
-        build=build_config(args, pack_group_size=0, tokenize_batch_size=BuildConfig.tokenize_batch_size,
+        build=build_config(args, tokenize_batch_size=BuildConfig.tokenize_batch_size,
                            write_embeddings=False),
         text_field=args.text_field, txt_mode=args.txt_mode, top_k=seeds.top_k, min_df=seeds.min_df,
         min_length=seeds.min_length, stop_words=seeds.stop_words, alphabetic_only=seeds.alphabetic_only,
@@ -84,7 +79,6 @@ def process_age() -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from maskstream.pipelines.lifecycle.incremental import leased_update  # heavy: see update_options
 
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
     # The fixed costs every update pays, whatever changed (the stages' own are in "seconds").

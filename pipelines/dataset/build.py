@@ -77,9 +77,9 @@ def build_version(config: BuildConfig, inputs: list[str], text_field: str, txt_m
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from maskstream.pipelines.dataflow_job import is_dry_run, job_size
+    from maskstream.pipelines.dataset.beam.dataset_pipeline import BuildDataset
     from maskstream.pipelines.dataset.build_steps import manifest_fields
-    from maskstream.pipelines.dataset.dataset_pipeline import BuildDataset
-    from maskstream.pipelines.dataset.dataset_writer import (
+    from maskstream.pipelines.dataset.storage.dataset_writer import (
         join,
         new_version_name,
         prepare_version,

@@ -1,21 +1,23 @@
 """The build's steps as plain functions, in the order the data flows, for both of its drivers.
 
-`maskstream build` runs them as Beam transforms (pipelines/dataset/dataset_pipeline.py:
+`maskstream build` runs them as Beam transforms (pipelines/dataset/beam/dataset_pipeline.py:
 BuildDataset), `maskstream update` and `watch` in one process (pipelines/lifecycle/incremental.py).
 Both call these functions and nothing else for the content of a version, so their outputs are
 byte-identical by construction:
 
     vocabulary_index        word types -> WordLookup (sorted 64-bit hashes -> word_index): every word lookup
     vocabulary_tally        word types and counts -> types and occurrences encoded (summed over batches)
-    score_words             encoded words' and seeds' embeddings -> word-table rows (nearest seed)
-    word_scores             those rows -> WordScores: similarity and nearest seed per word_index, with
-                            the fallback for every word the encoder skipped (pipelines/dataset/vocabulary.py)
+    nearest_seed_rows       encoded words' and seeds' embeddings -> word-table rows (nearest seed)
+    collect_word_scores     those rows -> WordScores: similarity and nearest seed per word_index, with
+                            the fallback for every word the encoder skipped (pipelines/dataset/core/vocabulary.py)
     word_table_rows         words + WordLookup + WordScores -> WORD_TABLE_SCHEMA rows, by word-table shard
+    windows                 (core/sequences.py) tokenized documents -> windows, per packing group in pack mode
     sequence_offsets/_ids   windows' (unit, window index) -> dense sequence ids 0..rows-1
     shard_count, shard_of   rows -> how many shards and which shard a row goes to
     sequence_rows           windows + ids + similarity -> SEQUENCE_SCHEMA rows with mask probabilities
     signal_tally            rows -> their signal tallies (merged over all rows for the diagnostics)
     manifest_fields         what a version's manifest states before the rows exist
+    document_counts         documents accepted, read rejects, no-token documents -> read = accepted + rejected
     assemble_manifest       + shards, document counts, tallies and word table -> the Manifest
     write_rejects           (the in-process driver) rejects -> the file names Beam's text sink gives
 
@@ -33,9 +35,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from maskstream.pipelines.dataset.vocabulary import check_min_word_count
-from maskstream.pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
-from maskstream.pipelines.dataset.word_lookup import WordLookup, WordScores, word_keys
+from maskstream.pipelines.dataset.core.vocabulary import FALLBACK, check_min_word_count, encoded_mask
+from maskstream.pipelines.dataset.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
+from maskstream.pipelines.dataset.core.word_lookup import WordLookup, WordScores, word_keys
 from maskstream.schemas.manifest import (
     WORD_TABLE_FORMAT,
     WORD_TABLE_NAME,
@@ -72,7 +74,7 @@ class BuildConfig:
     encoder_threads: int = 0
     encoder_device: str = "auto"
     encoder_dtype: str = "float32"  # resolved (`resolve_encoder_dtype`): float32 or bfloat16, never auto
-    min_word_count: int = 1  # pipelines/dataset/vocabulary.py: rarer word types are not encoded
+    min_word_count: int = 1  # pipelines/dataset/core/vocabulary.py: rarer word types are not encoded
     write_embeddings: bool = False
 
     def __post_init__(self) -> None:
@@ -97,7 +99,7 @@ DEFAULTS = BuildConfig(tokenizer="", encoder="")  # the one place the options' d
 
 def tokenizer_info(name: str) -> dict[str, Any]:
     """What the trainer needs from the tokenizer without loading it."""
-    from maskstream.pipelines.dataset.tokenizer_facts import tokenizer_facts
+    from maskstream.pipelines.dataset.core.tokenizer_facts import tokenizer_facts
 
     return {**model_entry(name), **tokenizer_facts(name)["info"]}
 
@@ -123,8 +125,6 @@ def vocabulary_tally(words: pa.Array, tf: np.ndarray, min_word_count: int, seeds
 def vocabulary_counts(tally: np.ndarray, min_word_count: int) -> dict[str, Any]:
     """The manifest's `vocabulary` figures from the counts (`vocabulary_tally`, summed): threshold,
     fallback, types and word occurrences encoded."""
-    from maskstream.pipelines.dataset.vocabulary import FALLBACK
-
     types, encoded, occurrences, covered = (int(n) for n in tally)
     return {
         "min_word_count": min_word_count,
@@ -136,14 +136,6 @@ def vocabulary_counts(tally: np.ndarray, min_word_count: int) -> dict[str, Any]:
         "word_occurrences_encoded": covered,
         "word_occurrence_coverage": covered / occurrences if occurrences else 1.0,
     }
-
-
-def encoded_mask(words: pa.Array, tf: np.ndarray, min_word_count: int, seeds: Iterable[str]) -> np.ndarray:
-    """Which of a batch of word types the encoder sees: counted `min_word_count` times, or a seed."""
-    import pyarrow.compute as pc
-
-    seeds = pa.array(sorted(set(seeds)), pa.string())
-    return (np.asarray(tf) >= min_word_count) | pc.is_in(words, seeds).to_numpy(zero_copy_only=False)
 
 
 REDUCTIONS = ("max", "mean", "centroid")  # --reduce: how a word's cosines to the seeds become one similarity
@@ -179,12 +171,12 @@ def nearest_seed_similarity(
     return similarity.astype(np.float32), nearest
 
 
-def score_words(words: Sequence[str], embeddings: np.ndarray, seeds: Iterable[tuple[str, np.ndarray]],
+def nearest_seed_rows(words: Sequence[str], embeddings: np.ndarray, seeds: Iterable[tuple[str, np.ndarray]],
                 reduce: str, lookup: WordLookup) -> pa.Table:
     """Words (rows of `embeddings`) scored against the seeds' (word, embedding): WORD_TABLE_SCHEMA
     rows with each word's similarity and nearest seed. The seeds are taken in word order, so the
     nearest of two equally near seeds does not depend on the order they arrived in."""
-    from maskstream.pipelines.dataset.dataset_writer import word_table
+    from maskstream.pipelines.dataset.storage.dataset_writer import word_table
 
     seeds = sorted(seeds, key=lambda seed: seed[0])
     seed_words = [word for word, _ in seeds]
@@ -192,8 +184,8 @@ def score_words(words: Sequence[str], embeddings: np.ndarray, seeds: Iterable[tu
     return word_table(list(words), lookup.index_of(words), similarity, [seed_words[n] for n in nearest])
 
 
-def word_scores(encoded: Iterable[pa.Table], word_types: int, seeds: Iterable[str]) -> WordScores:
-    """Every word type's similarity and nearest seed from the encoded words' rows (`score_words`
+def collect_word_scores(encoded: Iterable[pa.Table], word_types: int, seeds: Iterable[str]) -> WordScores:
+    """Every word type's similarity and nearest seed from the encoded words' rows (`nearest_seed_rows`
     tables, any order); a word the encoder skipped gets the fallback similarity."""
     from maskstream.schemas.tables import WORD_TABLE_SCHEMA
 
@@ -211,7 +203,7 @@ def word_table_shards(word_types: int) -> int:
 
 def word_table_rows(words: pa.Array, lookup: WordLookup, scores: WordScores) -> Iterable[tuple[int, pa.Table]]:
     """A batch of word types -> (word-table shard, its WORD_TABLE_SCHEMA rows of the batch)."""
-    from maskstream.pipelines.dataset.dataset_writer import word_table
+    from maskstream.pipelines.dataset.storage.dataset_writer import word_table
 
     names = words.to_pylist()
     index = lookup.index_of(names)
@@ -226,7 +218,7 @@ def word_table_rows(words: pa.Array, lookup: WordLookup, scores: WordScores) -> 
 def write_word_table_shard(version_url: str, shard: int, count: int, parts: Iterable[pa.Table]) -> str:
     """Writes word-table shard `shard` of `count` from its rows (any order), in word_index order;
     returns its path relative to the version."""
-    from maskstream.pipelines.dataset.dataset_writer import join, write_word_table
+    from maskstream.pipelines.dataset.storage.dataset_writer import join, write_word_table
     from maskstream.schemas.manifest import word_table_shard_name
     from maskstream.schemas.tables import WORD_TABLE_SCHEMA
 
@@ -254,7 +246,7 @@ def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
 
     Returned as arrays, units by their `word_keys` (blake2b, 64 bits) sorted (for `searchsorted`) and their first
     ids: 16 bytes a unit, which Beam sizes and pickles as two buffers, not as a dict of strings."""
-    from maskstream.pipelines.dataset.sequences import natural_key
+    from maskstream.pipelines.dataset.core.sequences import natural_key
 
     counts = pa.concat_tables([UNIT_COUNTS_SCHEMA.empty_table(), *per_table])
     units = counts.column("unit").to_pylist()
@@ -307,15 +299,15 @@ def probability_options(config: BuildConfig) -> dict[str, Any]:
 
 def sequence_rows(windows: pa.Table, ids: np.ndarray, similarity: np.ndarray, config: BuildConfig) -> pa.Table:
     """Windows and their sequence ids -> SEQUENCE_SCHEMA rows with their mask probabilities."""
-    from maskstream.pipelines.dataset.dataset_writer import dataset_rows
+    from maskstream.pipelines.dataset.storage.dataset_writer import dataset_rows
 
     return dataset_rows(windows, ids, similarity, **probability_options(config))
 
 
 def signal_tally(rows: pa.Table, similarity: np.ndarray, config: BuildConfig,
                  total: int) -> dict[str, dict[str, np.ndarray]]:
-    """The signal tallies of rows of a dataset of `total` rows (pipelines/dataset/signal.py)."""
-    from maskstream.pipelines.dataset.signal import map_tallies
+    """The signal tallies of rows of a dataset of `total` rows (pipelines/dataset/inspect/signal.py)."""
+    from maskstream.pipelines.dataset.inspect.signal import map_tallies
 
     return map_tallies(rows, similarity, dataclasses.asdict(config), total)
 
@@ -344,6 +336,12 @@ def manifest_fields(version: str, config: BuildConfig, seeds: Sequence[str], fin
     }
 
 
+def document_counts(documents: int, read_rejects: int, no_tokens: int) -> dict[str, int]:
+    """Documents read = accepted + rejected, from the documents the reader accepted, the records it
+    rejected and the documents that yielded no token (read, then rejected)."""
+    return {"read": documents + read_rejects, "accepted": documents - no_tokens, "rejected": read_rejects + no_tokens}
+
+
 def assemble_manifest(fields: dict[str, Any], shards: Iterable[ShardEntry], *, read: int, accepted: int,
                       rejected: int, extra_files: Iterable[str], tallies: dict[str, Any] | None,
                       vocabulary: dict[str, Any], lookup: WordLookup, scores: WordScores, version_url: str) -> Manifest:
@@ -351,8 +349,8 @@ def assemble_manifest(fields: dict[str, Any], shards: Iterable[ShardEntry], *, r
     the word types, the signal diagnostics and the vocabulary's coverage (`vocabulary_counts`, and
     the tokens from the merged tallies). The few words the diagnostics name are read back from the
     word table already written under `version_url`."""
-    from maskstream.pipelines.dataset.signal import WordsForReport, build_diagnostics
-    from maskstream.pipelines.dataset.vocabulary import token_coverage
+    from maskstream.pipelines.dataset.core.vocabulary import token_coverage
+    from maskstream.pipelines.dataset.inspect.signal import WordsForReport, build_diagnostics
 
     fields = json.loads(json.dumps(fields))
     fields["source_fingerprint"]["documents"] = {"read": read, "accepted": accepted, "rejected": rejected}
@@ -382,7 +380,7 @@ def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
     them from the pipeline (BuildDataset's Bookkeeping), in as many files as the runner chooses."""
     import fsspec
 
-    from maskstream.pipelines.dataset.dataset_writer import join
+    from maskstream.pipelines.dataset.storage.dataset_writer import join
 
     rejects = sorted(rejects, key=lambda r: (r["source"], r["location"]))
     with fsspec.open(join(version_url, f"{REJECTS_PREFIX}-00000-of-00001.jsonl"), "w", encoding="utf-8") as f:

@@ -38,9 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from maskstream.pipelines.dataset.dataset_writer import join, write_atomically
-from maskstream.pipelines.dataset.sequences import TOKENIZED_SCHEMA, natural_key
-from maskstream.pipelines.dataset.word_encoder import DEFAULT_EMBED_BATCH_SIZE
+from maskstream.pipelines.dataset.core.sequences import TOKENIZED_SCHEMA, natural_key
+from maskstream.pipelines.dataset.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE
+from maskstream.pipelines.dataset.storage.dataset_writer import join, write_atomically
 from maskstream.schemas.models import MAX_WORD_TOKENS
 
 LOG = logging.getLogger("maskstream.update")
@@ -83,7 +83,7 @@ def entry_key(settings_key: str, path: str, content_sha256: str) -> str:
 
 
 def file_settings(tokenizer: str, text_field: str, txt_mode: str) -> FileSettings:
-    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 
     definition = load_backend_tokenizer(tokenizer).to_str()
     return FileSettings(tokenizer, sha256_text(definition), text_field, txt_mode)
@@ -129,7 +129,7 @@ def count_and_tokenize_file(path: str, key: str, documents: list, rejects: list[
     from collections import Counter
 
     from maskstream.pipelines.dataset.build_steps import vocabulary_index
-    from maskstream.pipelines.dataset.sequences import tokenize_documents
+    from maskstream.pipelines.dataset.core.sequences import tokenize_documents
     from maskstream.pipelines.statistics.counting import word_counts_of_texts
 
     documents = sorted(documents, key=lambda d: natural_key(d.document_id))
@@ -174,7 +174,7 @@ def parse_file(path: str, text_field: str, txt_mode: str) -> tuple[list, list[di
 
 
 def write_parquet_file(table: pa.Table, url: str) -> None:
-    from maskstream.pipelines.dataset.dataset_writer import write_parquet
+    from maskstream.pipelines.dataset.storage.dataset_writer import write_parquet
 
     write_parquet(table, url, 100_000)
 
@@ -255,7 +255,7 @@ def compact_parts(folder: str) -> None:
     in it are removed, so a reader always finds every row (some twice, in between, or after two
     updates compacted at once: the caches hold one value per word, so a repeated row changes
     nothing)."""
-    from maskstream.pipelines.dataset.dataset_writer import open_atomically
+    from maskstream.pipelines.dataset.storage.dataset_writer import open_atomically
 
     fs, path = fsspec.core.url_to_fs(folder)
     parts = sorted(fs.glob(f"{path}/part-*.parquet"))
@@ -323,6 +323,6 @@ def general_frequencies(cache_url: str, language: str, words: pa.Array) -> np.nd
 def write_embeddings_part(cache_url: str, key: str, embeddings: dict[str, np.ndarray]) -> None:
     if not embeddings:
         return
-    from maskstream.pipelines.dataset.dataset_writer import embeddings_table
+    from maskstream.pipelines.dataset.storage.dataset_writer import embeddings_table
 
     append_part(join(cache_url, EMBEDDINGS_DIR, key), embeddings_table(embeddings))

@@ -1,7 +1,7 @@
 """The update's per-file work as a Beam pipeline: for changes too large for one process.
 
 `maskstream update` counts and tokenizes the changed files in its own process when they are
-small (incremental.IN_PROCESS_MAX_BYTES); larger changes go through `ProcessFiles`, so that a
+small (changed_files.IN_PROCESS_MAX_BYTES); larger changes go through `ProcessFiles`, so that a
 multi-worker runner (Dataflow, `--direct_num_workers`) spreads them. Both write the same cache
 entries (`cache.count_and_tokenize_file`).
 """
@@ -26,7 +26,7 @@ class ProcessFileFn(beam.DoFn):
         self._ms = beam.metrics.Metrics.counter("update", "process_files_ms")
 
     def setup(self) -> None:
-        from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+        from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 
         self._tokenizer = load_backend_tokenizer(self._tokenizer_name)
 

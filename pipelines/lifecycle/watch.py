@@ -8,10 +8,11 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from maskstream.pipelines.lifecycle.incremental import UpdateOptions
+from maskstream.pipelines.corpus import corpus_fingerprint
+from maskstream.pipelines.lifecycle.incremental import leased_update
+from maskstream.pipelines.lifecycle.options import UpdateOptions
 
 LOG = logging.getLogger("maskstream.watch")
 EXIT_BUILT, EXIT_FAILED, EXIT_INPUT_ERROR, EXIT_UNCHANGED = 0, 1, 2, 3
@@ -88,11 +89,6 @@ class Watcher:
 
     def check(self) -> int:
         """One decision: EXIT_BUILT, EXIT_UNCHANGED, or an error status."""
-        from maskstream.pipelines.corpus import corpus_fingerprint
-        from maskstream.pipelines.lifecycle.incremental import (
-            leased_update,  # pyarrow.compute: not for --help
-        )
-
         listing = self.settled_listing()
         if listing is None:
             return EXIT_UNCHANGED
@@ -129,7 +125,7 @@ class Watcher:
         return EXIT_BUILT
 
     def run(self) -> None:
-        from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+        from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
         from maskstream.pipelines.lifecycle.encoder_process import EncoderLoader
         LOG.info("watching %s every %g s (settle %g s), building into %s", self.source, self.interval,
                  self.settle, self.root)

@@ -12,6 +12,8 @@ import posixpath
 from collections.abc import Iterator
 from typing import Any
 
+import fsspec
+
 from maskstream.pipelines.statistics.seed_selection import (
     DEFAULT_MIN_DF,
     DEFAULT_MIN_LENGTH,
@@ -20,6 +22,7 @@ from maskstream.pipelines.statistics.seed_selection import (
     SeedRanking,
     load_stop_words,
 )
+from maskstream.schemas.formulas import FORMULA_VERSIONS
 
 STATS_BATCH_ROWS = 65_536  # word-stats rows held at once while ranking
 CONTRASTS = ("general", "background")
@@ -28,7 +31,6 @@ SCORE_COLUMN = {"general": "tf_icf", "background": "contrast"}
 
 def word_stats_dataset(stats_dir: str) -> Any:
     """The `word_stats-*.parquet` of a stats folder as one pyarrow dataset (schema checked, nothing read)."""
-    import fsspec
     import pyarrow.dataset as ds
 
     from maskstream.schemas.tables import WORD_STATS_SCHEMA, check_schema
@@ -70,6 +72,20 @@ def seed_provenance(ranking: SeedRanking, tf_icf_ranks: dict[str, int], contrast
                      "score_name": score_name, "score": row[score_name], "tf_icf_rank": tf_icf_rank,
                      "put_there_by": by})
     return rows
+
+
+def seeds_document(ranking: SeedRanking, tf_icf_ranks: dict[str, int], contrast: str, config: dict[str, Any],
+                   total_words: int, formulas: dict[str, str], source_fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """seeds.json: the seeds with their provenance, the settings that chose them (`config`, the
+    statistics' own settings in its "stats_config"), the formulas and the corpus's fingerprint.
+    `maskstream seeds` and `maskstream update` both write this document."""
+    return {"seeds": seed_provenance(ranking, tf_icf_ranks, contrast, total_words), "config": config,
+            "formulas": formulas, "source_fingerprint": source_fingerprint}
+
+
+def write_seeds_json(url: str, document: dict[str, Any]) -> None:
+    with fsspec.open(url, "w", encoding="utf-8") as f:
+        f.write(json.dumps(document, indent=2) + "\n")
 
 
 def render_report(ranking: SeedRanking, summary: dict[str, Any], config: dict[str, Any], chart_name: str,
@@ -157,7 +173,6 @@ def render_background_report(ranking: SeedRanking, tf_icf_ranks: dict[str, int],
 
 def plot_scores(seeds: list[dict], path: str, score: str = "tf_icf") -> None:
     """A horizontal bar chart of the seeds' TF-ICF, best at the top, written as PNG to `path`."""
-    import fsspec
     import matplotlib
 
     matplotlib.use("Agg")
@@ -202,9 +217,6 @@ def write_seeds(stats: str, output: str, config: SeedsConfig) -> dict[str, Any]:
     """Ranks the word statistics in `stats`, writes `output` (seeds.json), the report and the chart
     beside it; returns {"seeds": the seed rows, "paths": the three files, "warning": or None}.
     Raises FileNotFoundError (no statistics) or SeedsError."""
-    import fsspec
-
-    from maskstream.schemas.formulas import FORMULA_VERSIONS
 
     word_stats = word_stats_dataset(stats)
     with fsspec.open(posixpath.join(stats.rstrip("/"), "summary.json"), "r", encoding="utf-8") as f:
@@ -229,12 +241,8 @@ def write_seeds(stats: str, output: str, config: SeedsConfig) -> dict[str, Any]:
     # Ranked by TF-ICF, the seeds' own positions are their TF-ICF ranks; else a second pass counts them.
     tf_icf_ranks = (ranking.tf_icf_ranks(iter_word_stats(word_stats)) if contrast == "background"
                     else {row["word"]: rank for rank, row in enumerate(seeds, start=1)})
-    result = {
-        "seeds": seed_provenance(ranking, tf_icf_ranks, contrast, summary.get("total_words") or 0),
-        "config": recorded,
-        "formulas": formulas,
-        "source_fingerprint": summary.get("source_fingerprint", {}),
-    }
+    result = seeds_document(ranking, tf_icf_ranks, contrast, recorded, summary.get("total_words") or 0, formulas,
+                            summary.get("source_fingerprint", {}))
     stem = output[: -len(".json")] if output.endswith(".json") else output
     report_path, chart_path = f"{stem}_report.md", f"{stem}.png"
     fs, path = fsspec.core.url_to_fs(output)
@@ -243,7 +251,6 @@ def write_seeds(stats: str, output: str, config: SeedsConfig) -> dict[str, Any]:
     with fsspec.open(report_path, "w", encoding="utf-8") as f:
         f.write(render_report(ranking, {**summary, "formulas": formulas}, recorded, posixpath.basename(chart_path),
                               tf_icf_ranks))
-    with fsspec.open(output, "w", encoding="utf-8") as f:
-        f.write(json.dumps(result, indent=2) + "\n")
+    write_seeds_json(output, result)
     warning = f"only {len(seeds)} words pass the filters" if len(seeds) < config.top_k else None
     return {"seeds": seeds, "paths": [output, report_path, chart_path], "warning": warning}

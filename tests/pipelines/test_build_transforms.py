@@ -17,11 +17,11 @@ from scipy.stats import rankdata
 from transformers import AutoTokenizer
 
 from maskstream.pipelines.corpus import Document
+from maskstream.pipelines.dataset.beam.tokenize_to_windows import TokenizeToWindows
 from maskstream.pipelines.dataset.build_steps import vocabulary_index
-from maskstream.pipelines.dataset.mask_probability import mask_probabilities
-from maskstream.pipelines.dataset.sequences import cut_points
-from maskstream.pipelines.dataset.tokenize_to_windows import TokenizeToWindows
-from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities
+from maskstream.pipelines.dataset.core.sequences import cut_points
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 from maskstream.schemas.alignment import align_tokens_to_words
 from maskstream.schemas.words import word_spans
 
@@ -209,8 +209,8 @@ def test_word_encoder_pools_each_word_on_its_own(minilm_path, pooling):
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from maskstream.pipelines.dataset.embeddings import WordEncoderHandler
-    from maskstream.pipelines.dataset.word_encoder import WordEncoder
+    from maskstream.pipelines.dataset.beam.embeddings import WordEncoderHandler
+    from maskstream.pipelines.dataset.core.word_encoder import WordEncoder
 
     handler = WordEncoderHandler(WordEncoder(minilm_path, pooling=pooling, device="cpu"))
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
@@ -230,7 +230,7 @@ def test_word_encoder_pools_each_word_on_its_own(minilm_path, pooling):
 def test_a_batch_is_tokenized_as_each_document_alone(documents, minilm_path):
     """Batching joins the documents' texts; every row must equal the document tokenized alone,
     and each token's word must be the normalized word its characters overlap."""
-    from maskstream.pipelines.dataset.sequences import tokenize_documents
+    from maskstream.pipelines.dataset.core.sequences import tokenize_documents
 
     extra = [Document("x:line 1", "x", "  \t  "), Document("x:line 2", "x", "Ünïcödé ﬁle naïve — İstanbul x² and Café")]
     batch = [*documents[:60], *extra]
@@ -263,7 +263,7 @@ def test_word_tokenizer_gives_the_hugging_face_ids_and_masks(minilm_path, tmp_pa
 
     from transformers import AutoTokenizer
 
-    from maskstream.pipelines.dataset.word_encoder import load_word_tokenizer
+    from maskstream.pipelines.dataset.core.word_encoder import load_word_tokenizer
 
     model = tmp_path / "model"
     shutil.copytree(minilm_path, model)

@@ -19,7 +19,7 @@ import pytest
 
 from maskstream.cli import build_parser
 from maskstream.cli.update import update_options
-from maskstream.pipelines.dataset.dataset_writer import verify_shard
+from maskstream.pipelines.dataset.storage.dataset_writer import verify_shard
 from maskstream.pipelines.lifecycle.incremental import update
 from maskstream.schemas.manifest import MANIFEST_NAME, load_manifest
 
@@ -105,11 +105,11 @@ def test_change_one_file_redoes_only_that_file_and_equals_a_full_rebuild(first_b
 
 def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, monkeypatch) -> None:
     """Changes above IN_PROCESS_MAX_BYTES go through a Beam pipeline: the same cache entries, the same dataset."""
-    from maskstream.pipelines.lifecycle import incremental
+    from maskstream.pipelines.lifecycle import changed_files
 
     second = first_build.get("second") or pytest.skip("needs the incremental test")
     corpus, base = first_build["corpus"], first_build["base"]
-    monkeypatch.setattr(incremental, "IN_PROCESS_MAX_BYTES", -1)
+    monkeypatch.setattr(changed_files, "IN_PROCESS_MAX_BYTES", -1)
     with_beam = run_update(f"{corpus}/*.jsonl", str(base / "with-beam"))
     assert with_beam["counts"]["files_processed"] == FILES and "process_files_ms" in with_beam["counts"]
     assert "process_files_ms" not in second["counts"]  # that one ran in its own process
@@ -122,7 +122,7 @@ def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, monke
 
 
 def test_an_update_without_new_words_imports_neither_beam_nor_the_encoder(first_build, subprocess_env, tmp_path) -> None:
-    from maskstream.pipelines.dataset.encoder_dtype import gpu_driver_present
+    from maskstream.pipelines.dataset.core.encoder_dtype import gpu_driver_present
 
     # A copy of the corpus and the dataset root: the copied files have new paths, so the first
     # update counts and tokenizes every one of them (in its process), and finds no new word.
@@ -160,7 +160,7 @@ def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) 
 
 
 def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first_build) -> None:
-    from maskstream.pipelines.dataset.encoder_dtype import resolve_encoder_dtype
+    from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
     from maskstream.pipelines.lifecycle.cache import encoder_key
 
     url, manifest = load_manifest(str(first_build["root"]))  # latest: the corpus as it is now
@@ -303,7 +303,7 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
     """--min-word-count 2: after an added document makes a word seen once occur twice, the update
     encodes it, and its rows equal a fresh update's and `maskstream stats` + `seeds` + `build`'s."""
     from maskstream.cli import main
-    from maskstream.pipelines.dataset.vocabulary import SKIPPED
+    from maskstream.pipelines.dataset.core.vocabulary import SKIPPED
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

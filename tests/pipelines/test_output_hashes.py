@@ -91,6 +91,12 @@ def test_outputs_keep_their_hashes(sample_corpus: Path, tiny_bert: str, tmp_path
          "--output", "out/dataset", "--version", "v1", "--shard-rows", "40", *ENCODER_OPTIONS],
         ["update", "--input", "corpus", "--output", "out/updated", "--version", "v1", "--shard-rows", "40",
          "--top-k", "8", *ENCODER_OPTIONS],
+        # Packed windows: the build forms packing groups over the whole corpus and so does the update.
+        ["build", "--input", "corpus", "--stats", "out/stats", "--seeds", "out/seeds/seeds.json",
+         "--output", "out/dataset-packed", "--version", "v1", "--shard-rows", "40", "--packing", "pack",
+         "--pack-group-size", "16", *ENCODER_OPTIONS],
+        ["update", "--input", "corpus", "--output", "out/updated-packed", "--version", "v1", "--shard-rows", "40",
+         "--top-k", "8", "--packing", "pack", "--pack-group-size", "16", *ENCODER_OPTIONS],
     ]
     for command in commands:
         assert main(command) == 0, command
@@ -100,6 +106,9 @@ def test_outputs_keep_their_hashes(sample_corpus: Path, tiny_bert: str, tmp_path
     assert main(["update", "--input", "corpus", "--output", "out/updated", "--version", "v2", "--shard-rows", "40",
                  "--top-k", "8", *ENCODER_OPTIONS]) == 0
     found = output_hashes(out)
+    for built, updated in (("dataset", "updated"), ("dataset-packed", "updated-packed")):
+        shards = sorted(name for name in found if re.fullmatch(rf"{built}/v1/(shard-.*|words/.*)\.parquet", name))
+        assert shards and all(found[name] == found[name.replace(built, updated, 1)] for name in shards), built
     if os.environ.get("MASKSTREAM_RECORD_HASHES"):
         HASHES.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
     expected = json.loads(HASHES.read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""The vocabulary as compact arrays (pipelines/dataset/word_lookup.py), checked against plain dicts,
+"""The vocabulary as compact arrays (pipelines/dataset/core/word_lookup.py), checked against plain dicts,
 and the word table's two formats (one file, then shards) read as one."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from maskstream.pipelines.dataset.build_steps import (
+    collect_word_scores,
     vocabulary_counts,
     vocabulary_tally,
-    word_scores,
     word_table_rows,
 )
-from maskstream.pipelines.dataset.word_lookup import WordLookup
+from maskstream.pipelines.dataset.core.word_lookup import WordLookup
 from maskstream.schemas.manifest import Manifest, read_word_table
 from maskstream.schemas.words import words as words_of_text
 
@@ -47,7 +47,7 @@ def test_scores_fallback_and_word_table_rows():
     lookup = WordLookup.of(words)  # alpha 0, beta 1, delta 2, gamma 3
     encoded = pa.table({"word_index": pa.array([3, 0], pa.int32()), "similarity": pa.array([0.5, 0.25], pa.float32()),
                         "nearest_seed": ["gamma", "alpha"]})
-    scores = word_scores([encoded], len(lookup), ["gamma", "alpha"])
+    scores = collect_word_scores([encoded], len(lookup), ["gamma", "alpha"])
     assert scores.similarity.tolist() == [0.25, 0.375, 0.375, 0.5]  # skipped: the mean of the encoded
     assert scores.fallback == 0.375 and scores.encoded.tolist() == [True, False, False, True]
     ((shard, rows),) = list(word_table_rows(words, lookup, scores))
@@ -89,7 +89,7 @@ def test_bytes_per_word_type_of_the_lookup(word_types):
     words = pa.array([f"w{i:07d}" for i in range(word_types)], pa.string())
     tracemalloc.start()
     lookup = WordLookup.of(words)
-    scores = word_scores([pa.table({"word_index": pa.array([0], pa.int32()),
+    scores = collect_word_scores([pa.table({"word_index": pa.array([0], pa.int32()),
                                     "similarity": pa.array([1.0], pa.float32()), "nearest_seed": ["w0000000"]})],
                          len(lookup), ["w0000000"])
     held = tracemalloc.get_traced_memory()[0]
@@ -102,13 +102,13 @@ def test_update_refuses_a_vocabulary_beyond_its_memory(tmp_path, sample_corpus, 
     """`update` runs in one process: it checks the vocabulary against the memory available and
     points to `build` on Dataflow instead of running out of memory."""
     from maskstream.cli import main
-    from maskstream.pipelines.lifecycle import incremental
+    from maskstream.pipelines.lifecycle import memory
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "part-0.jsonl").write_text("".join(sample_corpus.read_text(encoding="utf-8").splitlines(True)[:40]),
                                          encoding="utf-8")
-    monkeypatch.setattr(incremental, "available_memory", lambda: 2**30)  # less than the process alone
+    monkeypatch.setattr(memory, "available_memory", lambda: 2**30)  # less than the process alone
     code = main(["update", "--input", str(corpus / "*.jsonl"), "--output", str(tmp_path / "dataset"),
                  "--model", tiny_bert, "--encoder-dtype", "float32"])
     assert code == 2

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 HASH_SLICE = 65_536  # words turned into Python strings at once while hashing
-SKIPPED_SEED = -1  # `WordScores.nearest` of a word the encoder did not see (pipelines/dataset/vocabulary.py)
+SKIPPED_SEED = -1  # `WordScores.nearest` of a word the encoder did not see (pipelines/dataset/core/vocabulary.py)
 
 
 def word_keys(words: Iterable[str]) -> np.ndarray:
@@ -83,7 +83,7 @@ class WordLookup:
 class WordScores:
     """Every word type's similarity and nearest seed, by word_index: 6 bytes a word type."""
 
-    similarity: np.ndarray  # float32; a skipped word has the fallback (pipelines/dataset/vocabulary.py)
+    similarity: np.ndarray  # float32; a skipped word has the fallback (pipelines/dataset/core/vocabulary.py)
     nearest: np.ndarray  # int16: position in `seeds`, SKIPPED_SEED for a word the encoder skipped
     seeds: tuple[str, ...]  # sorted
     fallback: float | None  # the skipped words' similarity; None when none was skipped
@@ -92,7 +92,7 @@ class WordScores:
     def of(cls, encoded: pa.Table, word_types: int, seeds: Iterable[str]) -> WordScores:
         """From the encoded words' rows (`word_index`, `similarity`, `nearest_seed`; any order) of a
         vocabulary of `word_types` types; every other type gets the fallback similarity."""
-        from maskstream.pipelines.dataset.vocabulary import fallback_similarity
+        from maskstream.pipelines.dataset.core.vocabulary import fallback_similarity
 
         seeds = tuple(sorted(set(seeds)))
         if len(seeds) > np.iinfo(np.int16).max:
@@ -120,7 +120,7 @@ class WordScores:
 
     def nearest_seeds(self, word_index: np.ndarray) -> list[str]:
         """The nearest seed of each word_index ("" for a skipped word, as the word table writes it)."""
-        from maskstream.pipelines.dataset.vocabulary import SKIPPED
+        from maskstream.pipelines.dataset.core.vocabulary import SKIPPED
 
         names = (*self.seeds, SKIPPED)  # SKIPPED_SEED = -1 picks the last
         return [names[n] for n in self.nearest[word_index]]

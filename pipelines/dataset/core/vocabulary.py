@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 FALLBACK = "mean similarity of the encoded word types"
 SKIPPED = ""  # `nearest_seed` of a word the encoder did not see
@@ -37,15 +39,20 @@ def check_min_word_count(min_word_count: int) -> None:
         raise ValueError(f"--min-word-count must be >= 1, got {min_word_count}")
 
 
-def encoded_words(counts: Mapping[str, int], min_word_count: int, seeds: Iterable[str]) -> list[str]:
-    """The word types of `counts` that the encoder sees, sorted: count >= `min_word_count`, or a seed.
-    Refuses a threshold that leaves no word of the corpus to encode."""
+def encoded_mask(words: pa.Array, tf: np.ndarray, min_word_count: int, seeds: Iterable[str]) -> np.ndarray:
+    """The rule: which of a batch of word types the encoder sees: counted `min_word_count` times, or a seed."""
+    seeds = pa.array(sorted(set(seeds)), pa.string())
+    return (np.asarray(tf) >= min_word_count) | pc.is_in(words, seeds).to_numpy(zero_copy_only=False)
+
+
+def encoded_words(words: pa.Array, tf: np.ndarray, min_word_count: int, seeds: Iterable[str]) -> list[str]:
+    """The word types the encoder sees (`encoded_mask`), in the order of `words`. Refuses a threshold
+    that leaves no word of the corpus to encode."""
     check_min_word_count(min_word_count)
-    seeds = set(seeds)
-    encoded = sorted(w for w, n in counts.items() if n >= min_word_count or w in seeds)
+    encoded = words.filter(pa.array(encoded_mask(words, tf, min_word_count, seeds))).to_pylist()
     if not encoded:
         raise ValueError(f"--min-word-count {min_word_count} leaves no word type to encode (the most frequent word "
-                         f"occurs {max(counts.values(), default=0)} times)")
+                         f"occurs {int(np.max(tf, initial=0))} times)")
     return encoded
 
 
@@ -56,8 +63,8 @@ def fallback_similarity(encoded_similarity: np.ndarray) -> np.float32:
 
 def token_coverage(tallies: dict[str, dict[str, np.ndarray]] | None, scores: Any) -> dict[str, Any]:
     """Tokens inside a word, and those whose word was encoded, from the build's signal tallies
-    (`maskstream.pipelines.dataset.signal`: non-special tokens per word type) and the words' `WordScores`
-    (pipelines/dataset/word_lookup.py); the fallback similarity the skipped words got (None when
+    (`maskstream.pipelines.dataset.inspect.signal`: non-special tokens per word type) and the words' `WordScores`
+    (pipelines/dataset/core/word_lookup.py); the fallback similarity the skipped words got (None when
     none was skipped)."""
     built = next(iter(tallies.values())) if tallies else {"words": np.zeros(0, np.int64), "tokens": np.zeros(0, np.int64)}
     tokens = built["tokens"]

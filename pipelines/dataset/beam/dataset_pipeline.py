@@ -10,7 +10,7 @@ pipelines/dataset/build_steps.py, which `maskstream update` calls in one process
     shards + counts + tallies + lookup + scores --WriteManifest--> manifest.json, then ROOT/latest
 
 The word statistics are read by the workers (ReadWordStats); the vocabulary reaches the other steps
-as compact arrays (pipelines/dataset/word_lookup.py: 18 bytes a word type) in side inputs, never in
+as compact arrays (pipelines/dataset/core/word_lookup.py: 18 bytes a word type) in side inputs, never in
 the job's graph, the launching process or a Python dict.
 
 Windows are Arrow tables of a whole batch of documents (flat arrays, no per-token Python
@@ -35,11 +35,14 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
+from maskstream.pipelines.dataset.beam.embeddings import EmbedWords, NearestSeedRowsFn, WordEncoderHandler
+from maskstream.pipelines.dataset.beam.tokenize_to_windows import TokenizeToWindows
 from maskstream.pipelines.dataset.build_steps import (
     REJECTS_PREFIX,
     BuildConfig,
     assemble_manifest,
-    encoded_mask,
+    collect_word_scores,
+    document_counts,
     sequence_ids,
     sequence_offsets,
     sequence_rows,
@@ -50,22 +53,20 @@ from maskstream.pipelines.dataset.build_steps import (
     vocabulary_counts,
     vocabulary_index,
     vocabulary_tally,
-    word_scores,
     word_table_rows,
     word_table_shards,
     write_word_table_shard,
 )
-from maskstream.pipelines.dataset.dataset_writer import (
+from maskstream.pipelines.dataset.core.vocabulary import encoded_mask
+from maskstream.pipelines.dataset.core.word_lookup import WordLookup, WordScores
+from maskstream.pipelines.dataset.inspect.signal import merge_map_tallies
+from maskstream.pipelines.dataset.storage.dataset_writer import (
     embeddings_table,
     join,
     write_manifest_and_latest,
     write_parquet,
     write_shard,
 )
-from maskstream.pipelines.dataset.embeddings import EmbedWords, ScoreWords, WordEncoderHandler
-from maskstream.pipelines.dataset.signal import merge_map_tallies
-from maskstream.pipelines.dataset.tokenize_to_windows import TokenizeToWindows
-from maskstream.pipelines.dataset.word_lookup import WordLookup, WordScores
 from maskstream.schemas.manifest import WORD_TABLE_SHARD_ROWS, ShardEntry
 
 
@@ -159,11 +160,11 @@ class EncodedWordBatches(beam.DoFn):
 
 
 def encoded_rows(table: pa.Table) -> pa.Table:
-    """What `word_scores` needs of scored rows (the word's text stays behind)."""
+    """What `collect_word_scores` needs of scored rows (the word's text stays behind)."""
     return table.select(["word_index", "similarity", "nearest_seed"])
 
 
-class ScoreWordTable(beam.PTransform):
+class ScoreWords(beam.PTransform):
     """Word statistics (tables of word, tf) -> {"lookup": the WordLookup, "scores": the WordScores,
     "vocabulary": the manifest's vocabulary counts, "embeddings": (word, vector) of every word
     and seed encoded}, each encoded once, in parallel over batches of words."""
@@ -201,11 +202,11 @@ class ScoreWordTable(beam.PTransform):
         scores = (
             embeddings
             | "BatchWords" >> beam.BatchElements(min_batch_size=1, max_batch_size=4096)
-            | "NearestSeed" >> beam.ParDo(ScoreWords(config.reduce), beam.pvalue.AsList(seed_embeddings),
+            | "NearestSeed" >> beam.ParDo(NearestSeedRowsFn(config.reduce), beam.pvalue.AsList(seed_embeddings),
                                           beam.pvalue.AsSingleton(lookup))
             | "EncodedRows" >> beam.Map(encoded_rows)
             | "AllEncoded" >> beam.combiners.ToList()
-            | "WordScores" >> beam.Map(lambda tables, lookup: word_scores(tables, len(lookup), seeds),
+            | "WordScores" >> beam.Map(lambda tables, lookup: collect_word_scores(tables, len(lookup), seeds),
                                        beam.pvalue.AsSingleton(lookup))
         )
         return {"lookup": lookup, "scores": scores, "vocabulary": vocabulary, "embeddings": embeddings}
@@ -272,7 +273,7 @@ def stage_windows(windows: pa.Table, version_url: str) -> tuple[str, pa.Table]:
 class ComputeRows(beam.DoFn):
     """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
     written as one Arrow part file per shard it touches; yields (shard, part path), and the
-    rows' signal tallies (`maskstream.pipelines.dataset.signal.map_tallies`) on the output tagged TALLY.
+    rows' signal tallies (`maskstream.pipelines.dataset.inspect.signal.map_tallies`) on the output tagged TALLY.
 
     The rows go through files rather than through the GroupByKey: the runner then never holds
     the whole dataset in memory, only the part names.
@@ -306,7 +307,7 @@ class ComputeRows(beam.DoFn):
 
 
 class MergeTallies(beam.CombineFn):
-    """Sums signal tallies per map (`maskstream.pipelines.dataset.signal.merge_map_tallies`); None when there is none."""
+    """Sums signal tallies per map (`maskstream.pipelines.dataset.inspect.signal.merge_map_tallies`); None when there is none."""
 
     def create_accumulator(self):
         return None
@@ -421,11 +422,6 @@ class MaskAndShard(beam.PTransform):
         return {"shards": entries, "tallies": tallies}
 
 
-def document_counts(_, documents: int, read_rejects: int, no_tokens: int) -> dict[str, int]:
-    """Documents read = accepted + rejected; a document that yields no token was read and is rejected."""
-    return {"read": documents + read_rejects, "accepted": documents - no_tokens, "rejected": read_rejects + no_tokens}
-
-
 class Bookkeeping(beam.PTransform):
     """{"documents", "rejects", "no_tokens"} -> {"documents": {read, accepted, rejected}, "rejects_written"}.
 
@@ -449,7 +445,7 @@ class Bookkeeping(beam.PTransform):
         documents = (
             corpus["documents"].pipeline
             | "Once" >> beam.Create([None])
-            | "DocumentCounts" >> beam.Map(document_counts, beam.pvalue.AsSingleton(counts["documents"]),
+            | "DocumentCounts" >> beam.Map(lambda _, *counts: document_counts(*counts), beam.pvalue.AsSingleton(counts["documents"]),
                                            beam.pvalue.AsSingleton(counts["rejects"]),
                                            beam.pvalue.AsSingleton(counts["no_tokens"]))
         )
@@ -518,7 +514,7 @@ class BuildDataset(beam.PTransform):
         version_url = join(self._root, self._fields["version"])
         handler = WordEncoderHandler(config.word_encoder())
         word_stats = pipeline | "ReadWordStats" >> ReadWordStats(self._stats_dir)
-        words = word_stats | "ScoreWords" >> ScoreWordTable(config, self._seeds, handler)
+        words = word_stats | "ScoreWords" >> ScoreWords(config, self._seeds, handler)
         tokenized = corpus["documents"] | "TokenizeToWindows" >> TokenizeToWindows(
             config.tokenizer, beam.pvalue.AsSingleton(words["lookup"]), max_length=config.max_length,
             packing=config.packing, pack_group_size=config.pack_group_size, batch_size=config.tokenize_batch_size)

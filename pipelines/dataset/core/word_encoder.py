@@ -1,6 +1,6 @@
 """The word encoder itself, without Beam: load a model and encode batches of words.
 
-`maskstream.pipelines.dataset.embeddings.WordEncoderHandler` runs it in the build's `RunInference`;
+`maskstream.pipelines.dataset.beam.embeddings.WordEncoderHandler` runs it in the build's `RunInference`;
 `maskstream update` runs it in a process of its own (`maskstream.pipelines.lifecycle.incremental`), which
 then imports torch and transformers but not Beam. Both batch words with `word_batches`, so a word's
 embedding is the same bit for bit whichever of them encoded it.
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from maskstream.pipelines.dataset.encoder_dtype import DTYPES
+from maskstream.pipelines.dataset.core.encoder_dtype import DTYPES
 from maskstream.schemas.models import MAX_WORD_TOKENS
 
 POOLINGS = ("mean", "pooler")
@@ -118,7 +118,7 @@ def load_word_tokenizer(name: str, max_word_tokens: int):
     with `padding=True, truncation=True`, without its Python per-token conversions."""
     from tokenizers import Tokenizer
 
-    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer, load_tokenizer
+    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer, load_tokenizer
 
     hf = load_tokenizer(name)
     tokenizer = Tokenizer.from_str(load_backend_tokenizer(name).to_str())
@@ -137,7 +137,7 @@ def word_batches(words: Sequence[str], tokenizer_name: str, batch_size: int,
     batch of the same shape whichever other words are encoded with it, which keeps its embedding
     the same bit for bit in a full build and in an incremental one (small batches and padding can
     change the last bits of a float32 result)."""
-    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 
     ordered = sorted(set(words))
     lengths = [min(len(e.ids), max_word_tokens) for e in load_backend_tokenizer(tokenizer_name).encode_batch(ordered)]

@@ -47,7 +47,7 @@ def word_decode_report(model: str, texts: Sequence[str], examples: int = 5) -> d
     (mis-decoded, or given tokens of two units, or none), `tokens_across_words`."""
     import numpy as np
 
-    from maskstream.pipelines.dataset.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
     from maskstream.schemas.alignment import align_tokens_to_words
     from maskstream.schemas.words import WORD_PATTERN, word_boundaries
 

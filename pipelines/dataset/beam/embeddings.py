@@ -2,7 +2,7 @@
 
 Every word type is encoded once, on its own (`[CLS] word [SEP]`), and pooled: `mean` over the
 word's own tokens (specials excluded; the default) or the model's `pooler` output
-(`maskstream.pipelines.dataset.word_encoder`, Beam-free). Encoding runs in Beam's `RunInference` with
+(`maskstream.pipelines.dataset.core.word_encoder`, Beam-free). Encoding runs in Beam's `RunInference` with
 `WordEncoderHandler`, in batches of ~256 words (sorted by length, at most 16 tokens each, words of
 one token count per batch), so the cost grows with the vocabulary, not with the corpus.
 
@@ -22,7 +22,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
-from maskstream.pipelines.dataset.word_encoder import LoadedEncoder, WordEncoder
+from maskstream.pipelines.dataset.core.word_encoder import LoadedEncoder, WordEncoder
 
 
 class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
@@ -79,7 +79,7 @@ class EmbedWords(beam.PTransform):
         )
 
 
-class ScoreWords(beam.DoFn):
+class NearestSeedRowsFn(beam.DoFn):
     """Batches of (word, embedding) -> a table of word-table rows (WORD_TABLE_SCHEMA) of those in
     the vocabulary (`WordLookup`), scored against the seed embeddings."""
 
@@ -87,10 +87,10 @@ class ScoreWords(beam.DoFn):
         self._reduce = reduce
 
     def process(self, batch: Sequence[tuple[str, np.ndarray]], seeds: list[tuple[str, np.ndarray]], lookup):
-        from maskstream.pipelines.dataset.build_steps import score_words
+        from maskstream.pipelines.dataset.build_steps import nearest_seed_rows
 
         known = lookup.index_of([word for word, _ in batch]) >= 0
         words = [pair for pair, k in zip(batch, known, strict=True) if k]
         if not words:
             return
-        yield score_words([w for w, _ in words], np.stack([e for _, e in words]), seeds, self._reduce, lookup)
+        yield nearest_seed_rows([w for w, _ in words], np.stack([e for _, e in words]), seeds, self._reduce, lookup)

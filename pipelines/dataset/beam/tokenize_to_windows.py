@@ -1,6 +1,6 @@
 """The build's tokenizing step as Beam transforms: documents -> windows (`TokenizeToWindows`).
 
-The work itself is `maskstream.pipelines.dataset.sequences`' (Beam-free, shared with `maskstream update`);
+The work itself is `maskstream.pipelines.dataset.core.sequences`' (Beam-free, shared with `maskstream update`);
 this module only batches, groups and counts it.
 """
 
@@ -13,20 +13,15 @@ from typing import Any
 import apache_beam as beam
 import pyarrow as pa
 
-from maskstream.pipelines.dataset.sequences import (
-    cut_windows,
+from maskstream.pipelines.dataset.core.sequences import (
     flat,
-    pack_documents,
-    pack_group,
-    sort_documents,
+    split_by_pack_group,
     tokenize_documents,
+    window_template,
+    windows,
 )
-from maskstream.pipelines.dataset.tokenizer_facts import (
-    load_backend_tokenizer,
-    pack_separator,
-    special_template,
-)
-from maskstream.pipelines.dataset.word_lookup import WordLookup
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
+from maskstream.pipelines.dataset.core.word_lookup import WordLookup
 
 
 class TokenizeDocuments(beam.DoFn):
@@ -44,7 +39,7 @@ class TokenizeDocuments(beam.DoFn):
 
     def setup(self) -> None:
         self._tokenizer = load_backend_tokenizer(self._tokenizer_name)
-        self._prefix, self._suffix = special_template(self._tokenizer)
+        self._template = window_template(self._tokenizer_name)
 
     def process(self, batch: Sequence[Any], vocabulary: WordLookup) -> Iterator[Any]:
         started = time.perf_counter()
@@ -57,7 +52,7 @@ class TokenizeDocuments(beam.DoFn):
         self._documents.inc(table.num_rows)
         self._tokens.inc(len(flat(table, "input_ids")[0]))
         if table.num_rows:
-            yield cut_windows(table, self._prefix, self._suffix, self._max_length) if self._max_length else table
+            yield windows(table, "", self._template, self._max_length, "truncate") if self._max_length else table
         self._ms.inc(int((time.perf_counter() - started) * 1000))
 
 
@@ -70,24 +65,13 @@ class _PackGroups(beam.DoFn):
         self._ms = beam.metrics.Metrics.counter("build", "windows_ms")
 
     def setup(self) -> None:
-        self._prefix, self._suffix = special_template(load_backend_tokenizer(self._tokenizer_name))
-        self._separator = pack_separator(self._tokenizer_name)
+        self._template = window_template(self._tokenizer_name)
 
     def process(self, element: tuple[str, Sequence[pa.Table]]) -> Iterator[pa.Table]:
         started = time.perf_counter()
         unit, tables = element
-        documents = sort_documents(pa.concat_tables(tables))
-        yield pack_documents(unit, documents, self._separator, self._prefix, self._suffix, self._max_length)
+        yield windows(pa.concat_tables(tables), unit, self._template, self._max_length, "pack")
         self._ms.inc(int((time.perf_counter() - started) * 1000))
-
-
-def split_by_pack_group(table: pa.Table, documents: int, group_size: int) -> Iterator[tuple[str, pa.Table]]:
-    groups = [pack_group(d, -(-documents // group_size)) for d in table.column("document_id").to_pylist()]
-    by_group: dict[str, list[int]] = {}
-    for row, group in enumerate(groups):
-        by_group.setdefault(group, []).append(row)
-    for group, rows in by_group.items():
-        yield group, table.take(rows)
 
 
 class TokenizeToWindows(beam.PTransform):

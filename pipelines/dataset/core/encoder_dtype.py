@@ -1,6 +1,6 @@
 """What the word encoder runs in: `--encoder-dtype auto` resolved on `--encoder-device`.
 
-Kept apart from embeddings.py (Beam's RunInference, torch): every build and update resolves the
+Kept apart from beam/embeddings.py (Beam's RunInference, torch): every build and update resolves the
 dtype before anything else, and on a machine without a GPU driver that takes no torch import.
 """
 

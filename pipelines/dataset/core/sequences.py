@@ -27,17 +27,23 @@ A window never ends inside a word unless that word alone is longer than a window
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from maskstream.pipelines.dataset.word_lookup import WordLookup
+from maskstream.pipelines.dataset.core.tokenizer_facts import (
+    load_backend_tokenizer,
+    pack_separator,
+    special_template,
+)
+from maskstream.pipelines.dataset.core.word_lookup import WordLookup
 from maskstream.schemas.alignment import align_tokens_to_words
 from maskstream.schemas.words import normalize_word, word_boundaries
 
@@ -311,3 +317,41 @@ def pack_group(document_id: str, groups: int) -> str:
     """A stable packing group for a document (independent of workers and of Python's hash seed)."""
     digest = hashlib.sha1(document_id.encode("utf-8")).digest()
     return f"pack-{int.from_bytes(digest[:8], 'big') % max(groups, 1):06d}"
+
+
+def split_by_pack_group(table: pa.Table, documents: int, group_size: int) -> Iterator[tuple[str, pa.Table]]:
+    """Tokenized documents -> (packing group, its rows), about `group_size` documents a group over a
+    corpus of `documents` (every document read, those without tokens too)."""
+    groups = [pack_group(d, -(-documents // group_size)) for d in table.column("document_id").to_pylist()]
+    by_group: dict[str, list[int]] = {}
+    for row, group in enumerate(groups):
+        by_group.setdefault(group, []).append(row)
+    for group, rows in by_group.items():
+        yield group, table.take(rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowTemplate:
+    """What a tokenizer puts around a window (`prefix`, `suffix`) and between packed documents."""
+
+    prefix: Sequence[int]
+    suffix: Sequence[int]
+    separator: Sequence[int]
+
+
+def window_template(tokenizer_name: str) -> WindowTemplate:
+    """The specials around a window of a tokenizer, and its separator between packed documents."""
+    prefix, suffix = special_template(load_backend_tokenizer(tokenizer_name))
+    return WindowTemplate(prefix, suffix, pack_separator(tokenizer_name))
+
+
+def windows(tokenized: pa.Table, unit: str, template: WindowTemplate, max_length: int, packing: str) -> pa.Table:
+    """The one windowing rule of `build` and `update`: TOKENIZED_SCHEMA documents -> WINDOWS_SCHEMA.
+
+    `truncate`: every document cut on its own (`unit` unused: each document is its own unit);
+    `pack`: the documents of one packing group `unit` (split_by_pack_group), in document-id order.
+    """
+    if packing == "pack":
+        return pack_documents(unit, sort_documents(tokenized), template.separator, template.prefix,
+                              template.suffix, max_length)
+    return cut_windows(tokenized, template.prefix, template.suffix, max_length)

@@ -87,10 +87,10 @@ def write_atomically(url: str, data: bytes) -> None:
 
 
 def dataset_rows(windows: pa.Table, sequence_ids: np.ndarray, similarity: np.ndarray, **probability) -> pa.Table:
-    """Windows (`maskstream.pipelines.dataset.sequences.WINDOWS_SCHEMA`) and their ids -> rows of SEQUENCE_SCHEMA,
+    """Windows (`maskstream.pipelines.dataset.core.sequences.WINDOWS_SCHEMA`) and their ids -> rows of SEQUENCE_SCHEMA,
     with mask probabilities (`mask_probabilities_flat`, keyword options passed through)."""
-    from maskstream.pipelines.dataset.mask_probability import mask_probabilities_flat
-    from maskstream.pipelines.dataset.sequences import flat, list_column
+    from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities_flat
+    from maskstream.pipelines.dataset.core.sequences import flat, list_column
 
     word_ids, offsets = flat(windows, "word_ids")
     word_index, _ = flat(windows, "word_index")

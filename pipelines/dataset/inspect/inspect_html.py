@@ -48,7 +48,7 @@ def read_sample(version_url: str, manifest: Any, ids: np.ndarray) -> list[dict[s
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from maskstream.pipelines.dataset.dataset_writer import join
+    from maskstream.pipelines.dataset.storage.dataset_writer import join
 
     wanted = pa.array(ids)
     rows: list[dict[str, Any]] = []
@@ -150,7 +150,7 @@ def seed_rows(seeds_json: dict[str, Any] | None, manifest_seeds: list[str]) -> l
 def read_seeds_json(version_url: str) -> dict[str, Any] | None:
     import fsspec
 
-    from maskstream.pipelines.dataset.dataset_writer import join
+    from maskstream.pipelines.dataset.storage.dataset_writer import join
     from maskstream.schemas.manifest import SEEDS_NAME
 
     try:
@@ -169,7 +169,7 @@ def _table(header: list[str], rows: list[list[str]], numeric_from: int = 1) -> s
 
 
 def provenance_section(version_url: str, manifest: Any, verified: bool) -> str:
-    from maskstream.pipelines.dataset.vocabulary import vocabulary_line
+    from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
 
     docs = manifest.source_fingerprint.get("documents", {})
     tokenizer, encoder = manifest.tokenizer, manifest.encoder
@@ -211,7 +211,7 @@ def seeds_section(rows: list[dict[str, Any]]) -> str:
 
 
 def signal_section(reports: dict[str, dict[str, Any]], histogram_uri: str, plot_uris: dict[str, str]) -> str:
-    from maskstream.pipelines.dataset.signal import GROUP_LABELS
+    from maskstream.pipelines.dataset.inspect.signal import GROUP_LABELS
 
     built_name, built = next(iter(reports.items()))
     rows = []
@@ -256,7 +256,7 @@ def write_page(path: str, version_url: str, manifest: Any, *, tokenizer: Any, wo
     """Writes the page to `path` (local or remote); returns {"bytes", "sequences", "requested"}."""
     import fsspec
 
-    from maskstream.pipelines.dataset.signal import plot_histograms, plot_report
+    from maskstream.pipelines.dataset.inspect.signal import plot_histograms, plot_report
 
     if sequences < 1:
         raise ValueError(f"--html-sequences must be at least 1, not {sequences}")

@@ -106,7 +106,7 @@ def built_name(config: dict[str, Any]) -> str:
 def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Name -> `mask_probabilities_flat` options of the maps every build and `inspect` compare with
     the built one: the paper's similarity map, the reference code's rank map, the sharpened map."""
-    from maskstream.pipelines.dataset.mask_probability import PAPER_SHARPNESS, SHARPENED
+    from maskstream.pipelines.dataset.core.mask_probability import PAPER_SHARPNESS, SHARPENED
 
     base = {"budget": config.get("budget", 0.15), "width": config.get("max_length", 0)}
     sharpened = {**base, **SHARPENED}
@@ -130,7 +130,7 @@ def map_tallies(rows: Any, similarity: np.ndarray, config: dict[str, Any],
     words and `similarity`, on the rows `comparison_stride` picks (the same ones whoever reads them)."""
     import pyarrow as pa
 
-    from maskstream.pipelines.dataset.mask_probability import mask_probabilities_flat
+    from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities_flat
 
     budget = config.get("budget", 0.15)
 
@@ -181,7 +181,7 @@ class WordsForReport:
     similarity (by word_index), the word_index of given words, and the text of a few types.
 
     `of_table` serves a whole word table in memory (inspect); the build passes its compact arrays
-    (`maskstream.pipelines.dataset.word_lookup`) and reads the few words it names from the word-table files."""
+    (`maskstream.pipelines.dataset.core.word_lookup`) and reads the few words it names from the word-table files."""
 
     def __init__(self, similarity: np.ndarray, index_of: Callable[[Sequence[str]], np.ndarray],
                  text_of: Callable[[np.ndarray], list[str]]):
@@ -398,7 +398,7 @@ def inspect_lines(reports: dict[str, dict[str, Any]], manifest: Any) -> list[str
     shards (`signal_reports`). A version whose writer printed them (its manifest
     holds the same figures) gets one line saying so, so that `build` then `inspect` shows each
     figure once; an older manifest, or figures that differ, get the whole report."""
-    from maskstream.pipelines.dataset.vocabulary import vocabulary_line
+    from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
 
     (built_name, built), *others = reports.items()
     stored = manifest.diagnostics
@@ -502,7 +502,7 @@ def plot_report(report: dict[str, Any], path: str, title: str) -> None:
 
 
 def signal_reports(tallies: list[dict], word_table: Any, seeds: list[str]) -> dict[str, dict]:
-    """`signal_report` per map of the shards' `maskstream.pipelines.dataset.signal.map_tallies` (one per shard):
+    """`signal_report` per map of the shards' `maskstream.pipelines.dataset.inspect.signal.map_tallies` (one per shard):
     the stored probabilities first, then each map of `comparison_maps`, recomputed."""
     words = WordsForReport.of_table(word_table)  # once: it holds every word type's text and index
     return {name: words.diagnostics(tally, seeds) for name, tally in merge_map_tallies(tallies).items()}
