@@ -38,9 +38,9 @@ DOCUMENTS = "documents"
 REJECTS = "rejects"
 FILES = "files"
 PARQUET_BATCH_ROWS = 1024
-# Documents above this size are rejected, unread: tokenizing one costs the build about 100x its size
-# in memory (a 50 MB line took over 6 GB), and every process holds a whole document. A book is a
-# few MB; split anything larger (e.g. a dump on one line) into documents.
+# Documents above this size are rejected, unread: tokenizing one costs the build many times its size
+# in memory (docs/scale.md), and every process holds a whole document. A book is a few MB; split
+# anything larger (e.g. a dump on one line) into documents.
 MAX_DOCUMENT_BYTES = 16 * 2**20
 
 
@@ -322,13 +322,19 @@ class FileParser:
             yield _reject(source, "file", _utf8_reason(e))
 
     def _txt_lines(self, source: str) -> Iterator[Document | dict[str, str]]:
+        return self._each_line(source, self._txt_line)
+
+    def _each_line(self, source: str, parse_line: Callable[[str, str, bytes, bool], Document | dict[str, str]]
+                   ) -> Iterator[Document | dict[str, str]]:
+        """`parse_line(source, location, raw, first)` of every line of a .txt or .jsonl file; an
+        over-long line is a reject, read in bounded memory."""
         with _open_binary(source) as f:
             for number, raw in _lines(f, self.max_document_bytes, beam_decompresses(source)):
                 location = f"line {number}"
                 if isinstance(raw, int):
                     yield _reject(source, location, _too_long(raw, self.max_document_bytes))
                     continue
-                yield _parsed(source, location, functools.partial(self._txt_line, source, location, raw, number == 1))
+                yield _parsed(source, location, functools.partial(parse_line, source, location, raw, number == 1))
 
     def _txt_line(self, source: str, location: str, raw: bytes, first: bool) -> Document | dict[str, str]:
         try:
@@ -337,13 +343,7 @@ class FileParser:
             return _reject(source, location, _utf8_reason(e))
 
     def _jsonl(self, source: str) -> Iterator[Document | dict[str, str]]:
-        with _open_binary(source) as f:
-            for number, raw in _lines(f, self.max_document_bytes, beam_decompresses(source)):
-                location = f"line {number}"
-                if isinstance(raw, int):
-                    yield _reject(source, location, _too_long(raw, self.max_document_bytes))
-                    continue
-                yield _parsed(source, location, functools.partial(self._jsonl_line, source, location, raw, number == 1))
+        return self._each_line(source, self._jsonl_line)
 
     def _jsonl_line(self, source: str, location: str, raw: bytes, first: bool) -> Document | dict[str, str]:
         field = self.text_field

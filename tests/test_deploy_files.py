@@ -338,7 +338,9 @@ import importlib, importlib.abc, sys
 class OnlyTheStagesPackages(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         top = name.split(".")[0]
-        if "." not in name and top not in sys.stdlib_module_names and top not in {allowed!r}:
+        # _sysconfigdata_*: the interpreter's own build settings (sysconfig), not in stdlib_module_names
+        if ("." not in name and top not in sys.stdlib_module_names and top not in {allowed!r}
+                and not top.startswith("_sysconfigdata")):
             raise ModuleNotFoundError(f"No module named {{name!r}} (not in the trainer image)", name=name)
         return None
 

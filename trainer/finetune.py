@@ -17,6 +17,10 @@ from typing import Any
 import numpy as np
 
 from maskstream.schemas import default_model
+from maskstream.schemas.alignment import word_ids_of_text
+from maskstream.schemas.pretrained import load_pretrained
+from maskstream.trainer.metrics import MetricsLogger
+from maskstream.trainer.train import build_optimizer, check_ranges
 
 log = logging.getLogger("maskstream.finetune")
 
@@ -211,7 +215,6 @@ def encode(tokenizer, data: LabeledSet, label_ids: dict[str, int], max_length: i
     """One sample per row, in the shape `collate_sequences` takes, plus its label. Word ids follow
     the build's rule (`maskstream.schemas.alignment`), not the tokenizer's `word_ids()` (its pre-tokenizer's
     pieces: whitespace runs for SentencePiece tokenizers)."""
-    from maskstream.schemas.alignment import word_ids_of_text
 
     encoded = tokenizer(data.texts, truncation=True, max_length=max_length, return_special_tokens_mask=True,
                         return_offsets_mapping=True)
@@ -235,6 +238,7 @@ def batches(samples: list[dict[str, Any]], batch_size: int, pad_token_id: int, s
     (`labels` is what masking adds: the MLM targets.)"""
     import torch
 
+    # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.collate import collate_sequences
 
     order = np.arange(len(samples))
@@ -294,8 +298,6 @@ class FinetuneConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from maskstream.trainer.train import check_ranges
-
         check_ranges(("--tmr-probability", self.tmr_probability, 0 <= self.tmr_probability < 1),
                      ("--validation-fraction", self.validation_fraction, 0 < self.validation_fraction < 1),
                      ("--epochs", self.epochs, self.epochs >= 1),
@@ -311,6 +313,7 @@ def train_epoch(model, samples, epoch: int, step: int, total_steps: int, config:
     """One pass over `samples` (shuffled per epoch), TMR-masked, stopping at `total_steps`; returns the step."""
     import torch
 
+    # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.masking import apply_masking
 
     device = next(model.parameters()).device
@@ -343,8 +346,8 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
     import torch
     from tqdm import tqdm
 
+    # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.masking import MaskingConfig
-    from maskstream.trainer.train import build_optimizer
 
     device = next(model.parameters()).device
     total_steps = math.ceil(len(train_samples) / config.batch_size) * config.epochs
@@ -420,8 +423,6 @@ def load_classifier(config: FinetuneConfig, label_names: list[str]):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from maskstream.schemas.pretrained import load_pretrained
-
     model_name = config.model or default_model()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     model, _ = load_pretrained(AutoModelForSequenceClassification, model_name, "classification head",
@@ -457,8 +458,6 @@ def finetune(config: FinetuneConfig) -> int:
     """Reads the splits, fits the classifier (best epoch by validation macro-F1), evaluates every split,
     and writes model/, evaluation.json, confusion-*.png, metrics.jsonl and rejects.jsonl into the output."""
     import torch
-
-    from maskstream.trainer.metrics import MetricsLogger
 
     torch.manual_seed(config.seed)
     out = Path(config.output)

@@ -294,7 +294,7 @@ def random_order(bits: torch.Tensor, input_length: int) -> torch.Tensor:
     """A random permutation of range(input_length) per sample from 32 random bits (a [batch] int64):
     one of ORDER_TABLE_ROWS fixed random permutations (10 bits), rotated by a random offset
     (20 more bits), so 1024 x length orders. A gather instead of a per-row sort, which on a CPU costs
-    2-3x the whole `random` strategy."""
+    more than the whole `random` strategy (docs/masking.md)."""
     row = bits & (ORDER_TABLE_ROWS - 1)
     rotation = (_shift_right(bits, 12) & 0xFFFFF) % input_length
     first = row * (2 * input_length) + rotation

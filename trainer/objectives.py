@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from maskstream.schemas.pretrained import load_pretrained
 from maskstream.trainer.exlm import HEAD_ATTRIBUTES, ExLMForMaskedLM
 
 log = logging.getLogger("maskstream.train")
@@ -25,8 +26,6 @@ def load_mlm_model(model_name: str):
     `BertModel`, like the offline MiniLM) gets a newly initialized head whose output projection is
     the input embedding matrix itself (tied), so only the small transform and bias are new."""
     from transformers import AutoModelForMaskedLM
-
-    from maskstream.schemas.pretrained import load_pretrained
 
     model, _ = load_pretrained(AutoModelForMaskedLM, model_name, "MLM head", "expected for sentence encoders")
     if model.get_output_embeddings() is not None and model.config.tie_word_embeddings:

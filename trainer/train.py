@@ -20,8 +20,11 @@ from typing import Any
 import numpy as np
 
 from maskstream.schemas import default_model
+from maskstream.schemas.lease import VersionLease
 from maskstream.schemas.manifest import vocab_hash
 from maskstream.schemas.models import display_name
+from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks, version_exists
+from maskstream.trainer.metrics import MetricsLogger
 
 log = logging.getLogger("maskstream.train")
 
@@ -70,6 +73,7 @@ def build_optimizer(module, weight_decay: float, lr: float, warmup_steps: int, t
 
 def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id: int, batch_size: int):
     """The first `limit` held-out rows in dataset order, collated into batches (unmasked)."""
+    # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.collate import collate_sequences
     from maskstream.trainer.dataset import StreamingSequenceDataset
 
@@ -89,6 +93,7 @@ def evaluate(objective, eval_batches, strategy: str, masking, device) -> dict[st
     held-out batches, masked with the fixed EVAL_SEED."""
     import torch
 
+    # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.masking import apply_masking
 
     was_training = objective.training
@@ -147,6 +152,7 @@ class TrainConfig:
     follow_latest: bool = False
 
     def __post_init__(self) -> None:
+        # heavy: imports torch; only here, where it is needed
         from maskstream.trainer.objectives import OBJECTIVES
 
         check_ranges(("--batch-size", self.batch_size, self.batch_size >= 1),
@@ -224,7 +230,6 @@ def resume_versions(dataset: str, follow_latest: bool, saved: dict[str, Any], ra
     second: a run that followed newer versions (`--follow-latest`) stops on a later one than it started.
     DATASET may be their root, the version being read, or (with --follow-latest, as the run was
     started) the first version; anything else, or a version the root no longer holds, exits saying why."""
-    from maskstream.trainer.follow import version_exists
 
     started = saved["config"]["dataset_version"]
     root = started.rsplit("/", 1)[0]
@@ -270,8 +275,6 @@ class TrainingData:
     lease: Any = None  # rank 0's maskstream.schemas.lease.VersionLease on the version read: gc spares it
 
     def __post_init__(self) -> None:
-        from maskstream.schemas.lease import VersionLease
-
         self.loader = self._make_loader()
         self.lease = VersionLease(self.dataset.version_url) if self.ranks.is_main else None
 
@@ -281,6 +284,7 @@ class TrainingData:
         return self.dataset.manifest.tokenizer["pad_token_id"]
 
     def _make_loader(self):
+        # heavy: imports torch; only here, where it is needed
         from maskstream.trainer.loader import build_dataloader
 
         config = self.config
@@ -293,8 +297,8 @@ class TrainingData:
 
     def _follow(self) -> None:
         """At an epoch boundary, moves on to the version `latest` names if it is newer and compatible."""
+        # heavy: imports torch; only here, where it is needed
         from maskstream.trainer.dataset import StreamingSequenceDataset
-        from maskstream.trainer.follow import poll_all_ranks
 
         switch = poll_all_ranks(self.follower, self.ranks.world_size)
         if switch is not None:
@@ -307,6 +311,7 @@ class TrainingData:
             self.loader = self._make_loader()
 
     def _restore_rng(self) -> None:
+        # heavy: imports safetensors and torch; only here, where it is needed
         from maskstream.trainer.checkpoint import set_rng_state
 
         if self.resume_rng is not None:
@@ -347,8 +352,10 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     the tokenizer checked against it, the masking, the held-out batches and the follower."""
     from transformers import AutoTokenizer
 
+    # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.dataset import StreamingSequenceDataset
-    from maskstream.trainer.follow import LatestVersionFollower, dataset_root
+
+    # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.masking import MaskingConfig
 
     url = config.dataset
@@ -383,6 +390,7 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
 
 def plan_steps(config: TrainConfig, data: TrainingData) -> tuple[int, int]:
     """(total steps, warm-up steps): --max-steps, or --epochs of the version the run started on."""
+    # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.dataset import StreamingSequenceDataset
 
     first = data.dataset
@@ -418,6 +426,7 @@ def build_model(config: TrainConfig, data: TrainingData, total_steps: int, warmu
                 run_config: dict[str, Any]) -> TrainingModel:
     """The model in its objective, AdamW (no weight decay on biases and norms) and the schedule.
     ExLM's expansion settings are recorded in `run_config`."""
+    # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.objectives import OBJECTIVES, load_mlm_model
 
     device = data.ranks.device
@@ -435,6 +444,7 @@ def build_model(config: TrainConfig, data: TrainingData, total_steps: int, warmu
 
 def read_resume_state(config: TrainConfig) -> dict[str, Any] | None:
     """The checkpoint state to continue from (--resume), None when starting fresh."""
+    # heavy: imports safetensors and torch; only here, where it is needed
     from maskstream.trainer.checkpoint import read_training_state
 
     if not config.resume:
@@ -444,6 +454,7 @@ def read_resume_state(config: TrainConfig) -> dict[str, Any] | None:
 
 def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_config: dict[str, Any]) -> int:
     """Restores weights, optimizer, schedule and loader position; returns the step to continue from."""
+    # heavy: imports safetensors and torch; only here, where it is needed
     from maskstream.trainer.checkpoint import restore_checkpoint
 
     changed = {k: (saved["config"].get(k), run_config[k]) for k in RESUME_CRITICAL
@@ -473,6 +484,7 @@ def train_step(parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any]
     returns the epoch of its last batch."""
     import torch
 
+    # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.masking import apply_masking
 
     config, device = data.config, data.ranks.device
@@ -530,6 +542,7 @@ def evaluate_and_checkpoint(step: int, total_steps: int, parts: TrainingModel, d
                             run_config: dict[str, Any]) -> dict[str, float] | None:
     """Every --eval-every steps and at the end, the held-out metrics (rank 0; returned, else None);
     every --save-every steps and at the end, a checkpoint."""
+    # heavy: imports safetensors and torch; only here, where it is needed
     from maskstream.trainer.checkpoint import save_checkpoint
 
     config, last = data.config, step == total_steps
@@ -559,8 +572,6 @@ def train(config: TrainConfig) -> int:
     checkpoint when asked), train, evaluate and checkpoint on schedule, save the final model."""
     import torch.distributed as dist
     from tqdm import tqdm
-
-    from maskstream.trainer.metrics import MetricsLogger
 
     ranks = setup_ranks(config.seed)
     saved = read_resume_state(config)

@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> int:
     """The `maskstream` command: `main()`, then the process ends. Python's last cyclic collection
-    at exit would walk the millions of objects torch and transformers keep alive (1.3 s measured
-    after an update that loaded the encoder) only to free memory the OS takes back anyway: frozen
+    at exit would walk the millions of objects torch and transformers keep alive (docs/updates.md)
+    only to free memory the OS takes back anyway: frozen
     objects are left out of it (finalizers still run)."""
     import gc
 

@@ -22,6 +22,10 @@ from maskstream.pipelines.dataset.build import LOG, build_version
 from maskstream.pipelines.dataset.build_steps import DEFAULTS, BuildConfig
 from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
 from maskstream.pipelines.dataset.core.tokenizer_facts import check_tokenizer
+from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
+from maskstream.pipelines.dataset.inspect.signal import build_lines
+from maskstream.schemas.manifest import load_manifest
+from maskstream.schemas.models import HUB_MINILM, default_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     """Tokenizer, encoder, similarity, probabilities and shards (shared by `build`, `update` and `watch`)."""
-    from maskstream.schemas.models import HUB_MINILM, default_model
 
     parser.add_argument("--model", default=default_model(),
                         help="tokenizer and encoder, a name or path (default: the offline all-MiniLM-L6-v2 of the "
@@ -157,9 +160,6 @@ def run(args: argparse.Namespace) -> int:
 
 def print_signal(version_url: str) -> None:
     """The manifest's vocabulary coverage and signal diagnostics (pipelines/dataset/inspect/signal.py), as text."""
-    from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
-    from maskstream.pipelines.dataset.inspect.signal import build_lines
-    from maskstream.schemas.manifest import load_manifest
 
     _, manifest = load_manifest(version_url)
     print(vocabulary_line(manifest.vocabulary))

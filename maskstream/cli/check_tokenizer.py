@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from maskstream.pipelines.dataset.core.tokenizer_facts import check_tokenizer
 from maskstream.pipelines.dataset.inspect.check_tokenizer import (
     SHIPPED_SAMPLE,
     read_texts,
@@ -35,8 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from maskstream.pipelines.dataset.core.tokenizer_facts import check_tokenizer
-
     try:
         check_tokenizer(args.model)
         texts = read_texts(args.input, args.text_field, args.documents)

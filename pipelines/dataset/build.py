@@ -9,8 +9,16 @@ import logging
 import time
 from typing import Any
 
-from maskstream.pipelines.dataset.build_steps import BuildConfig
-from maskstream.schemas.manifest import SEEDS_NAME
+from maskstream.pipelines.dataflow_job import is_dry_run, job_size
+from maskstream.pipelines.dataset.build_steps import BuildConfig, manifest_fields, pipeline_counters
+from maskstream.pipelines.dataset.storage.dataset_writer import (
+    join,
+    new_version_name,
+    prepare_version,
+    write_atomically,
+)
+from maskstream.schemas.manifest import MANIFEST_NAME, SEEDS_NAME, load_manifest
+from maskstream.schemas.words import WORD_NORMALIZATION, words
 
 LOG = logging.getLogger("maskstream.build")
 
@@ -25,8 +33,6 @@ def check_word_stats(stats_dir: str) -> None:
 
 
 def warn_if_seeds_from_another_corpus(version_url: str, seeds_content: dict[str, Any]) -> None:
-    from maskstream.schemas.manifest import load_manifest
-
     seeds_fingerprint = seeds_content.get("source_fingerprint", {}).get("sha256")
     corpus_fingerprint = load_manifest(version_url)[1].source_fingerprint.get("sha256")
     if seeds_fingerprint and seeds_fingerprint != corpus_fingerprint:
@@ -55,7 +61,6 @@ def check_seed_words(seeds_json: str, seeds: list[str], formulas: dict[str, str]
     """Refuses seeds that are not words of this build's normalization (schemas/words.py): a seeds
     file made with another word normalization, or listing another tokenizer's subword tokens
     (`##ing`, `Ġprotein`, `▁protein`), would match no word of the corpus."""
-    from maskstream.schemas.words import WORD_NORMALIZATION, words
 
     theirs = formulas.get("word_normalization", WORD_NORMALIZATION)
     if theirs != WORD_NORMALIZATION:
@@ -76,15 +81,10 @@ def build_version(config: BuildConfig, inputs: list[str], text_field: str, txt_m
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from maskstream.pipelines.dataflow_job import is_dry_run, job_size
+    # heavy: imports apache_beam; only here, where it is needed
     from maskstream.pipelines.dataset.beam.dataset_pipeline import BuildDataset
-    from maskstream.pipelines.dataset.build_steps import manifest_fields
-    from maskstream.pipelines.dataset.storage.dataset_writer import (
-        join,
-        new_version_name,
-        prepare_version,
-        write_atomically,
-    )
+
+    # heavy: imports apache_beam; only here, where it is needed
     from maskstream.pipelines.read_corpus import FingerprintFiles, ReadCorpus
 
     version = version or new_version_name()
@@ -122,8 +122,6 @@ def build_version(config: BuildConfig, inputs: list[str], text_field: str, txt_m
 def manifest_exists(version_url: str) -> bool:
     import fsspec
 
-    from maskstream.schemas.manifest import MANIFEST_NAME
-
     fs, path = fsspec.core.url_to_fs(f"{version_url}/{MANIFEST_NAME}")
     return fs.exists(path)
 
@@ -142,7 +140,6 @@ def first_rejects(version_url: str, count: int = 5) -> list[str]:
 
 def stage_report(result, elapsed_s: float) -> dict[str, Any]:
     """Counters and per-stage seconds the pipeline recorded (Beam metrics)."""
-    from maskstream.pipelines.dataset.build_steps import pipeline_counters
 
     counters = pipeline_counters(result, "build")
     stages = {k.removesuffix("_ms"): round(v / 1000, 3) for k, v in counters.items() if k.endswith("_ms")}

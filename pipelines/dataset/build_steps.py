@@ -35,17 +35,35 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from maskstream.pipelines.dataset.core.vocabulary import FALLBACK, check_min_word_count, encoded_mask
+from maskstream.pipelines.dataset.core.sequences import natural_key
+from maskstream.pipelines.dataset.core.tokenizer_facts import tokenizer_facts
+from maskstream.pipelines.dataset.core.vocabulary import (
+    FALLBACK,
+    check_min_word_count,
+    encoded_mask,
+    token_coverage,
+)
 from maskstream.pipelines.dataset.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
 from maskstream.pipelines.dataset.core.word_lookup import WordLookup, WordScores, word_keys
+from maskstream.pipelines.dataset.inspect.signal import WordsForReport, build_diagnostics, map_tallies
+from maskstream.pipelines.dataset.storage.dataset_writer import (
+    dataset_rows,
+    join,
+    word_table,
+    write_word_table,
+)
+from maskstream.schemas.formulas import FORMULA_VERSIONS
 from maskstream.schemas.manifest import (
     WORD_TABLE_FORMAT,
     WORD_TABLE_NAME,
     WORD_TABLE_SHARD_ROWS,
     Manifest,
     ShardEntry,
+    read_word_table,
+    word_table_shard_name,
 )
 from maskstream.schemas.models import MAX_WORD_TOKENS, model_entry
+from maskstream.schemas.tables import WORD_TABLE_SCHEMA
 
 REJECTS_PREFIX = "rejects"  # VERSION/rejects-SSSSS-of-NNNNN.jsonl, as `maskstream stats` writes its rejects
 
@@ -99,7 +117,6 @@ DEFAULTS = BuildConfig(tokenizer="", encoder="")  # the one place the options' d
 
 def tokenizer_info(name: str) -> dict[str, Any]:
     """What the trainer needs from the tokenizer without loading it."""
-    from maskstream.pipelines.dataset.core.tokenizer_facts import tokenizer_facts
 
     return {**model_entry(name), **tokenizer_facts(name)["info"]}
 
@@ -176,7 +193,6 @@ def nearest_seed_rows(words: Sequence[str], embeddings: np.ndarray, seeds: Itera
     """Words (rows of `embeddings`) scored against the seeds' (word, embedding): WORD_TABLE_SCHEMA
     rows with each word's similarity and nearest seed. The seeds are taken in word order, so the
     nearest of two equally near seeds does not depend on the order they arrived in."""
-    from maskstream.pipelines.dataset.storage.dataset_writer import word_table
 
     seeds = sorted(seeds, key=lambda seed: seed[0])
     seed_words = [word for word, _ in seeds]
@@ -187,7 +203,6 @@ def nearest_seed_rows(words: Sequence[str], embeddings: np.ndarray, seeds: Itera
 def collect_word_scores(encoded: Iterable[pa.Table], word_types: int, seeds: Iterable[str]) -> WordScores:
     """Every word type's similarity and nearest seed from the encoded words' rows (`nearest_seed_rows`
     tables, any order); a word the encoder skipped gets the fallback similarity."""
-    from maskstream.schemas.tables import WORD_TABLE_SCHEMA
 
     schema = pa.schema([WORD_TABLE_SCHEMA.field(name) for name in ("word_index", "similarity", "nearest_seed")])
     table = pa.concat_tables([t.select(schema.names).cast(schema) for t in [schema.empty_table(), *encoded]])
@@ -203,7 +218,6 @@ def word_table_shards(word_types: int) -> int:
 
 def word_table_rows(words: pa.Array, lookup: WordLookup, scores: WordScores) -> Iterable[tuple[int, pa.Table]]:
     """A batch of word types -> (word-table shard, its WORD_TABLE_SCHEMA rows of the batch)."""
-    from maskstream.pipelines.dataset.storage.dataset_writer import word_table
 
     names = words.to_pylist()
     index = lookup.index_of(names)
@@ -218,9 +232,6 @@ def word_table_rows(words: pa.Array, lookup: WordLookup, scores: WordScores) -> 
 def write_word_table_shard(version_url: str, shard: int, count: int, parts: Iterable[pa.Table]) -> str:
     """Writes word-table shard `shard` of `count` from its rows (any order), in word_index order;
     returns its path relative to the version."""
-    from maskstream.pipelines.dataset.storage.dataset_writer import join, write_word_table
-    from maskstream.schemas.manifest import word_table_shard_name
-    from maskstream.schemas.tables import WORD_TABLE_SCHEMA
 
     name = word_table_shard_name(shard, count)
     write_word_table(version_url, name, pa.concat_tables([WORD_TABLE_SCHEMA.empty_table(), *parts]))
@@ -246,7 +257,6 @@ def sequence_offsets(per_table: Iterable[pa.Table]) -> dict[str, Any]:
 
     Returned as arrays, units by their `word_keys` (blake2b, 64 bits) sorted (for `searchsorted`) and their first
     ids: 16 bytes a unit, which Beam sizes and pickles as two buffers, not as a dict of strings."""
-    from maskstream.pipelines.dataset.core.sequences import natural_key
 
     counts = pa.concat_tables([UNIT_COUNTS_SCHEMA.empty_table(), *per_table])
     units = counts.column("unit").to_pylist()
@@ -299,7 +309,6 @@ def probability_options(config: BuildConfig) -> dict[str, Any]:
 
 def sequence_rows(windows: pa.Table, ids: np.ndarray, similarity: np.ndarray, config: BuildConfig) -> pa.Table:
     """Windows and their sequence ids -> SEQUENCE_SCHEMA rows with their mask probabilities."""
-    from maskstream.pipelines.dataset.storage.dataset_writer import dataset_rows
 
     return dataset_rows(windows, ids, similarity, **probability_options(config))
 
@@ -307,7 +316,6 @@ def sequence_rows(windows: pa.Table, ids: np.ndarray, similarity: np.ndarray, co
 def signal_tally(rows: pa.Table, similarity: np.ndarray, config: BuildConfig,
                  total: int) -> dict[str, dict[str, np.ndarray]]:
     """The signal tallies of rows of a dataset of `total` rows (pipelines/dataset/inspect/signal.py)."""
-    from maskstream.pipelines.dataset.inspect.signal import map_tallies
 
     return map_tallies(rows, similarity, dataclasses.asdict(config), total)
 
@@ -319,7 +327,6 @@ def manifest_fields(version: str, config: BuildConfig, seeds: Sequence[str], fin
                     run_config: dict[str, Any]) -> dict[str, Any]:
     """What the manifest states before any row is computed: `run_config` (the driver's own inputs
     and options) joins the BuildConfig under `config`."""
-    from maskstream.schemas.formulas import FORMULA_VERSIONS
 
     return {
         "version": version,
@@ -349,8 +356,6 @@ def assemble_manifest(fields: dict[str, Any], shards: Iterable[ShardEntry], *, r
     the word types, the signal diagnostics and the vocabulary's coverage (`vocabulary_counts`, and
     the tokens from the merged tallies). The few words the diagnostics name are read back from the
     word table already written under `version_url`."""
-    from maskstream.pipelines.dataset.core.vocabulary import token_coverage
-    from maskstream.pipelines.dataset.inspect.signal import WordsForReport, build_diagnostics
 
     fields = json.loads(json.dumps(fields))
     fields["source_fingerprint"]["documents"] = {"read": read, "accepted": accepted, "rejected": rejected}
@@ -366,8 +371,6 @@ def words_of(version_url: str, fields: dict[str, Any], indices: np.ndarray) -> l
     """The text of the word types `indices` (word_index), read from the version's word table with a filter."""
     import pyarrow.dataset as ds
 
-    from maskstream.schemas.manifest import read_word_table
-
     wanted = pa.array(np.asarray(indices, np.int32))
     table = read_word_table(version_url, fields["word_table"], ["word", "word_index"], ds.field("word_index").isin(wanted))
     text = dict(zip(table.column("word_index").to_pylist(), table.column("word").to_pylist(), strict=True))
@@ -379,8 +382,6 @@ def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
     sorted by (source, location); returns how many. For the in-process driver: the build writes
     them from the pipeline (BuildDataset's Bookkeeping), in as many files as the runner chooses."""
     import fsspec
-
-    from maskstream.pipelines.dataset.storage.dataset_writer import join
 
     rejects = sorted(rejects, key=lambda r: (r["source"], r["location"]))
     with fsspec.open(join(version_url, f"{REJECTS_PREFIX}-00000-of-00001.jsonl"), "w", encoding="utf-8") as f:

@@ -38,10 +38,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from maskstream.pipelines.dataset.core.sequences import TOKENIZED_SCHEMA, natural_key
+from maskstream.pipelines.corpus import Document, FileParser
+from maskstream.pipelines.dataset.build_steps import vocabulary_index
+from maskstream.pipelines.dataset.core.sequences import TOKENIZED_SCHEMA, natural_key, tokenize_documents
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 from maskstream.pipelines.dataset.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE
-from maskstream.pipelines.dataset.storage.dataset_writer import join, write_atomically
+from maskstream.pipelines.dataset.storage.dataset_writer import (
+    embeddings_table,
+    join,
+    open_atomically,
+    write_atomically,
+    write_parquet,
+)
+from maskstream.pipelines.statistics.counting import word_counts_of_texts
 from maskstream.schemas.models import MAX_WORD_TOKENS
+from maskstream.schemas.words import WORD_NORMALIZATION
 
 LOG = logging.getLogger("maskstream.update")
 
@@ -67,8 +78,6 @@ class FileSettings:
     txt_mode: str = "line"
 
     def key(self) -> str:
-        from maskstream.schemas.words import WORD_NORMALIZATION
-
         return sha256_text(json.dumps({**dataclasses.asdict(self), "tokenizer": None,
                                        "word_normalization": WORD_NORMALIZATION, "format": CACHE_FORMAT},
                                       sort_keys=True))
@@ -83,8 +92,6 @@ def entry_key(settings_key: str, path: str, content_sha256: str) -> str:
 
 
 def file_settings(tokenizer: str, text_field: str, txt_mode: str) -> FileSettings:
-    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
-
     definition = load_backend_tokenizer(tokenizer).to_str()
     return FileSettings(tokenizer, sha256_text(definition), text_field, txt_mode)
 
@@ -128,10 +135,6 @@ def count_and_tokenize_file(path: str, key: str, documents: list, rejects: list[
     in batches. `counted(words)` is called with the file's word types before it is tokenized."""
     from collections import Counter
 
-    from maskstream.pipelines.dataset.build_steps import vocabulary_index
-    from maskstream.pipelines.dataset.core.sequences import tokenize_documents
-    from maskstream.pipelines.statistics.counting import word_counts_of_texts
-
     documents = sorted(documents, key=lambda d: natural_key(d.document_id))
     rejects = sorted(rejects, key=lambda r: natural_key(r["location"]))
     tf: Counter = Counter()
@@ -165,7 +168,6 @@ def count_and_tokenize_file(path: str, key: str, documents: list, rejects: list[
 
 def parse_file(path: str, text_field: str, txt_mode: str) -> tuple[list, list[dict[str, str]]]:
     """(documents, rejects) of one input file, read as `ReadCorpus` reads it, in this process."""
-    from maskstream.pipelines.corpus import Document, FileParser
 
     documents, rejects = [], []
     for record in FileParser(text_field, txt_mode).records(path):
@@ -174,8 +176,6 @@ def parse_file(path: str, text_field: str, txt_mode: str) -> tuple[list, list[di
 
 
 def write_parquet_file(table: pa.Table, url: str) -> None:
-    from maskstream.pipelines.dataset.storage.dataset_writer import write_parquet
-
     write_parquet(table, url, 100_000)
 
 
@@ -255,7 +255,6 @@ def compact_parts(folder: str) -> None:
     in it are removed, so a reader always finds every row (some twice, in between, or after two
     updates compacted at once: the caches hold one value per word, so a repeated row changes
     nothing)."""
-    from maskstream.pipelines.dataset.storage.dataset_writer import open_atomically
 
     fs, path = fsspec.core.url_to_fs(folder)
     parts = sorted(fs.glob(f"{path}/part-*.parquet"))
@@ -323,6 +322,5 @@ def general_frequencies(cache_url: str, language: str, words: pa.Array) -> np.nd
 def write_embeddings_part(cache_url: str, key: str, embeddings: dict[str, np.ndarray]) -> None:
     if not embeddings:
         return
-    from maskstream.pipelines.dataset.storage.dataset_writer import embeddings_table
 
     append_part(join(cache_url, EMBEDDINGS_DIR, key), embeddings_table(embeddings))

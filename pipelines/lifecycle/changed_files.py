@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from maskstream.pipelines.dataset.build_steps import pipeline_counters
 from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 from maskstream.pipelines.lifecycle.cache import count_and_tokenize_file, parse_file
 
@@ -38,7 +39,7 @@ def count_and_tokenize(missing: dict[str, str], changed_bytes: int, cache_url: s
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from maskstream.pipelines.dataset.build_steps import pipeline_counters
+    # heavy: imports apache_beam; only here, where it is needed
     from maskstream.pipelines.lifecycle.process_files import ProcessFiles
 
     pipeline = beam.Pipeline(options=PipelineOptions(list(beam_args)))

@@ -1,7 +1,7 @@
 """The word encoder in a process of its own, started once per process (`maskstream watch` keeps it
 between rebuilds): importing torch and transformers and loading the model take seconds of CPU that
-hold the GIL, which on a thread beside the statistics slowed both (0.22 s of statistics took 1.36 s
-beside the load); a second process uses a second core and imports no Beam. Words and embeddings
+hold the GIL, which on a thread beside the statistics slowed both (docs/updates.md, "The encoder in a
+process of its own"); a second process uses a second core and imports no Beam. Words and embeddings
 cross as arrays."""
 
 from __future__ import annotations

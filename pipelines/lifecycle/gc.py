@@ -9,6 +9,10 @@ import logging
 import posixpath
 from typing import Any
 
+from maskstream.pipelines.lifecycle.cache import CACHE_DIR, EMBEDDINGS_DIR, FILES_DIR, entry_key
+from maskstream.schemas.lease import LEASES_DIR, LeaseError, ReaderLease, parse_time
+from maskstream.schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest, ManifestError
+
 LOG = logging.getLogger("maskstream.gc")
 
 
@@ -35,8 +39,6 @@ def complete_versions(fs, base: str, folders: list[str]) -> list[tuple[str, floa
     manifest's `created_at` (then its file's time, then the name). The publish time is the manifest
     file's (written last, just before `latest` moves). A manifest that cannot be read is left out:
     gc removes only what it can date. Each manifest is read once (a round trip each on gs://)."""
-    from maskstream.schemas.lease import parse_time
-    from maskstream.schemas.manifest import MANIFEST_NAME, Manifest, ManifestError
 
     dated = []
     for version in folders:
@@ -55,7 +57,6 @@ def complete_versions(fs, base: str, folders: list[str]) -> list[tuple[str, floa
 
 def live_leases(fs, base: str, now: float, grace_s: float) -> tuple[dict[str, list[str]], list[str]]:
     """({version: readers holding a live lease on it}, lease files expired longer ago than the grace)."""
-    from maskstream.schemas.lease import LEASES_DIR, LeaseError, ReaderLease, parse_time
 
     folder = posixpath.join(base, LEASES_DIR)
     held: dict[str, list[str]] = {}
@@ -82,10 +83,6 @@ def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = 
     """Removes what the module docstring says; returns {"versions", "incomplete", "files", "embeddings",
     "leases"} removed, and under "kept" a line per version kept beyond --keep and `latest`, with why."""
     import fsspec
-
-    from maskstream.pipelines.lifecycle.cache import CACHE_DIR, EMBEDDINGS_DIR, FILES_DIR, entry_key
-    from maskstream.schemas.lease import LEASES_DIR
-    from maskstream.schemas.manifest import LATEST_POINTER, MANIFEST_NAME
 
     if keep < 1:
         raise ValueError(f"--keep must be at least 1, got {keep}")

@@ -12,7 +12,9 @@ import time
 
 import apache_beam as beam
 
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 from maskstream.pipelines.lifecycle.cache import count_and_tokenize_file
+from maskstream.pipelines.read_corpus import ReadCorpus
 
 
 class ProcessFileFn(beam.DoFn):
@@ -26,8 +28,6 @@ class ProcessFileFn(beam.DoFn):
         self._ms = beam.metrics.Metrics.counter("update", "process_files_ms")
 
     def setup(self) -> None:
-        from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
-
         self._tokenizer = load_backend_tokenizer(self._tokenizer_name)
 
     def process(self, element: tuple[str, dict[str, list]]):
@@ -53,8 +53,6 @@ class ProcessFiles(beam.PTransform):
         self._text_field, self._txt_mode, self._batch_size = text_field, txt_mode, batch_size
 
     def expand(self, pbegin):
-        from maskstream.pipelines.read_corpus import ReadCorpus
-
         corpus = pbegin | "ReadCorpus" >> ReadCorpus(sorted(self._keys), self._text_field, self._txt_mode)
         return (
             {

@@ -10,9 +10,12 @@ import threading
 import time
 from typing import Any
 
-from maskstream.pipelines.corpus import corpus_fingerprint
+from maskstream.pipelines.corpus import corpus_fingerprint, file_format
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
+from maskstream.pipelines.lifecycle.encoder_process import EncoderLoader
 from maskstream.pipelines.lifecycle.incremental import leased_update
 from maskstream.pipelines.lifecycle.options import UpdateOptions
+from maskstream.schemas.manifest import ManifestError, load_manifest
 
 LOG = logging.getLogger("maskstream.watch")
 EXIT_BUILT, EXIT_FAILED, EXIT_INPUT_ERROR, EXIT_UNCHANGED = 0, 1, 2, 3
@@ -22,8 +25,6 @@ def list_source(source: str) -> dict[str, tuple]:
     """{file URL: (size, modification stamp)} of the corpus files under `source`."""
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
-
-    from maskstream.pipelines.corpus import file_format
 
     fs, path = fsspec.core.url_to_fs(source)
     local = isinstance(fs, LocalFileSystem)
@@ -48,8 +49,6 @@ def fingerprint_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> dict
 
 
 def latest_fingerprint(root: str) -> dict[str, Any] | None:
-    from maskstream.schemas.manifest import ManifestError, load_manifest
-
     try:
         return load_manifest(root)[1].source_fingerprint
     except (ManifestError, FileNotFoundError):
@@ -125,8 +124,6 @@ class Watcher:
         return EXIT_BUILT
 
     def run(self) -> None:
-        from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
-        from maskstream.pipelines.lifecycle.encoder_process import EncoderLoader
         LOG.info("watching %s every %g s (settle %g s), building into %s", self.source, self.interval,
                  self.settle, self.root)
         # Long-lived: start the word encoder's process now, so that the first rebuild does not wait

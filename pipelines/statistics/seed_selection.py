@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from maskstream.schemas.words import normalize_word
+
 DEFAULT_TOP_K = 20
 # 3: a word in at least three documents is the domain's, not one document's (a package's own
 # name, a typo); on the shipped sample (2,288 documents) df < 3 removes 8,011 of 13,131 words.
@@ -19,7 +21,6 @@ REPORT_CANDIDATES = 50  # rows of the seeds report's table of the best-scored wo
 
 def load_stop_words(spec: str) -> frozenset[str]:
     """The stop-word set `spec` names, in the normalized word form."""
-    from maskstream.schemas.words import normalize_word
 
     if spec == "english":
         from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS

@@ -23,6 +23,7 @@ from maskstream.pipelines.statistics.seed_selection import (
     load_stop_words,
 )
 from maskstream.schemas.formulas import FORMULA_VERSIONS
+from maskstream.schemas.tables import WORD_STATS_SCHEMA, check_schema
 
 STATS_BATCH_ROWS = 65_536  # word-stats rows held at once while ranking
 CONTRASTS = ("general", "background")
@@ -32,8 +33,6 @@ SCORE_COLUMN = {"general": "tf_icf", "background": "contrast"}
 def word_stats_dataset(stats_dir: str) -> Any:
     """The `word_stats-*.parquet` of a stats folder as one pyarrow dataset (schema checked, nothing read)."""
     import pyarrow.dataset as ds
-
-    from maskstream.schemas.tables import WORD_STATS_SCHEMA, check_schema
 
     fs, path = fsspec.core.url_to_fs(stats_dir)
     files = sorted(fs.glob(posixpath.join(path, "word_stats-*.parquet")))

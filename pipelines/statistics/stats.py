@@ -12,7 +12,11 @@ import logging
 import uuid
 from typing import Any
 
+from maskstream.pipelines.corpus import expand_inputs
+from maskstream.pipelines.dataflow_job import is_dry_run, job_size
+from maskstream.schemas.formulas import FORMULA_VERSIONS
 from maskstream.schemas.formulas import TF_ICF_UNSEEN_COUNT as DEFAULT_UNSEEN_COUNT
+from maskstream.schemas.tables import WORD_STATS_BACKGROUND_SCHEMA, WORD_STATS_SCHEMA
 
 LOGGER = logging.getLogger(__name__)
 SUMMARY_NAME = "summary.json"
@@ -55,6 +59,7 @@ def count_corpus(patterns: list[str], text_field: str, txt_mode: str, rejects_pr
     REJECTS_PREFIX-*.jsonl. The domain, general and background corpora go through the same steps."""
     import apache_beam as beam
 
+    # heavy: imports apache_beam; only here, where it is needed
     from maskstream.pipelines.read_corpus import ReadCorpus
     from maskstream.pipelines.statistics.stats_transforms import CountWords
 
@@ -78,9 +83,9 @@ def build_pipeline(pipeline: Any, args: StatsConfig, out_dir: str) -> None:
     import apache_beam as beam
     from apache_beam.pvalue import AsSingleton
 
+    # heavy: imports apache_beam; only here, where it is needed
     from maskstream.pipelines.read_corpus import FingerprintFiles
     from maskstream.pipelines.statistics.stats_transforms import BackgroundContrast, TfIcf
-    from maskstream.schemas.tables import WORD_STATS_BACKGROUND_SCHEMA, WORD_STATS_SCHEMA
 
     def counted(label: str, patterns: list[str] | None, rejects_prefix: str) -> dict | None:
         if not patterns:
@@ -164,8 +169,6 @@ def publish(staging: str, output: str) -> None:
 
 
 def _summarize(args: StatsConfig, staging: str) -> dict[str, Any]:
-    from maskstream.schemas.formulas import FORMULA_VERSIONS
-
     counts = json.loads(_read_text(f"{staging}/{COUNTS_NAME}"))
     accepted, rejected = counts["documents_accepted"], counts["documents_rejected"]
     if accepted == 0:
@@ -213,9 +216,6 @@ def compute_stats(config: StatsConfig, beam_args: list[str]) -> dict[str, Any]:
     job. Raises FileNotFoundError (an input matches no file) or StatsError; the output is then untouched."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-
-    from maskstream.pipelines.corpus import expand_inputs
-    from maskstream.pipelines.dataflow_job import is_dry_run, job_size
 
     # Beam logs every string annotation (`from __future__ import annotations`) at INFO.
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)

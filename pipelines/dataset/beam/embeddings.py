@@ -22,6 +22,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
+from maskstream.pipelines.dataset.build_steps import nearest_seed_rows
 from maskstream.pipelines.dataset.core.word_encoder import LoadedEncoder, WordEncoder
 
 
@@ -87,8 +88,6 @@ class NearestSeedRowsFn(beam.DoFn):
         self._reduce = reduce
 
     def process(self, batch: Sequence[tuple[str, np.ndarray]], seeds: list[tuple[str, np.ndarray]], lookup):
-        from maskstream.pipelines.dataset.build_steps import nearest_seed_rows
-
         known = lookup.index_of([word for word, _ in batch]) >= 0
         words = [pair for pair, k in zip(batch, known, strict=True) if k]
         if not words:

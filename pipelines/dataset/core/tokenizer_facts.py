@@ -25,6 +25,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from maskstream.schemas.alignment import align_tokens_to_words
+from maskstream.schemas.manifest import vocab_hash
+from maskstream.schemas.words import word_boundaries
+
 LOG = logging.getLogger("maskstream.tokenizer")
 
 FACTS_FORMAT = 1  # bump when what the facts hold, or how they are computed, changes
@@ -77,10 +81,6 @@ def tokenizer_facts(name: str) -> dict[str, Any]:
 def compute_tokenizer_facts(name: str) -> dict[str, Any]:
     """The facts of `tokenizer_facts`, from the loaded Hugging Face tokenizer."""
     from tokenizers import Tokenizer
-
-    from maskstream.schemas.alignment import align_tokens_to_words
-    from maskstream.schemas.manifest import vocab_hash
-    from maskstream.schemas.words import word_boundaries
 
     hf = load_tokenizer(name)
     problems, pack_problem, backend, separator = [], None, None, []

@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from maskstream.pipelines.dataset.core.encoder_dtype import DTYPES
-from maskstream.schemas.models import MAX_WORD_TOKENS
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer, load_tokenizer
+from maskstream.schemas.models import MAX_WORD_TOKENS, display_name
+from maskstream.schemas.pretrained import load_pretrained
 
 POOLINGS = ("mean", "pooler")
 DEFAULT_EMBED_BATCH_SIZE = 256  # words per encoder call, every call padded to it (`--embed-batch-size`)
@@ -61,9 +63,6 @@ class WordEncoder:
         """Imports torch and transformers and loads the tokenizer and the model (seconds)."""
         import torch
         from transformers import AutoModel
-
-        from maskstream.schemas.models import display_name
-        from maskstream.schemas.pretrained import load_pretrained
 
         if self.threads > 0:
             torch.set_num_threads(self.threads)
@@ -118,8 +117,6 @@ def load_word_tokenizer(name: str, max_word_tokens: int):
     with `padding=True, truncation=True`, without its Python per-token conversions."""
     from tokenizers import Tokenizer
 
-    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer, load_tokenizer
-
     hf = load_tokenizer(name)
     tokenizer = Tokenizer.from_str(load_backend_tokenizer(name).to_str())
     tokenizer.enable_truncation(max_word_tokens, direction=hf.truncation_side)
@@ -137,7 +134,6 @@ def word_batches(words: Sequence[str], tokenizer_name: str, batch_size: int,
     batch of the same shape whichever other words are encoded with it, which keeps its embedding
     the same bit for bit in a full build and in an incremental one (small batches and padding can
     change the last bits of a float32 result)."""
-    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 
     ordered = sorted(set(words))
     lengths = [min(len(e.ids), max_word_tokens) for e in load_backend_tokenizer(tokenizer_name).encode_batch(ordered)]

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from maskstream.pipelines.dataset.core.vocabulary import SKIPPED, fallback_similarity
+
 HASH_SLICE = 65_536  # words turned into Python strings at once while hashing
 SKIPPED_SEED = -1  # `WordScores.nearest` of a word the encoder did not see (pipelines/dataset/core/vocabulary.py)
 
@@ -92,7 +94,6 @@ class WordScores:
     def of(cls, encoded: pa.Table, word_types: int, seeds: Iterable[str]) -> WordScores:
         """From the encoded words' rows (`word_index`, `similarity`, `nearest_seed`; any order) of a
         vocabulary of `word_types` types; every other type gets the fallback similarity."""
-        from maskstream.pipelines.dataset.core.vocabulary import fallback_similarity
 
         seeds = tuple(sorted(set(seeds)))
         if len(seeds) > np.iinfo(np.int16).max:
@@ -120,7 +121,6 @@ class WordScores:
 
     def nearest_seeds(self, word_index: np.ndarray) -> list[str]:
         """The nearest seed of each word_index ("" for a skipped word, as the word table writes it)."""
-        from maskstream.pipelines.dataset.core.vocabulary import SKIPPED
 
         names = (*self.seeds, SKIPPED)  # SKIPPED_SEED = -1 picks the last
         return [names[n] for n in self.nearest[word_index]]

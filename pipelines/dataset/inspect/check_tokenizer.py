@@ -9,6 +9,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
+from maskstream.schemas.alignment import align_tokens_to_words
+from maskstream.schemas.words import WORD_PATTERN, word_boundaries
+
 SHIPPED_SAMPLE = "data/debian-science.jsonl"
 SEPARATOR = "\u00a6"  # ¦: kept by NFKC, lower-casing and accent stripping, never part of a word
 NOT_WORD = re.compile(r"[^\w\u00a6]|_")
@@ -46,10 +50,6 @@ def word_decode_report(model: str, texts: Sequence[str], examples: int = 5) -> d
     `joined` (right, in a unit of several words joined by a token across them), `wrong`
     (mis-decoded, or given tokens of two units, or none), `tokens_across_words`."""
     import numpy as np
-
-    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
-    from maskstream.schemas.alignment import align_tokens_to_words
-    from maskstream.schemas.words import WORD_PATTERN, word_boundaries
 
     backend = load_backend_tokenizer(model)
     normalize = backend.normalizer.normalize_str if backend.normalizer is not None else (lambda s: s)

@@ -22,6 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
+from maskstream.pipelines.dataset.inspect.signal import GROUP_LABELS, plot_histograms, plot_report
+from maskstream.pipelines.dataset.storage.dataset_writer import join
+from maskstream.pipelines.statistics.seeds import SCORE_COLUMN
+from maskstream.schemas.manifest import SEEDS_NAME
+
 DEFAULT_SEQUENCES = 200
 # The issue's bound is 5 MB; the margin leaves room for the parts measured after the sample is cut.
 MAX_PAGE_BYTES = 4_800_000
@@ -47,8 +53,6 @@ def read_sample(version_url: str, manifest: Any, ids: np.ndarray) -> list[dict[s
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-
-    from maskstream.pipelines.dataset.storage.dataset_writer import join
 
     wanted = pa.array(ids)
     rows: list[dict[str, Any]] = []
@@ -127,7 +131,6 @@ def _cell(value: Any, digits: str = ".3g") -> str:
 def seed_rows(seeds_json: dict[str, Any] | None, manifest_seeds: list[str]) -> list[dict[str, Any]]:
     """One row per seed: what seeds.json says (rank, frequencies, score, which contrast put it
     there), None where a file written before those fields existed, or a bare list, has nothing."""
-    from maskstream.pipelines.statistics.seeds import SCORE_COLUMN
 
     if not seeds_json:
         return [{"rank": rank, "word": w} for rank, w in enumerate(manifest_seeds, start=1)]
@@ -150,9 +153,6 @@ def seed_rows(seeds_json: dict[str, Any] | None, manifest_seeds: list[str]) -> l
 def read_seeds_json(version_url: str) -> dict[str, Any] | None:
     import fsspec
 
-    from maskstream.pipelines.dataset.storage.dataset_writer import join
-    from maskstream.schemas.manifest import SEEDS_NAME
-
     try:
         with fsspec.open(join(version_url, SEEDS_NAME), "r", encoding="utf-8") as f:
             return json.load(f)
@@ -169,8 +169,6 @@ def _table(header: list[str], rows: list[list[str]], numeric_from: int = 1) -> s
 
 
 def provenance_section(version_url: str, manifest: Any, verified: bool) -> str:
-    from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
-
     docs = manifest.source_fingerprint.get("documents", {})
     tokenizer, encoder = manifest.tokenizer, manifest.encoder
     checksums = (f"all {len(manifest.shards)} shards match the manifest's sha256" if verified
@@ -211,8 +209,6 @@ def seeds_section(rows: list[dict[str, Any]]) -> str:
 
 
 def signal_section(reports: dict[str, dict[str, Any]], histogram_uri: str, plot_uris: dict[str, str]) -> str:
-    from maskstream.pipelines.dataset.inspect.signal import GROUP_LABELS
-
     built_name, built = next(iter(reports.items()))
     rows = []
     for name, report in reports.items():
@@ -255,8 +251,6 @@ def write_page(path: str, version_url: str, manifest: Any, *, tokenizer: Any, wo
                verified: bool, sequences: int = DEFAULT_SEQUENCES) -> dict[str, Any]:
     """Writes the page to `path` (local or remote); returns {"bytes", "sequences", "requested"}."""
     import fsspec
-
-    from maskstream.pipelines.dataset.inspect.signal import plot_histograms, plot_report
 
     if sequences < 1:
         raise ValueError(f"--html-sequences must be at least 1, not {sequences}")

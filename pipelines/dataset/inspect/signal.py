@@ -28,6 +28,14 @@ from typing import Any
 
 import numpy as np
 
+from maskstream.pipelines.dataset.core.mask_probability import (
+    PAPER_SHARPNESS,
+    SHARPENED,
+    mask_probabilities_flat,
+)
+from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
+from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
+
 HISTOGRAM_EDGES = np.linspace(0.0, 1.0, 51)
 TOP_WORDS = 30
 FREQUENT_WORDS = 500  # "frequent": the 500 word types with the most tokens
@@ -106,7 +114,6 @@ def built_name(config: dict[str, Any]) -> str:
 def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Name -> `mask_probabilities_flat` options of the maps every build and `inspect` compare with
     the built one: the paper's similarity map, the reference code's rank map, the sharpened map."""
-    from maskstream.pipelines.dataset.core.mask_probability import PAPER_SHARPNESS, SHARPENED
 
     base = {"budget": config.get("budget", 0.15), "width": config.get("max_length", 0)}
     sharpened = {**base, **SHARPENED}
@@ -129,8 +136,6 @@ def map_tallies(rows: Any, similarity: np.ndarray, config: dict[str, Any],
     probabilities (`built_name`, first), and of each `comparison_maps` map recomputed from their
     words and `similarity`, on the rows `comparison_stride` picks (the same ones whoever reads them)."""
     import pyarrow as pa
-
-    from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities_flat
 
     budget = config.get("budget", 0.15)
 
@@ -167,7 +172,6 @@ def build_diagnostics(tallies: dict[str, dict[str, np.ndarray]] | None, words: W
     seeds = list(seeds)
     (name, built), *others = tallies.items()
     report = {"map": name, **words.diagnostics(built, seeds), "comparison": {}}
-    from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 
     for other, counts in others:  # figures only: no word's text is read for a compared map
         figures = signal_figures(counts, words, seeds, ENGLISH_STOP_WORDS)
@@ -201,7 +205,6 @@ class WordsForReport:
 
     def diagnostics(self, counts: dict[str, np.ndarray] | None, seeds: Iterable[str]) -> dict[str, Any]:
         """`signal_report` of a tally with scikit-learn's English stop words; {} without a tally (no rows)."""
-        from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 
         if counts is None:
             return {}
@@ -398,7 +401,6 @@ def inspect_lines(reports: dict[str, dict[str, Any]], manifest: Any) -> list[str
     shards (`signal_reports`). A version whose writer printed them (its manifest
     holds the same figures) gets one line saying so, so that `build` then `inspect` shows each
     figure once; an older manifest, or figures that differ, get the whole report."""
-    from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
 
     (built_name, built), *others = reports.items()
     stored = manifest.diagnostics

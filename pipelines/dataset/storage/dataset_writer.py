@@ -24,6 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
+from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities_flat
+from maskstream.pipelines.dataset.core.sequences import flat, list_column
 from maskstream.schemas.manifest import (
     LATEST_POINTER,
     MANIFEST_NAME,
@@ -89,8 +91,6 @@ def write_atomically(url: str, data: bytes) -> None:
 def dataset_rows(windows: pa.Table, sequence_ids: np.ndarray, similarity: np.ndarray, **probability) -> pa.Table:
     """Windows (`maskstream.pipelines.dataset.core.sequences.WINDOWS_SCHEMA`) and their ids -> rows of SEQUENCE_SCHEMA,
     with mask probabilities (`mask_probabilities_flat`, keyword options passed through)."""
-    from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities_flat
-    from maskstream.pipelines.dataset.core.sequences import flat, list_column
 
     word_ids, offsets = flat(windows, "word_ids")
     word_index, _ = flat(windows, "word_index")
@@ -122,7 +122,7 @@ def write_parquet(table: pa.Table, url: str, row_group_rows: int) -> tuple[int, 
     """Writes `table` to `url`; returns (bytes, sha256) of what was written."""
     buffer = io.BytesIO()
     # Dictionary pages only for text: on token ids and probabilities they cost time and bytes
-    # (a 43k-row shard: 1.7x faster to write, 2.6x faster to read, 17% smaller, zstd either way).
+    # (docs/building.md, "Cost").
     strings = [field.name for field in table.schema if pa.types.is_string(field.type)]
     # One chunk per column: Parquet's page boundaries follow the chunks, so the same rows cut
     # differently would otherwise give other bytes (and other checksums).
