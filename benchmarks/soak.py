@@ -1,8 +1,9 @@
 """Soak: `watch`, `gc` and a following `train` running together while the corpus keeps changing.
 
-    python -m benchmarks.soak [--minutes 10] [--work DIR]
+    python -m benchmarks.soak [--versions 100] [--work DIR]
 
-What runs at once, for --minutes (bounded in time, and in count by --max-versions and --max-steps):
+What runs at once, until --versions versions are published, however long the machine's load makes
+that take:
 
 - a script (a thread here) rewrites one of the corpus's --files JSONL files every --change-every
   seconds with another slice of the shipped descriptions and one malformed line (so every version
@@ -18,10 +19,10 @@ Passing: 0 read errors in the trainer (no error, traceback or failed read in its
 version published has documents read = accepted (written) + rejected = the records the script
 wrote into the files of its fingerprint, the trainer ends on the newest version (the watch stops
 first, the trainer is stopped once it follows the last version), and the RSS of the trainer and
-of watch (each with its child processes) stays flat: the median of the last minute is within
-+15 % (or +50 MB, whichever is more) of the median of the first minute after each process is
-ready. Prints the figures: versions published and collected, switches, steps, errors, RSS; exit
-status 0 when passing. `run_soak()` returns them (tests/test_soak.py runs it for 60 s).
+of watch (each with its child processes) stays flat: the median over the last RSS_VERSIONS versions
+is within +15 % (or +50 MB, whichever is more) of the median over the RSS_VERSIONS versions after
+the warm-up (version 20, or a third of --versions when that is less). Prints the figures: versions published and collected, switches, steps, errors, RSS; exit
+status 0 when passing. `run_soak()` returns them (tests/test_soak.py runs it for 30 versions).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ SAMPLE = REPO / "data" / "debian-science.jsonl"
 # A record no reader must fail on (issue 31): one per file, so every version has rejects.
 MALFORMED = [b"{not json", b"[" * 5000 + b"]" * 5000, b'{"text": 5}', b'{"body": "no text field"}']
 ERROR_PATTERN = re.compile(r"Traceback|\bERROR\b|Error:|cannot read|could not read", re.IGNORECASE)
+RSS_VERSIONS = 10  # versions in each of the two windows the RSS verdict compares
+WARM_UP_VERSIONS = 20
+SECONDS_PER_VERSION_AT_MOST = 120  # a soak that publishes slower than this has hung: it stops and fails
 SWITCH_PATTERN = re.compile(r"switching from dataset version (\S+) to (\S+) ")
 
 
@@ -103,10 +107,11 @@ def tree_rss(pid: int) -> int:
         return 0
 
 
-def flat(samples: list[tuple[float, int]], ready: float, end: float, window: float) -> dict[str, Any]:
-    """Median RSS of the first window after `ready` and of the last window; flat within +15 % and 50 MB."""
-    first = [rss for t, rss in samples if ready <= t <= ready + window and rss]
-    last = [rss for t, rss in samples if end - window <= t <= end and rss]
+def flat(samples: list[tuple[float, int]], first_window: tuple[float, float], last_window: tuple[float, float]
+         ) -> dict[str, Any]:
+    """Median RSS over two windows (start and end times); flat when the last is within +15 % and 50 MB."""
+    first = [rss for t, rss in samples if first_window[0] <= t <= first_window[1] and rss]
+    last = [rss for t, rss in samples if last_window[0] <= t <= last_window[1] and rss]
     if not first or not last:
         return {"first_mb": None, "last_mb": None, "ratio": None, "flat": False}
     a, b = statistics.median(first), statistics.median(last)
@@ -127,6 +132,7 @@ class Soak:
         self.logs = {name: open(work / f"{name}.log", "w") for name in ("watch", "train", "gc")}  # noqa: SIM115
         self.stop = threading.Event()
         self.seen: dict[str, dict[str, Any]] = {}  # version -> its manifest's document counts and fingerprint check
+        self.published: list[float] = []  # when each version of `seen` was first read
         self.rss: dict[str, list[tuple[float, int]]] = {"train": [], "watch": []}
         self.figures: dict[str, Any] = {"gc_runs": 0, "gc_failures": 0, "versions_collected": 0}
         self.processes: dict[str, subprocess.Popen] = {}
@@ -145,6 +151,7 @@ class Soak:
             return
         documents = manifest.source_fingerprint.get("documents", {})
         written = sum(self.changer.records.get(f["sha256"], -10**9) for f in manifest.source_fingerprint["files"])
+        self.published.append(time.monotonic())
         self.seen[manifest.version] = {**documents, "records_written": written, "ok": documents.get("read") == written
                                        == documents.get("accepted", -1) + documents.get("rejected", -1)}
 
@@ -200,19 +207,21 @@ class Soak:
             time.sleep(0.5)
         self.ready["train"] = time.monotonic()
 
-    def soak(self, minutes: float, max_versions: int, change_every: float, gc_every: float) -> str:
-        """The corpus changes and gc runs until the time or the versions are up; then watch stops and the
-        trainer is given time to follow the last version. Returns the trainer's log."""
+    def soak(self, versions: int, change_every: float, gc_every: float) -> str:
+        """The corpus changes and gc runs until `versions` versions are published; then watch stops and
+        the trainer is given time to follow the last version. Returns the trainer's log."""
         watch, train = self.processes["watch"], self.processes["train"]
         started = time.monotonic()
         self.thread(self.changer.run, change_every, self.stop)
         self.thread(self.collect, gc_every)
-        while time.monotonic() - started < minutes * 60 and len(self.seen) < max_versions:
+        deadline = started + versions * SECONDS_PER_VERSION_AT_MOST
+        while len(self.seen) < versions and time.monotonic() < deadline:
             if watch.poll() is not None or train.poll() is not None:
                 break
             time.sleep(1.0)
         self.ended = time.monotonic()
         self.figures["minutes"] = (self.ended - started) / 60
+        self.figures["versions_requested"] = versions
         self.stop.set()
         # Stop watch (it finishes a build in progress), then let the trainer follow the last version.
         watch.send_signal(signal.SIGINT)
@@ -243,7 +252,13 @@ class Soak:
     def result(self, train_log: str) -> dict[str, Any]:
         figures, seen = self.figures, self.seen
         errors = [line for line in train_log.splitlines() if ERROR_PATTERN.search(line)]
-        window = min(60.0, figures["minutes"] * 60 / 4)
+        warm_up = min(WARM_UP_VERSIONS, len(self.published) // 3)
+
+        def at(version: int) -> float:  # when version number `version` (from 0) was published
+            return self.published[min(max(version, 0), len(self.published) - 1)] if self.published else self.ended
+
+        windows = ((at(warm_up), at(warm_up + RSS_VERSIONS)),
+                   (at(len(self.published) - 1 - RSS_VERSIONS), self.ended))
         steps = [r["step"] for r in map(json.loads, (self.out / "metrics.jsonl").read_text().splitlines())
                  if r["split"] == "train"]
         figures.update({
@@ -258,25 +273,25 @@ class Soak:
             "trainer_read_errors": len(errors),
             "error_lines": errors[:5],
             "watch_build_failures": (self.work / "watch.log").read_text(errors="replace").count("build failed"),
-            "rss_window_s": window,
-            "rss": {name: flat(self.rss[name], self.ready.get(name, 0.0), self.ended, window) for name in self.rss},
+            "rss_windows": {"warm_up_version": warm_up, "versions": RSS_VERSIONS},
+            "rss": {name: flat(self.rss[name], windows[0], windows[1]) for name in self.rss},
         })
         figures["passed"] = (figures["trainer_read_errors"] == 0 and figures["gc_failures"] == 0
                              and figures["watch_build_failures"] == 0 and figures["trainer_exit_before_stop"] is None
-                             and figures["versions_accounted"] == figures["versions_published"] >= 2
+                             and figures["versions_accounted"] == figures["versions_published"]
+                             and figures["versions_published"] >= figures["versions_requested"]
                              and figures["trainer_on"] == figures["newest"]
                              and all(r["flat"] for r in figures["rss"].values()))
         return figures
 
 
-def run_soak(work: Path, minutes: float = 10.0, files: int = 4, docs_per_file: int = 10, change_every: float = 4.0,
-             gc_every: float = 3.0, max_versions: int = 500, max_steps: int = 1_000_000,
-             setup_timeout: float = 600.0) -> dict[str, Any]:
+def run_soak(work: Path, versions: int = 100, files: int = 4, docs_per_file: int = 10, change_every: float = 4.0,
+             gc_every: float = 3.0, max_steps: int = 1_000_000, setup_timeout: float = 600.0) -> dict[str, Any]:
     """The soak of the module docstring; its figures, with `passed`."""
     soak = Soak(work, files, docs_per_file)
     try:
         soak.start(tiny_bert(work / "tiny-bert"), max_steps, setup_timeout)
-        train_log = soak.soak(minutes, max_versions, change_every, gc_every)
+        train_log = soak.soak(versions, change_every, gc_every)
     finally:
         soak.close()
     return soak.result(train_log)
@@ -297,7 +312,8 @@ def report(figures: dict[str, Any]) -> str:
                     f"{'flat' if r['flat'] else 'GROWING'})" for name, r in figures["rss"].items())
     docs = figures["documents"]
     return "\n".join([
-        f"soak of {figures['minutes']:.1f} min: {'PASSED' if figures['passed'] else 'FAILED'}",
+        f"soak of {figures['versions_published']} versions ({figures['versions_requested']} asked) in "
+        f"{figures['minutes']:.1f} min: {'PASSED' if figures['passed'] else 'FAILED'}",
         f"  corpus changes {figures['corpus_changes']}, versions published {figures['versions_published']}, "
         f"collected by gc {figures['versions_collected']} ({figures['gc_runs']} runs, {figures['gc_failures']} failed)",
         f"  documents over all versions: read {docs['read']} = accepted {docs['accepted']} + rejected "
@@ -306,22 +322,21 @@ def report(figures: dict[str, Any]) -> str:
         f"  trainer: {figures['steps']} steps, {figures['switches']} switches, {figures['trainer_read_errors']} read "
         f"errors, ends on {figures['trainer_on']} (newest {figures['newest']})",
         f"  watch build failures {figures['watch_build_failures']}",
-        f"  RSS, median of the first vs the last {figures['rss_window_s']:.0f} s: {rss}",
+        f"  RSS, median over versions {figures['rss_windows']['warm_up_version']}+{figures['rss_windows']['versions']} "
+        f"vs the last {figures['rss_windows']['versions']}: {rss}",
         *[f"  error: {line}" for line in figures["error_lines"]],
     ])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=10.0, help="length of the soak (default: 10)")
+    parser.add_argument("--versions", type=int, default=100, help="versions to publish (default: 100)")
     parser.add_argument("--work", default=None, help="working folder (default: a new temporary one)")
     parser.add_argument("--change-every", type=float, default=4.0, help="seconds between corpus changes (default: 4)")
     parser.add_argument("--gc-every", type=float, default=3.0, help="seconds between gc runs (default: 3)")
-    parser.add_argument("--max-versions", type=int, default=500, help="stop after this many versions (default: 500)")
     args = parser.parse_args()
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="maskstream-soak-"))
-    figures = run_soak(work, args.minutes, change_every=args.change_every, gc_every=args.gc_every,
-                       max_versions=args.max_versions)
+    figures = run_soak(work, args.versions, change_every=args.change_every, gc_every=args.gc_every)
     print(report(figures))
     print(f"logs in {work}")
     return 0 if figures["passed"] else 1

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from maskstream.pipelines.lifecycle.malloc import trim_malloc
+
 _LOADED: Any = None  # in the encoder's process: its LoadedEncoder
 
 
@@ -58,7 +60,10 @@ def _load_in_encoder_process(encoder: Any) -> float:
 def _encode_in_encoder_process(words: list[str]) -> tuple[list[str], np.ndarray]:
     """(words, float32 embeddings row by row) of `words`, in `word_batches` order."""
     batches = _LOADED.encoder.batches(words)
-    return [w for batch in batches for w in batch], np.concatenate([_LOADED.encode(batch) for batch in batches])
+    try:
+        return [w for batch in batches for w in batch], np.concatenate([_LOADED.encode(batch) for batch in batches])
+    finally:
+        trim_malloc()  # torch's CPU tensors come from glibc's malloc, and `watch` keeps this process
 
 
 class _RelogHandler(logging.Handler):

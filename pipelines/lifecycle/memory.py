@@ -1,5 +1,6 @@
-"""The update's memory check: `update` and `watch` hold the merged word statistics of the whole
-corpus in one process, so a vocabulary too large for it is refused before the cache is read."""
+"""The update's memory. `update` and `watch` hold the merged word statistics of the whole corpus in
+one process, so a vocabulary too large for it is refused before the cache is read (`check_memory`);
+and a long-running `watch` hands back what each rebuild freed (`release_unused_memory`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maskstream.pipelines.dataset.storage.dataset_writer import join
 from maskstream.pipelines.lifecycle.cache import FILES_DIR
+from maskstream.pipelines.lifecycle.malloc import trim_malloc
 
 LOG = logging.getLogger("maskstream.update")
 
@@ -50,3 +53,12 @@ def check_memory(cache_url: str, keys: dict[str, str]) -> None:
             "workers hold 18 bytes a word type (docs/scale.md)")
     LOG.info("memory check: up to %d word types, about %.1f GiB needed, %s available", bound, needed / 2**30,
              "unknown" if available is None else f"{available / 2**30:.1f} GiB")
+
+
+def release_unused_memory() -> None:
+    """Hands back to the system the memory a rebuild freed but the allocators keep: pyarrow's pool
+    keeps freed pages for reuse, and glibc's malloc keeps freed blocks in its arenas (one per thread
+    that allocated: the update's I/O threads, the tokenizer's). A long-running `watch` otherwise grows
+    by megabytes a rebuild though its live objects do not (docs/updates.md, "Memory")."""
+    pa.default_memory_pool().release_unused()
+    trim_malloc()

@@ -14,6 +14,8 @@ from maskstream.pipelines.corpus import corpus_fingerprint, file_format
 from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 from maskstream.pipelines.lifecycle.encoder_process import EncoderLoader
 from maskstream.pipelines.lifecycle.incremental import leased_update
+from maskstream.pipelines.lifecycle.malloc import limit_malloc_arenas
+from maskstream.pipelines.lifecycle.memory import release_unused_memory
 from maskstream.pipelines.lifecycle.options import UpdateOptions
 from maskstream.schemas.manifest import ManifestError, load_manifest
 
@@ -71,6 +73,9 @@ class Watcher:
         self.stop = stop or threading.Event()
         self.building = False
         self._checked: dict[str, tuple] | None = None
+        # A watch rebuilds for weeks: threads of every rebuild spread glibc's free blocks over many
+        # arenas, where malloc_trim cannot hand them back (docs/updates.md, "Memory").
+        limit_malloc_arenas()
 
     def settled_listing(self) -> dict[str, tuple] | None:
         """The listing once it has stayed unchanged for `settle` seconds (None when stopped)."""
@@ -117,6 +122,7 @@ class Watcher:
             return EXIT_INPUT_ERROR
         finally:
             self.building = False
+            release_unused_memory()
         counts = report["counts"]
         LOG.info("built %s: counted and tokenized %d of %d files, encoded %d new words (%d from the cache), "
                  "%d sequences, seeds %s", report["version"], counts["files_processed"], counts["files"],
