@@ -44,8 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=3, help="sequences to decode and show (default: 3)")
     parser.add_argument("--top-fraction", type=float, default=0.15,
                         help="mark this fraction of each shown sequence's tokens, most likely first (default: 0.15)")
-    parser.add_argument("--plot", default=None,
-                        help="PNG to write (default: mask_probabilities.png in the current folder)")
+    parser.add_argument("--plot", default=None, metavar="PNG",
+                        help="also write the histograms to PNG and the signal plot to PNG's name + _signal.png "
+                             "(default: no file written)")
     parser.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the shards (default: check)")
     parser.add_argument("--html", default=None, metavar="PAGE",
                         help="also write one self-contained HTML page (sequence browser, seeds, signal, provenance)")
@@ -109,19 +110,20 @@ def run(args: argparse.Namespace) -> int:
         print(mark_tokens(tokens, row["mask_probability"], row["special_tokens_mask"], args.top_fraction))
 
     probabilities, rates = contents.probabilities, contents.rates
-    plot = args.plot or "mask_probabilities.png"
-    plot_histograms(probabilities, rates, plot, f"{manifest.version}: {manifest.total_rows} sequences")
     print(f"\nmask probability  mean {probabilities.mean():.4f}, max {probabilities.max():.4f}; "
           f"expected masked fraction per sequence mean {np.mean(rates):.4f}")
-    print(f"plot             {plot}")
+    if args.plot:
+        plot_histograms(probabilities, rates, args.plot, f"{manifest.version}: {manifest.total_rows} sequences")
+        print(f"plot             {args.plot}")
 
     reports = signal_reports(contents.tallies, contents.word_table, manifest.seeds)
     built_name, built = next(iter(reports.items()))
     print()
     print("\n".join(inspect_lines(reports, manifest)))
-    signal_plot = plot.removesuffix(".png") + "_signal.png"
-    plot_report(built, signal_plot, f"{manifest.version}: {built_name}")
-    print(f"signal plot      {signal_plot}")
+    if args.plot:
+        signal_plot = args.plot.removesuffix(".png") + "_signal.png"
+        plot_report(built, signal_plot, f"{manifest.version}: {built_name}")
+        print(f"signal plot      {signal_plot}")
     if args.html:
         page = inspect_html.write_page(args.html, version_url, manifest, tokenizer=tokenizer,
                                        word_table=contents.word_table, reports=reports, probabilities=probabilities,

@@ -61,6 +61,7 @@ FILES_DIR = "files"
 EMBEDDINGS_DIR = "embeddings"
 FREQUENCIES_DIR = "general_frequency"  # wordfreq lookups, by language and wordfreq version
 ENTRY_NAME = "entry.json"
+IO_THREADS = 4  # files read or written at once by the update: cache entries, shards, Parquet footers
 CACHE_FORMAT = 2  # bump when what a cache entry holds changes (2: word ids by overlap, maskstream.schemas.alignment)
 
 

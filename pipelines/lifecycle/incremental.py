@@ -68,6 +68,7 @@ from maskstream.pipelines.dataset.storage.dataset_writer import (
 )
 from maskstream.pipelines.lifecycle.cache import (
     CACHE_DIR,
+    IO_THREADS,
     FileEntry,
     FileSettings,
     cached_words,
@@ -93,8 +94,6 @@ from maskstream.schemas.lease import VersionLease
 from maskstream.schemas.manifest import SEEDS_NAME, Manifest
 
 LOG = logging.getLogger("maskstream.update")
-
-IO_THREADS = 4  # cache reads and shard writes at once
 
 
 def update(options: UpdateOptions) -> dict[str, Any]:

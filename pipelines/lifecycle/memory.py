@@ -12,12 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maskstream.pipelines.dataset.storage.dataset_writer import join
-from maskstream.pipelines.lifecycle.cache import FILES_DIR
+from maskstream.pipelines.lifecycle.cache import FILES_DIR, IO_THREADS
 from maskstream.pipelines.lifecycle.malloc import trim_malloc
 
 LOG = logging.getLogger("maskstream.update")
 
-IO_THREADS = 4  # Parquet footers read at once
 # What the in-process update holds per word type, at most (docs/scale.md: 1.6 kB measured), rounded up.
 UPDATE_BYTES_PER_WORD_TYPE = 2_000
 UPDATE_BASE_BYTES = 1 << 30  # the process, the tokenizer and the encoder

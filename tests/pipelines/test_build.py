@@ -213,6 +213,13 @@ def test_inspect_summarizes_marks_and_plots(built, tmp_path, capsys):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_inspect_writes_no_file_unless_asked(built, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["inspect", built["root"], "--samples", "1", "--no-verify"]) == 0
+    assert "signal" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_inspect_names_a_corrupted_shard(built, tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(built["version_url"], copy)
