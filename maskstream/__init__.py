@@ -35,6 +35,9 @@ _PUBLIC = {
     "build_dataloader": "maskstream.trainer.loader",
     "MaskingConfig": "maskstream.trainer.masking",
     "apply_masking": "maskstream.trainer.masking",
+    # difference masking in any loop
+    "MaskMap": "maskstream.mask_map",
+    "DifferenceMaskingCollator": "maskstream.masking_collator",
 }
 __all__ = sorted(_PUBLIC)
 

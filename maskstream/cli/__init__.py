@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "inspect": ("maskstream.cli.inspect", "summarize and verify a dataset version, plot its mask probabilities", False),
     "update": ("maskstream.cli.update", "stats, seeds and build in one step, redoing only what the corpus changed", True),
     "watch": ("maskstream.cli.watch", "rebuild a dataset whenever a corpus folder or gs:// prefix changes", True),
+    "export-map": ("maskstream.cli.export_map", "write a version's mask map, to mask any text at load time (MaskMap)", False),
     "gc": ("maskstream.cli.gc", "remove old dataset versions and cache entries no kept version uses", False),
     "train": ("maskstream.cli.train", "continued MLM pretraining on a dataset's streamed shards", False),
     "finetune": ("maskstream.cli.finetune", "fine-tune a classifier with TMR, evaluate, zero-shot transfer", False),

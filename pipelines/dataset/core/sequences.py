@@ -116,6 +116,23 @@ def encoding_arrays(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, n
     return counts, flat_ids, pairs
 
 
+def token_words(texts: Sequence[str], counts: np.ndarray, pairs: np.ndarray,
+                vocabulary: WordLookup) -> tuple[np.ndarray, np.ndarray, int]:
+    """(occurrence id, word-table row or -1, tokens across two or more words) of every token of a batch
+    of texts, flat: `counts[i]` tokens of text i, `pairs` their [tokens, 2] character offsets into
+    their own text (no special tokens). Occurrence ids restart from 0 in each text. The one word rule
+    of the build, `update` and `MaskMap` (`maskstream.schemas.alignment`)."""
+    counts = np.asarray(counts, np.int64)
+    # Character offsets into the texts joined by "\n" (never part of a word).
+    bases = np.concatenate([[0], np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1)])[:-1]
+    pairs = np.asarray(pairs, np.int64).reshape(-1, 2) + np.repeat(bases, counts)[:, None]
+    span_starts, span_ends, span_rows = word_spans_of_text("\n".join(texts), vocabulary)
+    firsts = np.concatenate([[0], np.cumsum(counts[counts > 0])])[:-1]
+    occurrence, span, across = align_tokens_to_words(pairs[:, 0], pairs[:, 1], span_starts, span_ends, firsts)
+    word_index = np.where(span >= 0, span_rows[np.maximum(span, 0)] if len(span_rows) else -1, -1).astype(np.int32)
+    return occurrence, word_index, across
+
+
 def tokenize_documents(tokenizer, documents: Sequence[Any],
                        vocabulary: WordLookup) -> tuple[pa.Table, list, int]:
     """(TOKENIZED_SCHEMA table of the documents with tokens, the documents without any token,
@@ -127,14 +144,8 @@ def tokenize_documents(tokenizer, documents: Sequence[Any],
     texts = [d.text for d in documents]
     counts, ids, pairs = encoding_arrays(tokenizer.encode_batch(texts, add_special_tokens=False))
     keep = counts > 0
-    # Character offsets into the documents joined by "\n" (never part of a word).
-    bases = np.concatenate([[0], np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1)])[:-1]
-    pairs += np.repeat(bases, counts)[:, None]
-    starts = pairs[:, 0]
-    span_starts, span_ends, span_rows = word_spans_of_text("\n".join(texts), vocabulary)
+    occurrence, word_index, across = token_words(texts, counts, pairs, vocabulary)
     offsets = np.concatenate([[0], np.cumsum(counts[keep])])
-    occurrence, span, across = align_tokens_to_words(starts, pairs[:, 1], span_starts, span_ends, offsets[:-1])
-    word_index = np.where(span >= 0, span_rows[np.maximum(span, 0)] if len(span_rows) else -1, -1)
     table = pa.table({
         "document_id": pa.array([d.document_id for d, k in zip(documents, keep, strict=True) if k], pa.string()),
         "input_ids": list_column(ids, offsets, pa.int32()),
