@@ -225,15 +225,20 @@ def export_mask_map(dataset: str, output: str) -> dict[str, Any]:
                   TOKEN_TABLE_NAME: "token id -> mean mask probability over the version's sequences "
                                     "(ids never seen: the mean of all tokens; specials: 0)"},
     }
+    tokens = {"mask_probability": [round(float(v), 7) for v in mean], "occurrences": count.tolist()}
+    words = pa.table({"word": table.column("word"), "similarity": table.column("similarity")})
+    sizes = write_mask_map(output, document, words, tokens)
+    return {"output": output, "word_types": table.num_rows, "token_ids": len(mean),
+            "tokens_seen": int((count > 0).sum()), "bytes": sizes, "total_bytes": sum(sizes.values())}
+
+
+def write_mask_map(output: str, document: dict[str, Any], words: pa.Table, tokens: dict[str, Any]) -> dict[str, int]:
+    """The three files of an exported map; returns each one's bytes."""
     fs, root = fsspec.core.url_to_fs(output)
     fs.makedirs(root, exist_ok=True)
-    words = pa.table({"word": table.column("word"), "similarity": table.column("similarity")})
     with fs.open(posixpath.join(root, WORDS_NAME), "wb") as f:
         pq.write_table(words, f, compression="zstd")
-    tokens = {"mask_probability": [round(float(v), 7) for v in mean], "occurrences": count.tolist()}
     for name, value in ((TOKEN_TABLE_NAME, tokens), (MAP_NAME, document)):
         with fs.open(posixpath.join(root, name), "w", encoding="utf-8") as f:
             json.dump(value, f, indent=1 if name == MAP_NAME else None)
-    sizes = {name: fs.size(posixpath.join(root, name)) for name in (MAP_NAME, WORDS_NAME, TOKEN_TABLE_NAME)}
-    return {"output": output, "word_types": table.num_rows, "token_ids": len(mean),
-            "tokens_seen": int((count > 0).sum()), "bytes": sizes, "total_bytes": sum(sizes.values())}
+    return {name: fs.size(posixpath.join(root, name)) for name in (MAP_NAME, WORDS_NAME, TOKEN_TABLE_NAME)}

@@ -37,14 +37,17 @@ is unique in a run but depends on the loader's workers. Set `collator.epoch` (or
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
 from maskstream.mask_map import MaskMap
+from maskstream.pipelines.dataset.core.sequences import encoding_arrays
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
 
@@ -71,6 +74,9 @@ class DifferenceMaskingCollator:
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {STRATEGIES}")
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(f"tokenizer {tokenizer.name_or_path} is not a fast tokenizer: words are found from the "
+                             "character offsets only a fast (Rust) tokenizer gives")
         if tokenizer.pad_token_id is None:
             raise ValueError(f"tokenizer {tokenizer.name_or_path} has no pad token: set one before collating")
         mask_map.check_tokenizer(tokenizer, allow_other_tokenizer)
@@ -83,6 +89,11 @@ class DifferenceMaskingCollator:
         self.text_column = text_column
         self.pad_to_multiple_of = pad_to_multiple_of
         self.special_ids = np.array(sorted(set(tokenizer.all_special_ids)), np.int64)
+        # Raw text is encoded by a copy of the Rust tokenizer, truncating as `tokenizer(texts,
+        # truncation=True, max_length=...)` does, without the per-token Python conversion of its output.
+        self.backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self.backend.no_padding()
+        self.backend.enable_truncation(self.max_length)
         self.epoch = 0
         self.rows_seen = 0  # rows this copy numbered itself (per loader worker)
         self.rows_without_words = 0
@@ -137,17 +148,21 @@ class DifferenceMaskingCollator:
                 texts.append(text)
                 ids.append(ids_i)
                 offsets.append(offsets_i)
+        special: list[Any] = [None] * len(rows)
         if raw:
-            encoded = self.tokenizer([texts[i] for i in raw], truncation=True, max_length=self.max_length,
-                                     return_offsets_mapping=True)
-            for k, i in enumerate(raw):
-                ids[i] = np.asarray(encoded["input_ids"][k], np.int64)
-                offsets[i] = np.asarray(encoded["offset_mapping"][k], np.int64).reshape(-1, 2)
-        special = []
+            encodings = self.backend.encode_batch([texts[i] for i in raw])
+            counts, flat_ids, pairs = encoding_arrays(encodings)
+            flat_special = np.fromiter(itertools.chain.from_iterable(e.special_tokens_mask for e in encodings),
+                                       np.int8, len(flat_ids))
+            bounds = np.cumsum(counts)[:-1]
+            for i, row_ids, row_offsets, row_special in zip(raw, np.split(flat_ids, bounds), np.split(pairs, bounds),
+                                                             np.split(flat_special, bounds), strict=True):
+                ids[i], offsets[i], special[i] = row_ids.astype(np.int64), row_offsets, row_special
         for i, row in enumerate(rows):
-            given = row.get("special_tokens_mask") if isinstance(row, Mapping) and i not in raw else None
-            special.append(np.asarray(given, np.int8) if given is not None
-                           else np.isin(ids[i], self.special_ids).astype(np.int8))
+            if special[i] is None:
+                given = row.get("special_tokens_mask")
+                special[i] = (np.asarray(given, np.int8) if given is not None
+                              else np.isin(ids[i], self.special_ids).astype(np.int8))
         return texts, ids, offsets, special
 
     def decoded(self, ids: np.ndarray) -> tuple[str, np.ndarray, np.ndarray]:

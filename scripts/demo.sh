@@ -24,6 +24,9 @@ $MASKSTREAM build --input "$CORPUS" --stats "$OUT/stats" --seeds "$OUT/seeds.jso
 echo "== maskstream inspect: summary, shard checksums, marked sample sequences, histograms, an HTML page (the signal: above)"
 $MASKSTREAM inspect "$OUT/dataset" --plot "$OUT/mask_probabilities.png" --html "$OUT/report.html"
 
+echo "== maskstream export-map: the version's mask map, to mask any text at load time (MaskMap) -> $OUT/mask_map"
+$MASKSTREAM export-map "$OUT/dataset" --output "$OUT/mask_map"
+
 echo "== maskstream train: 30 steps of continued MLM pretraining on CPU, difference masking -> $OUT/train"
 $MASKSTREAM train --dataset "$OUT/dataset" --output "$OUT/train" --strategy difference "${MODEL_ARGS[@]}" \
   --batch-size 8 --max-steps 30 --warmup-ratio 0.1 --learning-rate 5e-4 --num-workers 1 \
@@ -42,6 +45,7 @@ echo "    (lift > 1) and stop words less (lift < 1); a near-uniform WARNING name
 echo "  - the marked sequences (inspect, above): [[tokens]] are the ones most likely masked"
 echo "  - $OUT/mask_probabilities.png and $OUT/mask_probabilities_signal.png: the probabilities, and which words get the masks"
 echo "  - $OUT/seeds_report.md: why these seed words"
+echo "  - $OUT/mask_map/: the signal as a table any training loop can apply (docs/training.md, 'Difference masking in your own loop')"
 echo "  - held-out loss and masked-token accuracy before and after training: the train log above, $OUT/train/metrics.jsonl"
 echo "  - $OUT/finetune/evaluation.json and $OUT/finetune/confusion-validation.png: the classifier on the Debian sections"
 echo "Everything is under $OUT: the dataset in $OUT/dataset/$(cat "$OUT/dataset/latest")/, the model in $OUT/train/model/."
