@@ -251,3 +251,22 @@ def test_export_sizes_are_reported(builds, tmp_path):
     written = export_mask_map(builds["builds"]["wordpiece-paper"]["root"], str(tmp_path / "m"))
     assert written["word_types"] == len(MaskMap.load(str(tmp_path / "m")))
     assert written["total_bytes"] == sum(p.stat().st_size for p in Path(tmp_path / "m").iterdir())
+
+
+def test_a_map_from_and_to_a_bucket(builds, gcs_bucket):
+    """from_version on a gs:// root, export-map to gs://, MaskMap.load from gs:// (the GCS emulator)."""
+    import fsspec
+    from transformers import AutoTokenizer
+
+    build = builds["builds"]["unigram-paper"]
+    gcs = fsspec.filesystem("gcs")
+    root = f"{gcs_bucket}/datasets/unigram"
+    gcs.put(build["root"], root.removeprefix("gs://"), recursive=True)
+    assert main(["export-map", root, "--output", f"{gcs_bucket}/maps/unigram"]) == 0
+    tokenizer = AutoTokenizer.from_pretrained(build["tokenizer_path"])
+    texts = builds["texts"][:50]
+    local = MaskMap.from_version(build["root"]).probabilities(texts, tokenizer)
+    for remote in (MaskMap.from_version(root), MaskMap.load(f"{gcs_bucket}/maps/unigram")):
+        assert remote.identity["url"].startswith("gs://")
+        for a, b in zip(remote.probabilities(texts, tokenizer), local, strict=True):
+            assert np.array_equal(a, b)
