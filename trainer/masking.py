@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import torch
@@ -179,6 +180,40 @@ class MaskingConfig:
         )
 
 
+BUDGET_SCHEDULES = ("constant", "linear", "cosine")
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetSchedule:
+    """The masking budget over a run's steps (`--mask-budget-schedule`): `constant` (the run's
+    --mask-budget), `linear:START:END` or `cosine:START:END` from the first step (START) to the last
+    (END); Ankner et al. 2023 decay 0.30 -> 0.15. Every strategy draws the step's budget."""
+
+    kind: str = "constant"
+    start: float = 0.15
+    end: float = 0.15
+
+    @classmethod
+    def parse(cls, text: str, constant: float = 0.15) -> BudgetSchedule:
+        kind, *bounds = text.split(":")
+        if kind not in BUDGET_SCHEDULES or (kind == "constant") != (not bounds) or len(bounds) not in (0, 2):
+            raise ValueError(f"--mask-budget-schedule {text!r}: use constant, linear:START:END or cosine:START:END")
+        try:
+            start, end = (float(b) for b in bounds) if bounds else (constant, constant)
+        except ValueError:
+            raise ValueError(f"--mask-budget-schedule {text!r}: START and END must be numbers") from None
+        if not (0.0 < start <= 1.0 and 0.0 < end <= 1.0):
+            raise ValueError(f"--mask-budget-schedule {text!r}: budgets must be in (0, 1]")
+        return cls(kind, start, end)
+
+    def at(self, step: int, total_steps: int) -> float:
+        """The budget of step `step` (0 = the first) of `total_steps`."""
+        fraction = min(max(step / max(total_steps - 1, 1), 0.0), 1.0)
+        if self.kind == "cosine":
+            return self.end + (self.start - self.end) * (1.0 + math.cos(math.pi * fraction)) / 2.0
+        return self.start + (self.end - self.start) * fraction  # constant: start == end
+
+
 def maskable(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Positions that may be chosen: real (attention 1), non-special tokens."""
     return batch["attention_mask"].bool() & ~batch["special_tokens_mask"].bool()
@@ -302,23 +337,21 @@ def random_order(bits: torch.Tensor, input_length: int) -> torch.Tensor:
     return torch.take(_order_table(input_length, bits.device), first[:, None] + positions).to(torch.int64)
 
 
-def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
-    """Exactly `round(budget x maskable)` tokens per sequence, each included with probability
-    proportional to its `mask_probability` (randomized systematic sampling); whole words with
-    `config.whole_word`."""
-    can_mask = maskable(batch)
-    budget = budget_counts(can_mask, config.budget)
+def difference_weights(batch: dict[str, torch.Tensor], can_mask: torch.Tensor) -> torch.Tensor:
+    """The stored `mask_probability` of the maskable tokens, float64; a sequence whose probabilities
+    are all 0 falls back to uniform weights."""
     weights = batch["mask_probability"].clamp(min=0.0).to(torch.float64).masked_fill_(~can_mask, 0.0)
     total = weights.sum(dim=1, keepdim=True)
     if not bool((total > 0).all()):
-        # A sequence whose stored probabilities are all 0 falls back to uniform weights.
         weights = torch.where(total > 0, weights, can_mask.to(torch.float64))
-        total = weights.sum(dim=1, keepdim=True)
-    if config.whole_word:
-        return choose_words(batch, keys, budget, weights)
-    # Inclusion probabilities summing to the budget, each at most 1: the excess over 1 is given to
-    # the other tokens in proportion, a fixed number of rounds (a no-op on rows without excess, so
-    # it is skipped when no row has any).
+    return weights
+
+
+def inclusion_probabilities(weights: torch.Tensor, budget: torch.Tensor) -> torch.Tensor:
+    """Each token's inclusion probability: proportional to its weight, each at most 1, summing to the
+    sequence's `budget` (a count). The excess over 1 is given to the other tokens in proportion, a
+    fixed number of rounds (a no-op on rows without excess, so it is skipped when no row has any)."""
+    total = weights.sum(dim=1, keepdim=True)
     inclusion = weights * (budget[:, None] / total.clamp(min=1e-300))  # total 0: nothing to mask
     if bool(inclusion.max() > 1.0):
         for _ in range(4):
@@ -327,6 +360,19 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
             room = torch.where(inclusion < 1.0, inclusion, 0.0)
             inclusion = inclusion + room * (excess / room.sum(dim=1, keepdim=True).clamp(min=1e-300))
         inclusion = inclusion.clamp(max=1.0)
+    return inclusion
+
+
+def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
+    """Exactly `round(budget x maskable)` tokens per sequence, each included with probability
+    proportional to its `mask_probability` (randomized systematic sampling); whole words with
+    `config.whole_word`."""
+    can_mask = maskable(batch)
+    budget = budget_counts(can_mask, config.budget)
+    weights = difference_weights(batch, can_mask)
+    if config.whole_word:
+        return choose_words(batch, keys, budget, weights)
+    inclusion = inclusion_probabilities(weights, budget)
     # Random order, then the points start + 0, 1, 2, ... on the cumulative inclusion line: token i
     # is chosen iff a point falls in its interval, which happens with probability inclusion[i]
     # whatever the order (the order only decides which tokens tend to be chosen together).
@@ -422,6 +468,7 @@ def expected_span_length(config: MaskingConfig) -> float:
 
 __all__ = [
     "STRATEGIES",
+    "BudgetSchedule",
     "MaskingConfig",
     "apply_masking",
     "expected_span_length",

@@ -131,6 +131,7 @@ class TrainConfig:
     strategy: str = "difference"
     whole_word: bool = False
     mask_budget: float = 0.15
+    mask_budget_schedule: str = "constant"  # maskstream.trainer.masking.BudgetSchedule
     batch_size: int = 32
     grad_accumulation: int = 1
     epochs: float = 1.0
@@ -153,6 +154,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         # heavy: imports torch; only here, where it is needed
+        from maskstream.trainer.masking import BudgetSchedule
         from maskstream.trainer.objectives import OBJECTIVES
 
         check_ranges(("--batch-size", self.batch_size, self.batch_size >= 1),
@@ -165,6 +167,7 @@ class TrainConfig:
                      ("--save-every", self.save_every, self.save_every >= 1),
                      ("--exlm-states", self.exlm_states, self.exlm_states >= 1),
                      ("--exlm-token-budget", self.exlm_token_budget, self.exlm_token_budget >= 0))
+        BudgetSchedule.parse(self.mask_budget_schedule, self.mask_budget)  # a bad schedule fails here
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown --objective {self.objective!r}; choose one of {sorted(OBJECTIVES)}")
         for flag, strategy in (("--strategy", self.strategy), ("--eval-strategy", self.eval_strategy)):
@@ -187,8 +190,10 @@ def masks_in_loader_workers(device) -> bool:
 
 # Settings that must be the same to continue a run exactly. The dataset is checked on its own
 # (`resume_versions`): a run that followed newer versions resumes on the one it was reading.
-RESUME_CRITICAL = ("model", "objective", "strategy", "mask_budget", "whole_word", "batch_size",
-                   "grad_accumulation", "total_steps", "seed", "world_size", "held_out_fraction")
+RESUME_CRITICAL = ("model", "objective", "strategy", "mask_budget", "mask_budget_schedule", "whole_word",
+                   "batch_size", "grad_accumulation", "total_steps", "seed", "world_size", "held_out_fraction")
+# What a checkpoint written before a setting existed meant by leaving it out.
+RESUME_DEFAULTS = {"mask_budget_schedule": "constant"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +270,8 @@ class TrainingData:
     dataset: Any  # StreamingSequenceDataset of the version in use
     model_name: str
     tokenizer: Any
-    masking: Any  # MaskingConfig
+    masking: Any  # MaskingConfig at --mask-budget; `masking_at` gives a step's
+    budget_schedule: Any  # BudgetSchedule
     eval_masking: Any
     eval_batches: list[dict[str, Any]]
     follower: Any  # LatestVersionFollower or None
@@ -278,6 +284,12 @@ class TrainingData:
         self.loader = self._make_loader()
         self.lease = VersionLease(self.dataset.version_url) if self.ranks.is_main else None
 
+
+    def masking_at(self, step: int, total_steps: int) -> Any:
+        """The MaskingConfig of step `step` (0 = the first): the schedule's budget."""
+        if self.budget_schedule.kind == "constant":
+            return self.masking
+        return dataclasses.replace(self.masking, budget=self.budget_schedule.at(step, total_steps))
 
     @property
     def pad_token_id(self) -> int:
@@ -356,7 +368,7 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     from maskstream.trainer.dataset import StreamingSequenceDataset
 
     # heavy: imports torch; only here, where it is needed
-    from maskstream.trainer.masking import MaskingConfig
+    from maskstream.trainer.masking import BudgetSchedule, MaskingConfig
 
     url = config.dataset
     if saved is not None:
@@ -376,6 +388,7 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
         raise SystemExit(f"{dataset.version_url} was tokenized with another vocabulary (hash {manifest_hash[:12]}) "
                          f"than {model_name}'s tokenizer: build the dataset with this model's tokenizer")
     masking = MaskingConfig.from_manifest(dataset.manifest, budget=config.mask_budget, whole_word=config.whole_word)
+    schedule = BudgetSchedule.parse(config.mask_budget_schedule, config.mask_budget)
     eval_masking = MaskingConfig.from_manifest(dataset.manifest)  # the defaults, whatever this run's settings
     # A resumed run's --dataset may name either version: their root is the first one's folder.
     root = started.rsplit("/", 1)[0] if saved is not None else dataset_root(config.dataset, dataset.version_url)
@@ -383,8 +396,10 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     pad_token_id = dataset.manifest.tokenizer["pad_token_id"]
     eval_batches = collect_held_out(started, config.held_out_fraction, config.eval_samples, pad_token_id,
                                     config.batch_size) if ranks.is_main else []
-    return TrainingData(config, ranks, started, dataset, model_name, tokenizer, masking, eval_masking, eval_batches,
-                        follower, masks_in_loader_workers(ranks.device),
+    # A changing budget is drawn where the step is known: in this process, not in the loader workers.
+    in_workers = masks_in_loader_workers(ranks.device) and schedule.kind == "constant"
+    return TrainingData(config, ranks, started, dataset, model_name, tokenizer, masking, schedule, eval_masking,
+                        eval_batches, follower, in_workers,
                         resume_rng=saved["rng"] if saved is not None else None)
 
 
@@ -405,7 +420,8 @@ def run_settings(config: TrainConfig, data: TrainingData, total_steps: int, warm
     """What the checkpoints and summary.json record of the run (RESUME_CRITICAL among them)."""
     return {
         "dataset_version": data.started_on, "model": data.model_name, "objective": config.objective,
-        "strategy": config.strategy, "mask_budget": config.mask_budget, "whole_word": config.whole_word,
+        "strategy": config.strategy, "mask_budget": config.mask_budget,
+        "mask_budget_schedule": config.mask_budget_schedule, "whole_word": config.whole_word,
         "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation, "total_steps": total_steps,
         "warmup_steps": warmup_steps, "learning_rate": config.learning_rate, "seed": config.seed,
         "world_size": data.ranks.world_size, "held_out_fraction": config.held_out_fraction,
@@ -457,8 +473,8 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
     # heavy: imports safetensors and torch; only here, where it is needed
     from maskstream.trainer.checkpoint import restore_checkpoint
 
-    changed = {k: (saved["config"].get(k), run_config[k]) for k in RESUME_CRITICAL
-               if saved["config"].get(k) != run_config[k]}
+    was = {k: saved["config"].get(k, RESUME_DEFAULTS.get(k)) for k in RESUME_CRITICAL}
+    changed = {k: (was[k], run_config[k]) for k in RESUME_CRITICAL if was[k] != run_config[k]}
     if changed:
         raise SystemExit(f"cannot resume {saved['path']} exactly: settings changed (was, now): {changed}")
     restore_checkpoint(saved, parts.objective, parts.optimizer, parts.scheduler)
@@ -479,9 +495,9 @@ def wrap_model(parts: TrainingModel, config: TrainConfig, ranks: Ranks) -> None:
 
 
 def train_step(parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any]]], data: TrainingData,
-               window: dict[str, Any]) -> int:
-    """One optimizer step over --grad-accumulation micro-batches, their sums added to `window`;
-    returns the epoch of its last batch."""
+               window: dict[str, Any], masking: Any) -> int:
+    """One optimizer step over --grad-accumulation micro-batches masked with `masking` (unless the
+    loader workers masked them), their sums added to `window`; returns the epoch of its last batch."""
     import torch
 
     # heavy: imports torch; only here, where it is needed
@@ -493,7 +509,7 @@ def train_step(parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any]
         epoch, batch = next(batches)
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         if not data.mask_in_workers:
-            batch = apply_masking(batch, config.strategy, data.masking, seed=config.seed, epoch=epoch)
+            batch = apply_masking(batch, config.strategy, masking, seed=config.seed, epoch=epoch)
         window["wait"] += time.perf_counter() - wait_start
         # DDP averages gradients across ranks on the last micro-batch of a step only.
         last_micro = micro == config.grad_accumulation - 1
@@ -596,11 +612,12 @@ def train(config: TrainConfig) -> int:
     progress = tqdm(total=total_steps, initial=step, disable=not ranks.is_main, desc="train", unit="step")
     window = new_window()
     while step < total_steps:
-        epoch = train_step(parts, batches, data, window)
+        masking = data.masking_at(step, total_steps)
+        epoch = train_step(parts, batches, data, window, masking)
         step += 1
         progress.update(1)
         if step % config.log_every == 0 or step == total_steps:
-            record = window_record(window, parts, ranks, epoch)
+            record = {**window_record(window, parts, ranks, epoch), "mask_budget": masking.budget}
             logger.log(step, "train", record)
             progress.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['learning_rate']:.2e}")
             window = new_window()

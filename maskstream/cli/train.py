@@ -7,7 +7,8 @@ strategy (`difference`, drawn from the dataset's stored mask probabilities, by d
 AdamW, linear warm-up then linear decay, gradient accumulation and clipping, bf16 autocast
 on CUDA and optionally torch.compile. Several GPUs: launch with `torchrun`; each rank reads
 its own share of the rows. On a GPU, masks are drawn on the device after the transfer; on
-CPU, in the loader workers.
+CPU, in the loader workers (with a --mask-budget-schedule other than constant, in the training
+process, where the step and so its budget are known).
 
 Held-out split: a row is held out (never trained on) when the top 24 bits of (its sample
 index x 0x9E3779B97F4A7C15 mod 2^64), read as a number in [0, 1), fall below
@@ -18,7 +19,7 @@ perplexity and masked-token accuracy are comparable between runs and strategies.
 
 Outputs in --output: checkpoints/ (every --save-every steps and at the end; `--resume`
 continues from the newest exactly), metrics.jsonl and tensorboard/ (loss, masked-token
-accuracy, learning rate, tokens/s, data-wait share; held-out loss, perplexity, accuracy),
+accuracy, learning rate, the step's mask budget, tokens/s, data-wait share; held-out loss, perplexity, accuracy),
 summary.json, and model/ (save_pretrained + tokenizer: what `maskstream finetune` starts from).
 """
 
@@ -47,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whole-word", action="store_true",
                         help="with --strategy difference, mask whole words (default: off)")
     parser.add_argument("--mask-budget", type=float, default=0.15, help="share of tokens masked (default: 0.15)")
+    parser.add_argument("--mask-budget-schedule", default="constant", metavar="SCHEDULE",
+                        help="the budget over the run's steps: constant (--mask-budget), linear:START:END or "
+                             "cosine:START:END, e.g. linear:0.3:0.15 (Ankner et al. 2023); every strategy follows "
+                             "it, the step's budget is logged (default: constant)")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per batch per device (default: 32)")
     parser.add_argument("--grad-accumulation", type=int, default=1,
                         help="batches per optimizer step (default: 1)")
