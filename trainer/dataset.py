@@ -34,6 +34,12 @@ Checks: the manifest's schema version (`Manifest.from_json`); each shard's Arrow
 count when its footer is read (at construction); each shard's sha256, streamed, the first time a
 process reads the shard (`verify_checksums=False` turns it off). Failures name the shard.
 
+Local cache (`cache=ShardCache(folder, limit_bytes)`, `maskstream.trainer.shard_cache`): shards are
+read from the cache, downloaded into it (checked by sha256 as they are written) the first time, and
+the next shards a worker will read are downloaded ahead on a background thread; the least recently
+used are evicted so that the cache stays within its limit. The footers are still read from the
+version at construction; a second epoch over a cached dataset reads no shard bytes from the bucket.
+
 State and resume: the position is the number of samples and batches of the current epoch that the
 training loop has received on this rank. The DataLoader of `maskstream.trainer.loader.build_dataloader`
 counts every batch it hands out into its dataset, so `dataset.state_dict()` taken between two
@@ -68,15 +74,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 from maskstream.schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
 from maskstream.schemas.retry import retry_read
 from maskstream.schemas.tables import SEQUENCE_SCHEMA, check_schema
+from maskstream.trainer.shard_cache import ChecksumMismatch, ShardCache
+
+__all__ = ["ChecksumMismatch", "StreamingSequenceDataset"]
 
 LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "mask_probability")
 # What is read, cast to the contract (so that writers differing only in nullability still concat).
 READ_SCHEMA = pa.schema([SEQUENCE_SCHEMA.field(name) for name in LIST_COLUMNS])
 READ_BATCH_ROWS = 1024  # rows decoded at a time within a row group
-
-
-class ChecksumMismatch(ManifestError):
-    """A shard whose bytes do not hash to the sha256 its manifest records."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +136,7 @@ class StreamingSequenceDataset(IterableDataset):
         verify_checksums: bool = True,
         rank: int | None = None,
         world_size: int | None = None,
+        cache: ShardCache | None = None,
     ) -> None:
         super().__init__()
         self.version_url, self.manifest = load_manifest(dataset)
@@ -140,6 +146,7 @@ class StreamingSequenceDataset(IterableDataset):
             raise ValueError(f"shuffle_buffer must be >= 1, got {shuffle_buffer}")
         self.shuffle_buffer = shuffle_buffer
         self.verify_checksums = verify_checksums
+        self.cache = cache
         self.rank, self.world_size = _distributed_defaults(rank, world_size)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is not in [0, {self.world_size})")
@@ -298,13 +305,31 @@ class StreamingSequenceDataset(IterableDataset):
             )
         self._verified.add(shard)
 
+    def _source(self, shard: int) -> str:
+        """Where shard `shard` is read from: the local cache (downloaded and checked there) or its URL."""
+        if self.cache is not None:
+            entry = self.manifest.shards[shard]
+            local = self.cache.local(self.shard_url(shard), entry.sha256, entry.bytes, entry.path)
+            if local is not None:
+                self._verified.add(shard)  # hashed as it was written to the cache
+                return local
+        self._check_shard(shard)
+        return self.shard_url(shard)
+
+    def _read_ahead(self, pieces: list[tuple[Block, int, int]]) -> None:
+        """Starts downloading the shards of `pieces` (the rest of this worker's epoch) into the cache."""
+        if self.cache is None:
+            return
+        upcoming = list(dict.fromkeys(block.shard for block, _, _ in pieces))
+        self.cache.read_ahead((self.shard_url(s), self.manifest.shards[s].sha256, self.manifest.shards[s].bytes,
+                               self.manifest.shards[s].path) for s in upcoming)
+
     def _read_rows(self, block: Block, lo: int, hi: int) -> pa.Table:
         """Rows [lo, hi) of a block, streamed in record batches so that memory stays at what is
         kept even when row groups are large."""
-        self._check_shard(block.shard)
         if self._open is None or self._open[0] != block.shard:
             self._close()
-            handle = fsspec.open(self.shard_url(block.shard), "rb").open()
+            handle = fsspec.open(self._source(block.shard), "rb").open()
             self._open = (block.shard, pq.ParquetFile(handle), handle)
         kept, offset = [], 0
         batches = self._open[1].iter_batches(READ_BATCH_ROWS, row_groups=[block.row_group], columns=list(LIST_COLUMNS))
@@ -363,20 +388,24 @@ class StreamingSequenceDataset(IterableDataset):
         delivered, next_worker = round_robin_counts(batches, consumed_batches)
         logical = (worker + next_worker) % num_workers
         skip = delivered[logical] * batch
+        mine = [w for w, owner in zip(windows, owners, strict=True) if owner == logical]
         try:
-            for (start, stop), owner in zip(windows, owners, strict=True):
-                if owner != logical:
-                    continue
+            for i, (start, stop) in enumerate(mine):
                 if skip >= stop - start:
                     skip -= stop - start
                     continue
-                yield from self._window_samples(epoch, start, stop, skip)
+                yield from self._window_samples(epoch, start, stop, skip, mine[i + 1 : i + 3])
                 skip = 0
         finally:
             self._close()
 
-    def _window_samples(self, epoch: int, start: int, stop: int, skip: int) -> Iterator[dict[str, Any]]:
-        columns = self._read_window(self._rank_pieces(epoch, start, stop))
+    def _window_samples(self, epoch: int, start: int, stop: int, skip: int,
+                        later: list[tuple[int, int]]) -> Iterator[dict[str, Any]]:
+        pieces = self._rank_pieces(epoch, start, stop)
+        # The shards this worker reads after this window, downloaded while it trains on this one.
+        self._read_ahead([p for s, e in later for p in self._rank_pieces(epoch, s, e)
+                          if p[0].shard not in {q[0].shard for q in pieces}])
+        columns = self._read_window(pieces)
         count = stop - start
         if self.shuffle:
             order = np.random.default_rng([self.seed, epoch, start, 0x5EED]).permutation(count)

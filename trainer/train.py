@@ -25,6 +25,7 @@ from maskstream.schemas.manifest import vocab_hash
 from maskstream.schemas.models import display_name
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks, version_exists
 from maskstream.trainer.metrics import MetricsLogger
+from maskstream.trainer.shard_cache import ShardCache
 
 log = logging.getLogger("maskstream.train")
 
@@ -151,6 +152,8 @@ class TrainConfig:
     resume: str | None = None  # a checkpoint folder, or "latest": the newest in OUTPUT/checkpoints
     compile: bool = False
     follow_latest: bool = False
+    cache_dir: str | None = None  # a local cache of the shards (maskstream.trainer.shard_cache)
+    cache_limit: int = 0  # its size in bytes; required with cache_dir
 
     def __post_init__(self) -> None:
         # heavy: imports torch; only here, where it is needed
@@ -168,6 +171,8 @@ class TrainConfig:
                      ("--exlm-states", self.exlm_states, self.exlm_states >= 1),
                      ("--exlm-token-budget", self.exlm_token_budget, self.exlm_token_budget >= 0))
         BudgetSchedule.parse(self.mask_budget_schedule, self.mask_budget)  # a bad schedule fails here
+        if self.cache_dir and self.cache_limit < 1:
+            raise ValueError("--cache-dir needs --cache-limit BYTES, the most the cache may hold")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown --objective {self.objective!r}; choose one of {sorted(OBJECTIVES)}")
         for flag, strategy in (("--strategy", self.strategy), ("--eval-strategy", self.eval_strategy)):
@@ -181,6 +186,13 @@ def check_ranges(*checks: tuple[str, Any, bool]) -> None:
     for name, value, ok in checks:
         if not ok:
             raise ValueError(f"{name} {value} is out of range (see --help)")
+
+
+def shard_cache(config: TrainConfig) -> Any:
+    """The local shard cache --cache-dir and --cache-limit ask for, or None."""
+    if not config.cache_dir:
+        return None
+    return ShardCache(config.cache_dir, config.cache_limit)
 
 
 def masks_in_loader_workers(device) -> bool:
@@ -316,7 +328,7 @@ class TrainingData:
         if switch is not None:
             next_epoch = self.dataset.epoch + 1
             self.dataset = StreamingSequenceDataset(switch.version_url, seed=self.config.seed, rank=self.ranks.rank,
-                                                    world_size=self.ranks.world_size)
+                                                    world_size=self.ranks.world_size, cache=shard_cache(self.config))
             if self.lease is not None:
                 self.lease.move_to(switch.version_url)
             self.dataset.set_epoch(next_epoch)
@@ -373,7 +385,8 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     url = config.dataset
     if saved is not None:
         started, url = resume_versions(config.dataset, config.follow_latest, saved, ranks.rank)
-    dataset = StreamingSequenceDataset(url, seed=config.seed, rank=ranks.rank, world_size=ranks.world_size)
+    dataset = StreamingSequenceDataset(url, seed=config.seed, rank=ranks.rank, world_size=ranks.world_size,
+                                       cache=shard_cache(config))
     if saved is None:
         started = dataset.version_url
     model_name = config.model or default_model()

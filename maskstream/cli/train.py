@@ -48,6 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--whole-word", action="store_true",
                         help="with --strategy difference, mask whole words (default: off)")
     parser.add_argument("--mask-budget", type=float, default=0.15, help="share of tokens masked (default: 0.15)")
+    parser.add_argument("--cache-dir", default=None, metavar="DIR",
+                        help="keep the shards of a remote (gs://) dataset in DIR: read from the bucket once, the next "
+                             "ones downloaded ahead, checked by sha256, least recently used evicted (default: no cache)")
+    parser.add_argument("--cache-limit", type=int, default=0, metavar="BYTES",
+                        help="the most --cache-dir may hold, in bytes (required with --cache-dir)")
     parser.add_argument("--mask-budget-schedule", default="constant", metavar="SCHEDULE",
                         help="the budget over the run's steps: constant (--mask-budget), linear:START:END or "
                              "cosine:START:END, e.g. linear:0.3:0.15 (Ankner et al. 2023); every strategy follows "
