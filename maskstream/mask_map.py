@@ -197,9 +197,9 @@ def token_mask_probability(version_url: str, manifest: Manifest) -> tuple[np.nda
                 ids = rows.column("input_ids").combine_chunks().flatten().to_numpy()
                 p = rows.column("mask_probability").combine_chunks().flatten().to_numpy()
                 keep = rows.column("special_tokens_mask").combine_chunks().flatten().to_numpy() == 0
-                ids = np.minimum(ids[keep], size - 1)  # an id past vocab_size (added tokens) shares the last slot
-                total += np.bincount(ids, weights=p[keep], minlength=size)
-                count += np.bincount(ids, minlength=size)
+                keep &= ids < size  # an id past vocab_size (a token added after the vocab) has no slot
+                total += np.bincount(ids[keep], weights=p[keep], minlength=size)
+                count += np.bincount(ids[keep], minlength=size)
     mean = np.divide(total, count, out=np.full(size, total.sum() / max(count.sum(), 1)), where=count > 0)
     mean[[i for i in manifest.tokenizer.get("all_special_ids", []) if 0 <= i < size]] = 0.0
     return mean, count

@@ -88,7 +88,8 @@ class DifferenceMaskingCollator:
         self.seed = seed
         self.text_column = text_column
         self.pad_to_multiple_of = pad_to_multiple_of
-        self.special_ids = np.array(sorted(set(tokenizer.all_special_ids)), np.int64)
+        # The tokens a tokenizer adds around or between texts; [UNK] stands for text, as in the build.
+        self.special_ids = np.array(sorted(set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}), np.int64)
         # Raw text is encoded by a copy of the Rust tokenizer, truncating as `tokenizer(texts,
         # truncation=True, max_length=...)` does, without the per-token Python conversion of its output.
         self.backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
@@ -163,6 +164,9 @@ class DifferenceMaskingCollator:
                 given = row.get("special_tokens_mask")
                 special[i] = (np.asarray(given, np.int8) if given is not None
                               else np.isin(ids[i], self.special_ids).astype(np.int8))
+            if not len(ids[i]) == len(offsets[i]) == len(special[i]):
+                raise ValueError(f"row {i}: input_ids, offset_mapping and special_tokens_mask have "
+                                 f"{len(ids[i])}, {len(offsets[i])} and {len(special[i])} entries")
         return texts, ids, offsets, special
 
     def decoded(self, ids: np.ndarray) -> tuple[str, np.ndarray, np.ndarray]:

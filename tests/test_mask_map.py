@@ -270,3 +270,21 @@ def test_a_map_from_and_to_a_bucket(builds, gcs_bucket):
         assert remote.identity["url"].startswith("gs://")
         for a, b in zip(remote.probabilities(texts, tokenizer), local, strict=True):
             assert np.array_equal(a, b)
+
+
+def test_a_batch_mixing_text_tokenized_and_empty_rows(builds):
+    from transformers import AutoTokenizer
+
+    build = builds["builds"]["wordpiece-paper"]
+    tokenizer = AutoTokenizer.from_pretrained(build["tokenizer_path"])
+    collator = DifferenceMaskingCollator(MaskMap.from_version(build["root"]), tokenizer, max_length=MAX_LENGTH)
+    text = builds["texts"][7]
+    ids = tokenizer(text, truncation=True, max_length=MAX_LENGTH)["input_ids"]
+    rows = [{"text": text, "sample_index": 0}, {"text": "", "sample_index": 1},
+            {"input_ids": ids, "sample_index": 0}, "[UNK] protein", {"input_ids": ids[:3], "sample_index": 4}]
+    batch = collator(rows)
+    assert batch["input_ids"].shape[0] == 5
+    assert torch.equal(batch["labels"][0], batch["labels"][2])  # the same text, as text or as ids
+    assert int((batch["labels"][1] != -100).sum()) == 0  # nothing to mask in an empty text
+    with pytest.raises(ValueError, match="offset_mapping"):
+        collator([{"text": text, "input_ids": ids, "offset_mapping": [[0, 1]], "sample_index": 0}])

@@ -37,7 +37,7 @@ process reads the shard (`verify_checksums=False` turns it off). Failures name t
 Local cache (`cache=ShardCache(folder, limit_bytes)`, `maskstream.trainer.shard_cache`): shards are
 read from the cache, downloaded into it (checked by sha256 as they are written) the first time, and
 the next shards a worker will read are downloaded ahead on a background thread; the least recently
-used are evicted so that the cache stays within its limit. The footers are still read from the
+used are evicted so that the cache stays within its limit (`maskstream.trainer.shard_cache`). The footers are still read from the
 version at construction; a second epoch over a cached dataset reads no shard bytes from the bucket.
 
 State and resume: the position is the number of samples and batches of the current epoch that the
@@ -305,19 +305,19 @@ class StreamingSequenceDataset(IterableDataset):
             )
         self._verified.add(shard)
 
-    def _source(self, shard: int) -> str:
-        """Where shard `shard` is read from: the local cache (downloaded and checked there) or its URL."""
+    def _open_shard(self, shard: int) -> Any:
+        """An open file of shard `shard`: from the local cache (downloaded and checked there), or its URL."""
         if self.cache is not None:
             entry = self.manifest.shards[shard]
-            local = self.cache.local(self.shard_url(shard), entry.sha256, entry.bytes, entry.path)
-            if local is not None:
+            cached = self.cache.open(self.shard_url(shard), entry.sha256, entry.bytes, entry.path)
+            if cached is not None:
                 self._verified.add(shard)  # hashed as it was written to the cache
-                return local
+                return cached
         self._check_shard(shard)
-        return self.shard_url(shard)
+        return fsspec.open(self.shard_url(shard), "rb").open()
 
     def _read_ahead(self, pieces: list[tuple[Block, int, int]]) -> None:
-        """Starts downloading the shards of `pieces` (the rest of this worker's epoch) into the cache."""
+        """Starts downloading the shards of `pieces` (this worker's next windows) into the cache."""
         if self.cache is None:
             return
         upcoming = list(dict.fromkeys(block.shard for block, _, _ in pieces))
@@ -329,7 +329,7 @@ class StreamingSequenceDataset(IterableDataset):
         kept even when row groups are large."""
         if self._open is None or self._open[0] != block.shard:
             self._close()
-            handle = fsspec.open(self._source(block.shard), "rb").open()
+            handle = self._open_shard(block.shard)
             self._open = (block.shard, pq.ParquetFile(handle), handle)
         kept, offset = [], 0
         batches = self._open[1].iter_batches(READ_BATCH_ROWS, row_groups=[block.row_group], columns=list(LIST_COLUMNS))
@@ -402,10 +402,10 @@ class StreamingSequenceDataset(IterableDataset):
     def _window_samples(self, epoch: int, start: int, stop: int, skip: int,
                         later: list[tuple[int, int]]) -> Iterator[dict[str, Any]]:
         pieces = self._rank_pieces(epoch, start, stop)
-        # The shards this worker reads after this window, downloaded while it trains on this one.
-        self._read_ahead([p for s, e in later for p in self._rank_pieces(epoch, s, e)
-                          if p[0].shard not in {q[0].shard for q in pieces}])
         columns = self._read_window(pieces)
+        # The shards of this worker's next windows, downloaded while it trains on this one.
+        current = {block.shard for block, _, _ in pieces}
+        self._read_ahead([p for s, e in later for p in self._rank_pieces(epoch, s, e) if p[0].shard not in current])
         count = stop - start
         if self.shuffle:
             order = np.random.default_rng([self.seed, epoch, start, 0x5EED]).permutation(count)

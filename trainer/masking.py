@@ -202,9 +202,13 @@ class BudgetSchedule:
             start, end = (float(b) for b in bounds) if bounds else (constant, constant)
         except ValueError:
             raise ValueError(f"--mask-budget-schedule {text!r}: START and END must be numbers") from None
-        if not (0.0 < start <= 1.0 and 0.0 < end <= 1.0):
+        if bounds and not (0.0 < start <= 1.0 and 0.0 < end <= 1.0):
             raise ValueError(f"--mask-budget-schedule {text!r}: budgets must be in (0, 1]")
-        return cls(kind, start, end)
+        return cls(kind, start, end)  # constant: --mask-budget, checked by MaskingConfig
+
+    def __str__(self) -> str:
+        """The flag's text, normalized (`linear:0.30:0.15` and `linear:0.3:0.15` are one schedule)."""
+        return "constant" if self.kind == "constant" else f"{self.kind}:{self.start:g}:{self.end:g}"
 
     def at(self, step: int, total_steps: int) -> float:
         """The budget of step `step` (0 = the first) of `total_steps`."""

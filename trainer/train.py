@@ -188,7 +188,7 @@ def check_ranges(*checks: tuple[str, Any, bool]) -> None:
             raise ValueError(f"{name} {value} is out of range (see --help)")
 
 
-def shard_cache(config: TrainConfig) -> Any:
+def shard_cache(config: TrainConfig) -> ShardCache | None:
     """The local shard cache --cache-dir and --cache-limit ask for, or None."""
     if not config.cache_dir:
         return None
@@ -434,7 +434,7 @@ def run_settings(config: TrainConfig, data: TrainingData, total_steps: int, warm
     return {
         "dataset_version": data.started_on, "model": data.model_name, "objective": config.objective,
         "strategy": config.strategy, "mask_budget": config.mask_budget,
-        "mask_budget_schedule": config.mask_budget_schedule, "whole_word": config.whole_word,
+        "mask_budget_schedule": str(data.budget_schedule), "whole_word": config.whole_word,
         "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation, "total_steps": total_steps,
         "warmup_steps": warmup_steps, "learning_rate": config.learning_rate, "seed": config.seed,
         "world_size": data.ranks.world_size, "held_out_fraction": config.held_out_fraction,

@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --strategy difference, mask whole words (default: off)")
     parser.add_argument("--mask-budget", type=float, default=0.15, help="share of tokens masked (default: 0.15)")
     parser.add_argument("--cache-dir", default=None, metavar="DIR",
-                        help="keep the shards of a remote (gs://) dataset in DIR: read from the bucket once, the next "
-                             "ones downloaded ahead, checked by sha256, least recently used evicted (default: no cache)")
+                        help="keep the dataset's shards in DIR (for a gs:// dataset: read from the bucket once): the "
+                             "next two downloaded ahead, checked by sha256, least recently used evicted (default: no "
+                             "cache)")
     parser.add_argument("--cache-limit", type=int, default=0, metavar="BYTES",
                         help="the most --cache-dir may hold, in bytes (required with --cache-dir)")
     parser.add_argument("--mask-budget-schedule", default="constant", metavar="SCHEDULE",

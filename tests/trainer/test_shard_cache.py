@@ -46,9 +46,10 @@ def test_a_second_epoch_reads_no_shard_from_the_bucket(local_dataset, gcs_bucket
         assert cache.bytes_downloaded == total  # each shard downloaded once, in epoch 1
 
 
-def test_the_cache_stays_within_its_limit_and_evicts_the_least_recently_used(local_dataset, gcs_bucket, tmp_path):
+def test_the_cache_stays_within_its_limit_and_evicts_the_least_recently_used(local_dataset, gcs_bucket, tmp_path,
+                                                                             monkeypatch):
     root = remote_copy(local_dataset, gcs_bucket, "small")
-    _, manifest = load_manifest(root)
+    version_url, manifest = load_manifest(root)
     largest = max(s.bytes for s in manifest.shards)
     limit = 2 * largest  # room for two of the three shards
     cache = ShardCache(tmp_path / "cache", limit_bytes=limit)
@@ -59,25 +60,28 @@ def test_the_cache_stays_within_its_limit_and_evicts_the_least_recently_used(loc
         original(self, size)
         sizes.append(self.cached_bytes() + size)  # what the folder holds once this shard is in
 
-    ShardCache._make_room = watched
-    try:
-        dataset = StreamingSequenceDataset(root, seed=1, shuffle_buffer=64, cache=cache)
-        for epoch in range(3):
-            assert epoch_rows(dataset, epoch) == list(range(manifest.total_rows))
-            assert cache.cached_bytes() <= limit
-    finally:
-        ShardCache._make_room = original
+    monkeypatch.setattr(ShardCache, "_make_room", watched)
+    dataset = StreamingSequenceDataset(root, seed=1, shuffle_buffer=64, cache=cache)
+    for epoch in range(3):
+        assert epoch_rows(dataset, epoch) == list(range(manifest.total_rows))
+        assert cache.cached_bytes() <= limit
     assert sizes and max(sizes) <= limit
     assert cache.bytes_downloaded > sum(s.bytes for s in manifest.shards)  # evicted shards came back
 
-    # Least recently used first: touch shard 0, then add a third shard: shard 0 stays.
+    # Least recently used first: three shards through a cache with room for two.
     lru = ShardCache(tmp_path / "lru", limit_bytes=limit)
-    urls = [(f"{root}/v1/{s.path}", s.sha256, s.bytes, s.path) for s in manifest.shards]
-    first, second, third = (lru.local(*u) for u in urls)
-    assert first and second and not Path(first).exists() and Path(second).exists() and Path(third).exists()
-    lru.local(*urls[1])  # second is now the most recently used
-    lru.local(*urls[0])  # first comes back: third (least recent) goes
-    assert Path(first).exists() and Path(second).exists() and not Path(third).exists()
+    shards = [(f"{version_url}/{s.path}", s.sha256, s.bytes, s.path) for s in manifest.shards]
+
+    def use(shard) -> Path:
+        with lru.open(*shard) as f:
+            return Path(f.name)
+
+    first, second, third = (use(s) for s in shards)
+    assert not first.exists() and second.exists() and third.exists()
+    use(shards[1])  # second is now the most recently used
+    use(shards[0])  # first comes back: third, the least recently used, goes
+    assert first.exists() and second.exists() and not third.exists()
+    assert lru.cached_bytes() <= limit
 
 
 def test_a_corrupted_shard_is_refused_and_not_cached(local_dataset, gcs_bucket, tmp_path):
@@ -93,7 +97,7 @@ def test_a_corrupted_shard_is_refused_and_not_cached(local_dataset, gcs_bucket, 
     with pytest.raises(ChecksumMismatch, match=manifest.shards[0].path):
         epoch_rows(dataset, 0)
     assert not (tmp_path / "cache" / f"{manifest.shards[0].sha256}.parquet").exists()
-    assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".") and p.name != ".lock"]
+    assert not list((tmp_path / "cache" / ".partial").iterdir())
 
 
 def test_a_cache_needs_a_limit(tmp_path):

@@ -129,8 +129,8 @@ def token_words(texts: Sequence[str], counts: np.ndarray, pairs: np.ndarray,
     span_starts, span_ends, span_rows = word_spans_of_text("\n".join(texts), vocabulary)
     firsts = np.concatenate([[0], np.cumsum(counts[counts > 0])])[:-1]
     occurrence, span, across = align_tokens_to_words(pairs[:, 0], pairs[:, 1], span_starts, span_ends, firsts)
-    word_index = np.where(span >= 0, span_rows[np.maximum(span, 0)] if len(span_rows) else -1, -1).astype(np.int32)
-    return occurrence, word_index, across
+    word_index = np.where(span >= 0, span_rows[np.maximum(span, 0)] if len(span_rows) else -1, -1)
+    return occurrence, word_index.astype(np.int32), across
 
 
 def tokenize_documents(tokenizer, documents: Sequence[Any],
