@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.gcs_emulator import gcs_emulator as emulator
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO_ROOT / "data" / "debian-science.jsonl"
@@ -81,50 +81,12 @@ def run_cli(args: list[str], env: dict[str, str], check: bool = True) -> subproc
     return result
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[str]:
-    """A real GCS JSON API on 127.0.0.1 (gcp-storage-emulator, in memory).
-
-    Sets STORAGE_EMULATOR_HOST (read by gcsfs and google-cloud-storage) for this process and
-    its subprocesses, and yields the endpoint. Tests create their own uniquely named buckets.
-    """
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host=127.0.0.1", f"--port={port}", "--in-memory"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        raise RuntimeError("gcp-storage-emulator did not start")
-    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
-    os.environ["STORAGE_EMULATOR_HOST"] = endpoint
-    # Otherwise gcsfs waits 60 s per bucket on a gRPC probe the emulator does not answer.
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
-    try:
+    """A real GCS JSON API on 127.0.0.1 (tests/fixtures/gcs_emulator.py); tests create their own
+    uniquely named buckets."""
+    with emulator() as endpoint:
         yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture()
