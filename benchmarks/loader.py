@@ -1,7 +1,7 @@
 """The loader alone, with and without the local shard cache, from local disk and through the GCS
 emulator (issue 41: the cache's cost against today's loader, in one run).
 
-    python -m benchmarks.loader [--repeat 10] [--batch-size 64] [--shards 8]
+    python -m benchmarks.loader [--repeat 10] [--batch-size 64] [--shards 8] [--mosaic-python PYTHON]
 
 Sequences: every shipped Debian description tokenized to at most 128 tokens (MiniLM), repeated
 `--repeat` times, written as one version of `--shards` shards (row groups of 1,024). Each case
@@ -9,13 +9,25 @@ builds a `StreamingSequenceDataset` and runs two epochs through `build_dataloade
 masking, checksums on), with 0 and 2 workers, and reports samples/s per epoch (wall time) and the
 ratio to the local loader without a cache. Epoch 0 of a cached case downloads into the cache; epoch 1
 reads it. The bucket is the in-memory GCS emulator on this machine: its figures say what the
-cache saves on a slow source only qualitatively (a real bucket is further away). Not here yet: the
-comparison with mosaicml-streaming, which needs its own environment (issue 41 item 5).
+cache saves on a slow source only qualitatively (a real bucket is further away).
+
+With `--mosaic-python`, the same sequences go through MosaicML's `StreamingDataset` too, from local
+MDS, in that interpreter's environment (benchmarks/loader_mosaic.py), collated with the same
+`collate_sequences`, right after ours. mosaicml-streaming 0.13 needs numpy < 2.2, transformers < 5
+and torchvision, so it gets an environment of its own:
+
+    python3 -m venv /tmp/mosaic && /tmp/mosaic/bin/pip install torch==2.13.0 \
+        && /tmp/mosaic/bin/pip install torchvision "numpy<2.2" "transformers<5" pyarrow mosaicml-streaming==0.13.0
+
+(torchvision moves that environment to its own torch, with CUDA libraries: a few GB, nowhere near
+maskstream's environment.)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -50,6 +62,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10, help="copies of the shipped sequences (default: 10)")
     parser.add_argument("--batch-size", type=int, default=64, help="batch size (default: 64)")
     parser.add_argument("--shards", type=int, default=8, help="shards of the version (default: 8)")
+    parser.add_argument("--mosaic-python", default=None, metavar="PYTHON",
+                        help="an interpreter with mosaicml-streaming: also run MosaicML's loader (default: skip)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = factory.sequence_rows(factory.read_texts(), max_length=128)
@@ -66,6 +80,7 @@ def main() -> None:
               "collate only, checksums on\n")
         print("| source | cache | workers | samples/s, epoch 0 | samples/s, epoch 1 | epoch 1 vs local, no cache |")
         print("| --- | --- | --: | --: | --: | --: |")
+        ours = {}
         for workers in (0, 2):
             baseline = None
             for name, root, cached in (("local", local, False), ("local", local, True),
@@ -73,8 +88,28 @@ def main() -> None:
                 cache = ShardCache(Path(tmp) / f"cache-{name}-{workers}", limit_bytes=2 * size) if cached else None
                 rates = epoch_rates(root, workers, args.batch_size, cache)
                 baseline = baseline or rates[1]
+                if (name, cached) == ("local", False):
+                    ours[workers] = rates
                 print(f"| {name} | {'yes' if cached else 'no'} | {workers} | {rates[0]:,.0f} | {rates[1]:,.0f} | "
                       f"{rates[1] / baseline:.2f} |")
+
+        if args.mosaic_python:
+            mosaic_table(args.mosaic_python, load_manifest(local)[0], tmp, args.batch_size, ours)
+
+
+def mosaic_table(python: str, version: str, work: str, batch_size: int, ours: dict[int, list[float]]) -> None:
+    child = Path(__file__).with_name("loader_mosaic.py")
+    out = subprocess.run([python, str(child), version, f"{work}/mosaic", str(batch_size)], check=True,
+                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    theirs = json.loads(out.stdout.strip().splitlines()[-1])
+    print("\n| local, collate only | workers | samples/s, epoch 0 | samples/s, epoch 1 | maskstream / MosaicML, "
+          "epoch 1 |")
+    print("| --- | --: | --: | --: | --: |")
+    for workers in (0, 2):
+        mosaic = [theirs[f"workers{workers}_epoch{e}"] for e in (0, 1)]
+        print(f"| maskstream StreamingSequenceDataset (Parquet) | {workers} | {ours[workers][0]:,.0f} | "
+              f"{ours[workers][1]:,.0f} | {ours[workers][1] / mosaic[1]:.1f}x |")
+        print(f"| MosaicML StreamingDataset (MDS) | {workers} | {mosaic[0]:,.0f} | {mosaic[1]:,.0f} | 1.0x |")
 
 
 if __name__ == "__main__":
