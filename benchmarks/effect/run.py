@@ -552,7 +552,7 @@ def run_pilot(experiment: Experiment, seeds: list[int]) -> dict[str, Any] | None
 def finetune_once(experiment: Experiment, model: Path, seed: int, learning_rate: float, test: bool
                   ) -> dict[str, Any]:
     f, work = experiment.config["finetune"], experiment.work
-    out = work / "finetune-scratch"
+    out = work / f"finetune-scratch-{os.getpid()}"  # one per process: two processes run side by side
     shutil.rmtree(out, ignore_errors=True)
     seconds = cli(["finetune", "--train", str(work / "labeled-train.jsonl"),
                    "--validation", str(work / "labeled-validation.jsonl"),
