@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 from maskstream import __version__
 from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities_flat
 from maskstream.pipelines.dataset.core.sequences import token_words
-from maskstream.pipelines.dataset.core.word_lookup import WordLookup, word_keys
+from maskstream.pipelines.dataset.core.word_lookup import WordLookup
 from maskstream.schemas.manifest import (
     Manifest,
     load_manifest,
@@ -59,7 +59,6 @@ MAP_FORMAT = 1
 SETTINGS = ("budget", "alpha", "weighting", "sharpness", "floor", "max_length")
 # What a manifest written before an option existed meant by leaving it out.
 SETTINGS_BEFORE = {"alpha": 1.0, "weighting": "similarity", "sharpness": 1.0, "floor": 0.0}
-HASH_SLICE = 65_536  # words hashed at once while loading
 
 
 class TokenizerMismatch(ValueError):
@@ -82,16 +81,12 @@ class MaskMap:
     @classmethod
     def of_words(cls, words: pa.Array | pa.ChunkedArray, word_index: np.ndarray, similarity: np.ndarray,
                  settings: dict[str, Any], tokenizer: dict[str, Any], identity: dict[str, Any]) -> MaskMap:
-        """From a word table's columns (any order); hashed a slice at a time, never a Python string
-        for every word at once."""
+        """From a word table's columns (any order)."""
         words = words.combine_chunks() if isinstance(words, pa.ChunkedArray) else words
         word_index = np.asarray(word_index, np.int32)
-        keys = np.concatenate([np.zeros(0, np.uint64)] + [word_keys(words.slice(start, HASH_SLICE).to_pylist())
-                                                          for start in range(0, len(words), HASH_SLICE)])
-        order = np.argsort(keys, kind="stable")
         dense = np.zeros(int(word_index.max(initial=-1)) + 1, np.float32)
         dense[word_index] = np.asarray(similarity, np.float32)
-        return cls(WordLookup(keys=keys[order], index=word_index[order]), dense, settings, tokenizer, identity)
+        return cls(WordLookup.indexed(words, word_index), dense, settings, tokenizer, identity)
 
     @classmethod
     def from_version(cls, dataset: str) -> MaskMap:

@@ -37,7 +37,7 @@ process reads the shard (`verify_checksums=False` turns it off). Failures name t
 Local cache (`cache=ShardCache(folder, limit_bytes)`, `maskstream.trainer.shard_cache`): shards are
 read from the cache, downloaded into it (checked by sha256 as they are written) the first time, and
 the next shards a worker will read are downloaded ahead on a background thread; the least recently
-used are evicted so that the cache stays within its limit (`maskstream.trainer.shard_cache`). The footers are still read from the
+used are evicted so that the cache stays within its limit. The footers are still read from the
 version at construction; a second epoch over a cached dataset reads no shard bytes from the bucket.
 
 State and resume: the position is the number of samples and batches of the current epoch that the

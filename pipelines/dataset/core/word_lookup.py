@@ -55,6 +55,11 @@ class WordLookup:
         words = words.combine_chunks() if isinstance(words, pa.ChunkedArray) else words
         rank = np.empty(len(words), np.int32)
         rank[pc.sort_indices(words).to_numpy()] = np.arange(len(words), dtype=np.int32)
+        return cls.indexed(words, rank)
+
+    @classmethod
+    def indexed(cls, words: pa.Array, index: np.ndarray) -> WordLookup:
+        """The lookup of distinct `words` whose word_index is already known (`index[i]` for `words[i]`)."""
         # Hashed a slice at a time: never a Python string for every word at once.
         keys = np.concatenate([np.zeros(0, np.uint64)] + [word_keys(words.slice(start, HASH_SLICE).to_pylist())
                                                           for start in range(0, len(words), HASH_SLICE)])
@@ -63,7 +68,7 @@ class WordLookup:
         if np.any(keys[1:] == keys[:-1]):
             raise ValueError("two word types of the statistics have the same 64-bit hash (or a word is listed "
                              "twice): rerun `maskstream stats`; if it persists, report the words")
-        return cls(keys=keys, index=rank[by_key])
+        return cls(keys=keys, index=np.asarray(index, np.int32)[by_key])
 
     def __len__(self) -> int:
         return len(self.keys)
