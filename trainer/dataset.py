@@ -6,25 +6,26 @@ files, and never holds more than a shuffle window of rows in memory.
 
 Contract (what each rank and worker reads), for epoch `e`, `T` rows, `W` ranks, batch size `B`:
 
-1. *Blocks*: every Parquet row group of every shard is a block. With `shuffle=True` the blocks are
-   put in a random order drawn from `(seed, e)`; otherwise in manifest order. Concatenating
-   them gives the epoch's stream of `T` rows.
-2. *Ranks*: every rank reads `n = ceil(T / W)` rows, rank `r` the stream positions
-   `[r * n, (r + 1) * n)`. **Remainder policy**: when `W` does not divide `T`, the stream is padded
-   by wrapping around to its start, so the first `W * n - T` (< W) rows of the epoch are read a
+1. *The global order*: every Parquet row group of every shard is a block. With `shuffle=True` the
+   blocks are put in a random order drawn from `(seed, e)`; otherwise in manifest order.
+   Concatenating them gives the epoch's order of `T` rows: a function of the seed and the epoch
+   alone, the same for any number of ranks, workers and any batch size.
+2. *Ranks*: every rank reads `n = ceil(T / W)` rows, rank `r` the positions `[r * n, (r + 1) * n)`
+   of the order. **Remainder policy**: when `W` does not divide `T`, the order is padded by
+   wrapping around to its start, so the first `W * n - T` (< W) rows of the epoch are read a
    second time, by the last rank. Every rank therefore takes the same number of steps,
    `ceil(n / B)`, and every row is read at least once per epoch (exactly once when `W` divides
    `T`).
 3. *Windows and workers*: a rank's `n` rows are cut into consecutive windows of
    `shuffle_buffer` rows (rounded up to a multiple of `B`, and made small enough that every
-   DataLoader worker gets one). Window `i` is read by worker `i % num_workers`, as one slice per
-   block it overlaps, and its rows are yielded in a random order drawn from
-   `(seed, e, window start)` (or in order with `shuffle=False`). Only the last window can hold a
-   short batch; with several workers it can come before the end of the epoch. Memory is bounded
-   by the window: at most `shuffle_buffer` decoded rows (+ one batch of rounding, + one record
-   batch of READ_BATCH_ROWS being decoded) per worker, whatever the size of the dataset or of
-   its row groups. Row groups of a few thousand rows shuffle best: a window that starts inside a large
-   row group decodes it from its beginning.
+   DataLoader worker gets one): strided slices of the rank's share, window `i` to worker
+   `i % num_workers`. A worker reads its window as one slice per block it overlaps and yields its
+   rows in a random order drawn from `(seed, e, window start)` (or in order with
+   `shuffle=False`). Only the last window can hold a short batch; with several workers it can come
+   before the end of the epoch. Memory is bounded by the window: at most `shuffle_buffer` decoded
+   rows (+ one batch of rounding, + one record batch of READ_BATCH_ROWS being decoded) per
+   worker, whatever the size of the dataset or of its row groups. Row groups of a few thousand
+   rows shuffle best: a window that starts inside a large row group decodes it from its beginning.
 4. Every yielded sample is a dict of the SEQUENCE_SCHEMA list columns (`input_ids`, `word_ids`,
    `word_index`, `special_tokens_mask`, `mask_probability`) as 1-D numpy arrays and
    `sample_index`, the row's position in the version (shards in manifest order): the key of the
@@ -43,11 +44,23 @@ version at construction; a second epoch over a cached dataset reads no shard byt
 State and resume: the position is the number of samples and batches of the current epoch that the
 training loop has received on this rank. The DataLoader of `maskstream.trainer.loader.build_dataloader`
 counts every batch it hands out into its dataset, so `dataset.state_dict()` taken between two
-steps is exact. `load_state_dict(state)` on a dataset built with the same arguments, used with a
-loader with the same `batch_size` and `num_workers`, yields exactly the batches an uninterrupted
-run would have yielded next (mid-epoch too): whole windows before the position are skipped
-without being read, and the DataLoader's round robin over workers is rotated to resume where it
-stopped. Iterating the loader always continues from the dataset's position. `set_epoch(e)` with a
+steps is exact, and the same on every rank but the sample count of a short last batch (every rank
+takes the same steps). `load_state_dict(state)` on a dataset of the same version, seed and
+`shuffle_buffer` continues the epoch:
+
+- *Same world size, batch size and worker count*: exactly the batches an uninterrupted run would
+  have yielded next (mid-epoch too): whole windows before the position are skipped without being
+  read, and the DataLoader's round robin over workers is rotated to resume where it stopped.
+- *Any other world size, batch size or worker count* (elastic resume; any rank's state will do, as
+  they agree on the batches taken): the rows the saved layout had already yielded are worked out
+  from it (which windows each of its ranks' workers had read, and how far into the last one), and
+  the rest of the epoch, in the global order, is dealt to the new ranks and workers by points 2
+  and 3 as if it were the whole epoch (its windows' order drawn from `(seed, e, resume number,
+  window start)`). Across the resume, every row of the epoch is yielded exactly once, but for the
+  remainder policy's repeats, which each layout applies to what it deals. A state may record
+  several such resumes in one epoch (`segments`); the next epoch starts whole again.
+
+Iterating the loader always continues from the dataset's position. `set_epoch(e)` with a
 different epoch starts `e` from its beginning; with the current epoch it keeps the position (so a
 trainer may call it after `load_state_dict`; a finished epoch then yields nothing). Iterating a
 finished epoch without calling `set_epoch` starts the next epoch, so step-based loops that just
@@ -115,12 +128,52 @@ def round_robin_counts(batches: list[int], consumed: int) -> tuple[list[int], in
     comes next."""
     delivered = [0] * len(batches)
     turn = 0
-    for _ in range(consumed):
+    for _ in range(min(consumed, sum(batches))):
         while delivered[turn] >= batches[turn]:
             turn = (turn + 1) % len(batches)
         delivered[turn] += 1
         turn = (turn + 1) % len(batches)
     return delivered, turn
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How an epoch's order is dealt: ranks, DataLoader workers per rank (0 reads in the training
+    process, like one worker), rows per batch."""
+
+    world_size: int
+    num_workers: int
+    batch_size: int
+
+    @property
+    def readers(self) -> int:
+        return max(self.num_workers, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankPlan:
+    """One rank's share of an order (contract points 2 and 3): its windows as [start, stop) order
+    indices, the logical worker of each, and each worker's batches."""
+
+    windows: list[tuple[int, int]]
+    owners: list[int]
+    batches: list[int]
+
+    @classmethod
+    def of(cls, layout: Layout, rank: int, order_length: int, shuffle_buffer: int) -> RankPlan:
+        rows = math.ceil(order_length / layout.world_size)
+        batch = layout.batch_size
+        size = max(batch, math.ceil(min(shuffle_buffer, math.ceil(rows / layout.readers)) / batch) * batch)
+        first, last = rank * rows, (rank + 1) * rows
+        windows = [(s, min(s + size, last)) for s in range(first, last, size)]
+        owners = [i % layout.readers for i in range(len(windows))]
+        batches = [0] * layout.readers
+        for (start, stop), owner in zip(windows, owners, strict=True):
+            batches[owner] += math.ceil((stop - start) / batch)
+        return cls(windows, owners, batches)
+
+    def worker_windows(self, worker: int) -> list[tuple[int, int]]:
+        return [w for w, owner in zip(self.windows, self.owners, strict=True) if owner == worker]
 
 
 class StreamingSequenceDataset(IterableDataset):
@@ -156,14 +209,19 @@ class StreamingSequenceDataset(IterableDataset):
         self.total_rows = self.manifest.total_rows
         if self.total_rows == 0:
             raise ManifestError(f"{self.version_url} holds no rows")
-        # [epoch, samples and batches consumed this epoch on this rank, and the three as they were
-        # when the loader last started an iteration]; shared with (persistent) workers, which read
-        # the latter three: the live counts move while they start.
-        self._position = torch.zeros(6, dtype=torch.int64).share_memory_()
+        # [epoch, samples and batches consumed this epoch on this rank, elastic resumes in this
+        # epoch, and the four as they were when the loader last started an iteration]; shared with
+        # (persistent) workers, which read the latter four: the live counts move while they start.
+        self._position = torch.zeros(8, dtype=torch.int64).share_memory_()
+        # Earlier layouts of this epoch (elastic resumes) with the batches each took, and the rest
+        # of the epoch's order they left (positions in the order; None: the whole order).
+        self._segments: list[dict[str, int]] = []
+        self._rest: np.ndarray | None = None
+        self._saved: dict[str, Any] | None = None  # a state to resume once the loader's layout is known
         self._verified: set[int] = set()
         self._epoch_pinned = False  # set_epoch chose the epoch the next iteration reads
-        self._resume_loader: tuple[int | None, int] | None = None  # (batch_size, num_workers) saved
         self._open: tuple[int, pq.ParquetFile, Any] | None = None
+        self._starts: tuple[int, list[Block], np.ndarray] | None = None  # the block order's offsets, by epoch
 
     # ----------------------------------------------------------------------------- layout
     def shard_url(self, shard: int) -> str:
@@ -194,21 +252,23 @@ class StreamingSequenceDataset(IterableDataset):
     def epoch(self) -> int:
         return int(self._position[0])
 
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.world_size, self.num_workers, self.batch_size or 1)
+
+    def _order_length(self) -> int:
+        return self.total_rows if self._rest is None else len(self._rest)
+
     def rows_per_rank(self) -> int:
-        return math.ceil(self.total_rows / self.world_size)
+        """Rows this rank reads in the current epoch (what is left of it after an elastic resume)."""
+        return math.ceil(self._order_length() / self.world_size)
 
     def steps_per_epoch(self, batch_size: int) -> int:
-        """Batches per epoch on every rank (the same on all ranks)."""
-        return math.ceil(self.rows_per_rank() / batch_size)
+        """Batches per whole epoch on every rank (the same on all ranks)."""
+        return math.ceil(math.ceil(self.total_rows / self.world_size) / batch_size)
 
     def __len__(self) -> int:
         return self.rows_per_rank()
-
-    def _window_size(self, num_workers: int) -> int:
-        batch = self.batch_size or 1
-        per_worker = math.ceil(self.rows_per_rank() / max(num_workers, 1))
-        size = min(self.shuffle_buffer, per_worker)
-        return max(batch, math.ceil(size / batch) * batch)
 
     def _block_order(self, epoch: int) -> list[Block]:
         if not self.shuffle:
@@ -216,40 +276,60 @@ class StreamingSequenceDataset(IterableDataset):
         order = np.random.default_rng([self.seed, epoch, 0xB10C]).permutation(len(self.blocks))
         return [self.blocks[i] for i in order]
 
-    def _rank_pieces(self, epoch: int, start: int, stop: int) -> list[tuple[Block, int, int]]:
-        """(block, first, last) row slices covering epoch-stream positions [start, stop), wrapping
-        around the stream's end (the remainder padding)."""
-        pieces: list[tuple[Block, int, int]] = []
-        order = self._block_order(epoch)
-        position = 0
-        while start < stop:
-            for block in order:
-                lo, hi = max(start - position, 0), min(stop - position, block.rows)
-                if lo < hi:
-                    pieces.append((block, lo, hi))
-                position += block.rows
-            # Positions past the end wrap to the stream's start.
-            start, stop = max(start, position) - self.total_rows, stop - self.total_rows
-            position = 0
+    def _window_order(self, epoch: int, segment: int, start: int, count: int) -> np.ndarray:
+        """The order a window's rows are yielded in (contract point 3)."""
+        if not self.shuffle:
+            return np.arange(count)
+        key = [self.seed, epoch, start, 0x5EED] if segment == 0 else [self.seed, epoch, segment, start, 0x5EED]
+        return np.random.default_rng(key).permutation(count)
+
+    def _positions(self, rest: np.ndarray | None, start: int, stop: int) -> np.ndarray:
+        """Positions in the epoch's order of indices [start, stop) of `rest` (None: the whole order),
+        wrapping around its end (the remainder padding)."""
+        index = np.arange(start, stop, dtype=np.int64) % (self.total_rows if rest is None else len(rest))
+        return index if rest is None else rest[index]
+
+    def _pieces(self, epoch: int, positions: np.ndarray) -> list[tuple[Block, int, int, np.ndarray | None]]:
+        """(block, lo, hi, rows) reads covering `positions` of the epoch's order, in their order:
+        rows [lo, hi) of the block, of which `rows` (relative to lo) when not all of them."""
+        if self._starts is None or self._starts[0] != epoch:
+            order = self._block_order(epoch)
+            self._starts = (epoch, order, np.cumsum([0] + [block.rows for block in order]))
+        _, order, starts = self._starts
+        which = np.searchsorted(starts, positions, side="right") - 1
+        cuts = np.flatnonzero((np.diff(which) != 0) | (np.diff(positions) <= 0)) + 1
+        pieces = []
+        for lo_index, hi_index in zip([0, *cuts], [*cuts, len(positions)], strict=True):
+            rows = positions[lo_index:hi_index] - starts[which[lo_index]]
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            pieces.append((order[which[lo_index]], lo, hi, None if hi - lo == len(rows) else rows - lo))
         return pieces
 
     # ----------------------------------------------------------------------------- state
     def set_epoch(self, epoch: int) -> None:
         """The next iteration reads `epoch`: from its beginning, or from the current position if
         `epoch` is already the current epoch (e.g. after `load_state_dict`)."""
+        self._resolve_saved()
         if epoch != self.epoch:
-            self._position[:3] = torch.tensor([epoch, 0, 0])
+            self._start_epoch(epoch)
         self._epoch_pinned = True
         # Workers read the snapshot; DataLoaders other than ours (transformers.Trainer's) never call
         # begin_iteration, which otherwise refreshes it.
-        self._position[3:] = self._position[:3].clone()
+        self._position[4:] = self._position[:4].clone()
+
+    def _start_epoch(self, epoch: int) -> None:
+        self._position[:4] = torch.tensor([epoch, 0, 0, 0])
+        self._segments, self._rest = [], None
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this rank is: epoch and samples consumed, plus what must match on resume."""
+        """Where this rank is: epoch and samples consumed, the layout, and what must match on resume."""
+        if self._saved is not None:  # not resumed yet: it is still where the saved state is
+            return dict(self._saved)
         return {
             "epoch": self.epoch,
             "samples_consumed": int(self._position[1]),
             "batches_consumed": int(self._position[2]),
+            "segments": [dict(segment) for segment in self._segments],
             "version": self.manifest.version,
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -261,31 +341,70 @@ class StreamingSequenceDataset(IterableDataset):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resumes from `state_dict()` of a run with the same dataset and loader arguments."""
-        mine = self.state_dict()
-        # batch_size/num_workers are checked by the loader when it starts (they are set there).
-        keys = ("version", "seed", "shuffle", "shuffle_buffer", "rank", "world_size")
+        """Resumes from `state_dict()` of a run on the same version with the same seed, shuffle and
+        shuffle_buffer: exactly when the layout is the same, elastically otherwise (module doc). The
+        layout is the loader's: the state is applied once `build_dataloader` has set it."""
+        keys = ("version", "seed", "shuffle", "shuffle_buffer")
+        mine = {"version": self.manifest.version, "seed": self.seed, "shuffle": self.shuffle,
+                "shuffle_buffer": self.shuffle_buffer}
         different = {k: (state.get(k), mine[k]) for k in keys if state.get(k) != mine[k]}
         if different:
             raise ValueError(f"cannot resume: saved vs current {different}")
-        self._resume_loader = (state.get("batch_size"), state.get("num_workers"))
-        self._position[:3] = torch.tensor([int(state["epoch"]), int(state["samples_consumed"]),
-                                           int(state["batches_consumed"])])
+        self._saved = dict(state)
+        if self.batch_size is not None:
+            self._resolve_saved()
+
+    def _resolve_saved(self) -> None:
+        state, self._saved = self._saved, None
+        if state is None:
+            return
+        epoch, samples, batches = int(state["epoch"]), int(state["samples_consumed"]), int(state["batches_consumed"])
+        segments = [dict(segment) for segment in state.get("segments", [])]
+        saved = Layout(int(state["world_size"]), int(state["num_workers"]), int(state["batch_size"] or 1))
+        self._start_epoch(epoch)
+        if saved != self.layout and batches > 0:
+            segments.append({"world_size": saved.world_size, "num_workers": saved.num_workers,
+                             "batch_size": saved.batch_size, "batches": batches})
+            samples = batches = 0
+        for index, segment in enumerate(segments):
+            self._rest = self._rest_after(epoch, index, segment)
+        self._segments = segments
+        self._position[:4] = torch.tensor([epoch, samples, batches, len(segments)])
+
+    def _rest_after(self, epoch: int, segment_index: int, segment: dict[str, int]) -> np.ndarray:
+        """What is left of the epoch's order (positions, in order) after `segment`, the layout that
+        dealt the current rest and the batches it took on each rank."""
+        layout = Layout(segment["world_size"], segment["num_workers"], segment["batch_size"])
+        length = self._order_length()
+        taken = []
+        for rank in range(layout.world_size):
+            plan = RankPlan.of(layout, rank, length, self.shuffle_buffer)
+            delivered, _ = round_robin_counts(plan.batches, segment["batches"])
+            for worker in range(layout.readers):
+                left = delivered[worker] * layout.batch_size
+                for start, stop in plan.worker_windows(worker):
+                    if left <= 0:
+                        break
+                    count = min(left, stop - start)
+                    taken.append(start + self._window_order(epoch, segment_index, start, stop - start)[:count])
+                    left -= count
+        done = np.zeros(self.total_rows, dtype=bool)
+        if taken:
+            indices = np.concatenate(taken) % length
+            done[indices if self._rest is None else self._rest[indices]] = True
+        # 4 bytes a row left (8 past 2**31 rows), held by the process and each of its workers.
+        rest = np.arange(self.total_rows, dtype=np.int32 if self.total_rows < 2**31 else np.int64)
+        rest = rest if self._rest is None else self._rest
+        return rest[~done[rest]]
 
     def begin_iteration(self) -> None:
-        """Called by the loader before it starts workers: a finished epoch moves on to the next
-        unless `set_epoch` asked for it; a mid-epoch resume needs the batch size and worker count
-        it was saved with."""
+        """Called by the loader before it starts workers: applies a loaded state (the layout is
+        known now), and a finished epoch moves on to the next unless `set_epoch` asked for it."""
+        self._resolve_saved()
         if int(self._position[1]) >= self.rows_per_rank() and not self._epoch_pinned:
-            self._position[:3] = torch.tensor([self.epoch + 1, 0, 0])
+            self._start_epoch(self.epoch + 1)
         self._epoch_pinned = False
-        saved = self._resume_loader
-        current = (self.batch_size, self.num_workers)
-        if saved is not None and int(self._position[1]) > 0 and tuple(saved) != current:
-            raise ValueError(
-                f"cannot resume mid-epoch with (batch_size, num_workers) {current}: the state was saved with {saved}"
-            )
-        self._position[3:] = self._position[:3].clone()
+        self._position[4:] = self._position[:4].clone()
 
     def count_consumed(self, samples: int) -> None:
         """Called by the loader for every batch it hands out."""
@@ -316,13 +435,13 @@ class StreamingSequenceDataset(IterableDataset):
         self._check_shard(shard)
         return fsspec.open(self.shard_url(shard), "rb").open()
 
-    def _read_ahead(self, pieces: list[tuple[Block, int, int]]) -> None:
-        """Starts downloading the shards of `pieces` (this worker's next windows) into the cache."""
+    def _read_ahead(self, shards: list[int]) -> None:
+        """Starts downloading `shards` (this worker's next windows') into the cache."""
         if self.cache is None:
             return
-        upcoming = list(dict.fromkeys(block.shard for block, _, _ in pieces))
-        self.cache.read_ahead((self.shard_url(s), self.manifest.shards[s].sha256, self.manifest.shards[s].bytes,
-                               self.manifest.shards[s].path) for s in upcoming)
+        entries = self.manifest.shards
+        self.cache.read_ahead((self.shard_url(s), entries[s].sha256, entries[s].bytes, entries[s].path)
+                              for s in dict.fromkeys(shards))
 
     def _read_rows(self, block: Block, lo: int, hi: int) -> pa.Table:
         """Rows [lo, hi) of a block, streamed in record batches so that memory stays at what is
@@ -347,14 +466,16 @@ class StreamingSequenceDataset(IterableDataset):
             self._open[2].close()
             self._open = None
 
-    def _read_window(self, pieces: list[tuple[Block, int, int]]) -> dict[str, Any]:
+    def _read_window(self, pieces: list[tuple[Block, int, int, np.ndarray | None]]) -> dict[str, Any]:
         """The rows of `pieces` as (flat values, offsets) per list column, plus sample indices."""
         tables, indices = [], []
-        for block, lo, hi in pieces:
+        for block, lo, hi, rows in pieces:
             # Transient errors: the block is read again on a fresh handle (maskstream.schemas.retry).
             read = functools.partial(self._read_rows, block, lo, hi)
-            tables.append(retry_read(read, self.shard_url(block.shard), on_retry=self._close))
-            indices.append(np.arange(block.first_row + lo, block.first_row + hi, dtype=np.int64))
+            table = retry_read(read, self.shard_url(block.shard), on_retry=self._close)
+            tables.append(table if rows is None else table.take(rows))
+            offsets = np.arange(hi - lo, dtype=np.int64) if rows is None else rows
+            indices.append(block.first_row + lo + offsets)
         table = pa.concat_tables(tables).combine_chunks()
         columns: dict[str, Any] = {"sample_index": np.concatenate(indices)}
         for name in LIST_COLUMNS:
@@ -363,54 +484,44 @@ class StreamingSequenceDataset(IterableDataset):
             columns[name] = (array.flatten().to_numpy(zero_copy_only=False), offsets - offsets[0])
         return columns
 
-    def _windows(self, num_workers: int) -> list[tuple[int, int]]:
-        """(start, stop) epoch-stream positions of this rank's windows, in order."""
-        size = self._window_size(num_workers)
-        first = self.rank * self.rows_per_rank()
-        last = first + self.rows_per_rank()
-        return [(s, min(s + size, last)) for s in range(first, last, size)]
-
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        snapshot = self._position[:3] if info is None else self._position[3:]
-        epoch, consumed, consumed_batches = (int(v) for v in snapshot)
-        if consumed >= self.rows_per_rank():
+        snapshot = self._position[:4] if info is None else self._position[4:]
+        epoch, consumed, consumed_batches, segments = (int(v) for v in snapshot)
+        # A persistent worker keeps the rest an elastic resume left while the main process has moved
+        # on to a whole epoch: the shared count of resumes says which one this iteration reads.
+        rest = self._rest if segments else None
+        length = self.total_rows if rest is None else len(rest)
+        if consumed >= math.ceil(length / self.world_size):
             return
-        windows = self._windows(num_workers)
-        batch = self.batch_size or 1
-        owners = [i % num_workers for i in range(len(windows))]
-        batches = [0] * num_workers
-        for (start, stop), owner in zip(windows, owners, strict=True):
-            batches[owner] += math.ceil((stop - start) / batch)
+        layout = Layout(self.world_size, num_workers, self.batch_size or 1)
+        plan = RankPlan.of(layout, self.rank, length, self.shuffle_buffer)
         # Resume: batches each worker already delivered, and the worker whose batch is next; the
         # DataLoader asks worker 0 first, so worker ids are rotated to make that worker first.
-        delivered, next_worker = round_robin_counts(batches, consumed_batches)
+        delivered, next_worker = round_robin_counts(plan.batches, consumed_batches)
         logical = (worker + next_worker) % num_workers
-        skip = delivered[logical] * batch
-        mine = [w for w, owner in zip(windows, owners, strict=True) if owner == logical]
+        skip = delivered[logical] * layout.batch_size
+        mine = plan.worker_windows(logical)
         try:
             for i, (start, stop) in enumerate(mine):
                 if skip >= stop - start:
                     skip -= stop - start
                     continue
-                yield from self._window_samples(epoch, start, stop, skip, mine[i + 1 : i + 3])
+                yield from self._window_samples(epoch, segments, rest, start, stop, skip, mine[i + 1 : i + 3])
                 skip = 0
         finally:
             self._close()
 
-    def _window_samples(self, epoch: int, start: int, stop: int, skip: int,
-                        later: list[tuple[int, int]]) -> Iterator[dict[str, Any]]:
-        pieces = self._rank_pieces(epoch, start, stop)
+    def _window_samples(self, epoch: int, segment: int, rest: np.ndarray | None, start: int, stop: int,
+                        skip: int, later: list[tuple[int, int]]) -> Iterator[dict[str, Any]]:
+        pieces = self._pieces(epoch, self._positions(rest, start, stop))
         columns = self._read_window(pieces)
         # The shards of this worker's next windows, downloaded while it trains on this one.
-        current = {block.shard for block, _, _ in pieces}
-        self._read_ahead([p for s, e in later for p in self._rank_pieces(epoch, s, e) if p[0].shard not in current])
-        count = stop - start
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, epoch, start, 0x5EED]).permutation(count)
-        else:
-            order = np.arange(count)
+        current = {block.shard for block, *_ in pieces}
+        self._read_ahead([block.shard for s, e in later for block, *_ in self._pieces(epoch, self._positions(rest, s, e))
+                          if block.shard not in current])
+        order = self._window_order(epoch, segment, start, stop - start)
         sample_index = columns.pop("sample_index")
         for row in order[skip:]:
             sample = {"sample_index": int(sample_index[row])}

@@ -42,7 +42,7 @@ def _collate_and_mask(
     batch = collate_sequences(samples, pad_token_id)
     if strategy is None:
         return batch
-    return apply_masking(batch, strategy, masking, seed=seed, epoch=int(epoch[3]))
+    return apply_masking(batch, strategy, masking, seed=seed, epoch=int(epoch[4]))
 
 
 class StreamingDataLoader(DataLoader):

@@ -154,6 +154,7 @@ class TrainConfig:
     follow_latest: bool = False
     cache_dir: str | None = None  # a local cache of the shards (maskstream.trainer.shard_cache)
     cache_limit: int = 0  # its size in bytes; required with cache_dir
+    sample_log: str | None = None  # a JSON-lines file: one line per sample trained
 
     def __post_init__(self) -> None:
         # heavy: imports torch; only here, where it is needed
@@ -200,10 +201,12 @@ def masks_in_loader_workers(device) -> bool:
     return device.type == "cpu"
 
 
-# Settings that must be the same to continue a run exactly. The dataset is checked on its own
-# (`resume_versions`): a run that followed newer versions resumes on the one it was reading.
+# Settings that must be the same to continue a run. The dataset is checked on its own
+# (`resume_versions`): a run that followed newer versions resumes on the one it was reading. The
+# world size, batch size and worker count may change: the loader continues the epoch elastically
+# (maskstream.trainer.dataset), and the schedule keeps its planned steps.
 RESUME_CRITICAL = ("model", "objective", "strategy", "mask_budget", "mask_budget_schedule", "whole_word",
-                   "batch_size", "grad_accumulation", "total_steps", "seed", "world_size", "held_out_fraction")
+                   "grad_accumulation", "total_steps", "seed", "held_out_fraction")
 # What a checkpoint written before a setting existed meant by leaving it out.
 RESUME_DEFAULTS = {"mask_budget_schedule": "constant"}
 
@@ -250,7 +253,7 @@ def resume_versions(dataset: str, follow_latest: bool, saved: dict[str, Any], ra
 
     started = saved["config"]["dataset_version"]
     root = started.rsplit("/", 1)[0]
-    reading = f"{root}/{saved['loader'][rank]['version']}"
+    reading = f"{root}/{saved['loader'][0]['version']}"  # every rank reads the same version
     given = dataset.rstrip("/")
     where = f"checkpoint {saved['path']} was reading {reading}"
     if reading != started:
@@ -289,12 +292,26 @@ class TrainingData:
     follower: Any  # LatestVersionFollower or None
     mask_in_workers: bool
     resume_rng: dict[str, Any] | None = None  # RNG state to restore once the loader has started
+    sample_log: Any = None  # --sample-log, open for appending
     loader: Any = None
     lease: Any = None  # rank 0's maskstream.schemas.lease.VersionLease on the version read: gc spares it
 
     def __post_init__(self) -> None:
         self.loader = self._make_loader()
         self.lease = VersionLease(self.dataset.version_url) if self.ranks.is_main else None
+        if self.config.sample_log:
+            self.sample_log = open(self.config.sample_log, "a", encoding="utf-8")  # noqa: SIM115 (closed by train)
+
+    def log_samples(self, step: int, epoch: int, sample_index: Any) -> None:
+        """--sample-log: one JSON line per sample of step `step` (1 = the first), written at once so
+        that ranks appending to one file do not interleave within a batch."""
+        if self.sample_log is None:
+            return
+        source, rank = self.dataset.manifest.version, self.ranks.rank
+        self.sample_log.write("".join(
+            json.dumps({"epoch": epoch, "source": source, "sample_index": int(i), "step": step, "rank": rank}) + "\n"
+            for i in sample_index.tolist()))
+        self.sample_log.flush()
 
 
     def masking_at(self, step: int, total_steps: int) -> Any:
@@ -416,14 +433,18 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
                         resume_rng=saved["rng"] if saved is not None else None)
 
 
-def plan_steps(config: TrainConfig, data: TrainingData) -> tuple[int, int]:
-    """(total steps, warm-up steps): --max-steps, or --epochs of the version the run started on."""
+def plan_steps(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | None) -> tuple[int, int]:
+    """(total steps, warm-up steps): --max-steps, or --epochs of the version the run started on, or
+    when resuming without --max-steps the checkpoint's."""
     # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.dataset import StreamingSequenceDataset
 
     first = data.dataset
     if first.version_url != data.started_on:
         first = StreamingSequenceDataset(data.started_on, rank=data.ranks.rank, world_size=data.ranks.world_size)
+    if saved is not None and not config.max_steps:
+        # A resumed run keeps the schedule it planned, whatever its world size and batch size now.
+        return saved["config"]["total_steps"], saved["config"]["warmup_steps"]
     total_steps = config.max_steps or max(1, int(config.epochs * first.steps_per_epoch(config.batch_size)
                                                  / config.grad_accumulation))
     return total_steps, math.ceil(config.warmup_ratio * total_steps)
@@ -491,9 +512,29 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
     if changed:
         raise SystemExit(f"cannot resume {saved['path']} exactly: settings changed (was, now): {changed}")
     restore_checkpoint(saved, parts.objective, parts.optimizer, parts.scheduler)
-    data.dataset.load_state_dict(saved["loader"][data.ranks.rank])
+    data.dataset.load_state_dict(loader_state(saved, data.ranks.rank, data.ranks.world_size))
     log.info("resumed from %s at step %d", saved["path"], saved["step"])
+    before = saved["loader"][0]
+    if (before["world_size"], before["batch_size"], before["num_workers"]) != (
+            data.ranks.world_size, data.config.batch_size, data.config.num_workers):
+        log.info("elastic resume: the checkpoint's %d rank(s) x %d worker(s) x batch %d continue as %d x %d x %d; "
+                 "the %d samples left of epoch %d are dealt to the new layout", before["world_size"],
+                 before["num_workers"], before["batch_size"], data.ranks.world_size, data.config.num_workers,
+                 data.config.batch_size, data.dataset.rows_per_rank() * data.ranks.world_size, data.dataset.epoch)
     return saved["step"]
+
+
+def loader_state(saved: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
+    """The loader state rank `rank` of `world_size` continues from: its own when the world size is the
+    checkpoint's, else any rank's (they agree on epoch and batches taken; elastic resume)."""
+    states = saved["loader"]
+    if len(states) == world_size:
+        return states[rank]
+    taken = {(s["epoch"], s["batches_consumed"], len(s.get("segments", []))) for s in states}
+    if len(taken) != 1:
+        raise SystemExit(f"cannot resume {saved['path']} on {world_size} ranks: its ranks disagree on the "
+                         f"(epoch, batches, resumes) they had taken: {sorted(taken)}")
+    return states[0]
 
 
 def wrap_model(parts: TrainingModel, config: TrainConfig, ranks: Ranks) -> None:
@@ -507,7 +548,7 @@ def wrap_model(parts: TrainingModel, config: TrainConfig, ranks: Ranks) -> None:
         parts.model = torch.compile(parts.model)
 
 
-def train_step(parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any]]], data: TrainingData,
+def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any]]], data: TrainingData,
                window: dict[str, Any], masking: Any) -> int:
     """One optimizer step over --grad-accumulation micro-batches masked with `masking` (unless the
     loader workers masked them), their sums added to `window`; returns the epoch of its last batch."""
@@ -520,6 +561,7 @@ def train_step(parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any]
     for micro in range(config.grad_accumulation):
         wait_start = time.perf_counter()
         epoch, batch = next(batches)
+        data.log_samples(step, epoch, batch["sample_index"])
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         if not data.mask_in_workers:
             batch = apply_masking(batch, config.strategy, masking, seed=config.seed, epoch=epoch)
@@ -605,7 +647,7 @@ def train(config: TrainConfig) -> int:
     ranks = setup_ranks(config.seed)
     saved = read_resume_state(config)
     data = open_data(config, ranks, saved)
-    total_steps, warmup_steps = plan_steps(config, data)
+    total_steps, warmup_steps = plan_steps(config, data, saved)
     run_config = run_settings(config, data, total_steps, warmup_steps)
     parts = build_model(config, data, total_steps, warmup_steps, run_config)
     step = resume(saved, parts, data, run_config) if saved is not None else 0
@@ -626,7 +668,7 @@ def train(config: TrainConfig) -> int:
     window = new_window()
     while step < total_steps:
         masking = data.masking_at(step, total_steps)
-        epoch = train_step(parts, batches, data, window, masking)
+        epoch = train_step(step + 1, parts, batches, data, window, masking)
         step += 1
         progress.update(1)
         if step % config.log_every == 0 or step == total_steps:
@@ -642,6 +684,8 @@ def train(config: TrainConfig) -> int:
     if ranks.is_main:
         save_final(out, step, parts, data, run_config, held)
     logger.close()
+    if data.sample_log is not None:
+        data.sample_log.close()
     if data.lease is not None:
         data.lease.release()
     if ranks.world_size > 1:

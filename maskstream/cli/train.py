@@ -18,7 +18,8 @@ whatever the training strategy), the default budget (15%, 80/10/10) and a fixed 
 perplexity and masked-token accuracy are comparable between runs and strategies.
 
 Outputs in --output: checkpoints/ (every --save-every steps and at the end; `--resume`
-continues from the newest exactly), metrics.jsonl and tensorboard/ (loss, masked-token
+continues from the newest: exactly with the same ranks, workers and batch size; with others, the
+rest of the epoch, every sample once, in the global order: docs/masking.md), metrics.jsonl and tensorboard/ (loss, masked-token
 accuracy, learning rate, the step's mask budget, tokens/s, data-wait share; held-out loss, perplexity, accuracy),
 summary.json, and model/ (save_pretrained + tokenizer: what `maskstream finetune` starts from).
 """
@@ -91,6 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="at each epoch boundary move on to the newest complete version of the dataset root "
                              "(--dataset, or the root holding the version it names) when its tokenizer matches; "
                              "logs the switch and the seeds that changed (default: off)")
+    parser.add_argument("--sample-log", default=None, metavar="FILE",
+                        help="append one JSON line per sample trained (epoch, source, sample_index, step, rank) to "
+                             "FILE, every rank to the same file: what a run and its resumes trained (default: off)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -163,17 +163,96 @@ def test_loops_without_set_epoch_move_on_to_the_next_epoch(local_dataset):
     assert list(loader) == []
 
 
-def test_resume_needs_the_same_loader_shape(local_dataset):
+def run_segment(root, state, *, world_size, num_workers, batch_size, steps=None, shuffle=True):
+    """Each rank's sample indices over `steps` batches (the rest of the epoch when None) after
+    loading `state`, and rank 0's state at the end (ranks simulated as separate datasets)."""
+    per_rank, states = [], []
+    for rank in range(world_size):
+        ds = StreamingSequenceDataset(root, rank=rank, world_size=world_size, shuffle_buffer=64, shuffle=shuffle)
+        loader = build_dataloader(ds, batch_size=batch_size, num_workers=num_workers, strategy=None, masking=None)
+        if state is not None:
+            ds.load_state_dict(state)
+        taken = []
+        for step, batch in enumerate(loader, start=1):
+            taken += batch["sample_index"].tolist()
+            if step == steps:
+                break
+        per_rank.append(taken)
+        states.append(ds.state_dict())
+    assert all(s["batches_consumed"] == states[0]["batches_consumed"] for s in states)
+    return per_rank, states[0]
+
+
+# (ranks, workers, batch) before and after, and the steps taken before the resume.
+ELASTIC_CASES = {
+    "2 ranks -> 1": ((2, 0, 8), (1, 0, 8), 7),
+    "1 rank -> 3 (remainder)": ((1, 0, 8), (3, 0, 8), 9),
+    "1 rank -> 3": ((1, 0, 8), (3, 0, 8), 8),
+    "2 workers -> 0": ((1, 2, 8), (1, 0, 8), 13),
+    "batch 8 -> 12": ((1, 0, 8), (1, 0, 12), 5),
+}
+
+
+@pytest.mark.parametrize("case", list(ELASTIC_CASES))
+def test_elastic_resume_trains_every_row_of_the_epoch_once(local_dataset, case):
+    (ranks, workers, batch), (ranks_after, workers_after, batch_after), steps = ELASTIC_CASES[case]
+    before, state = run_segment(local_dataset, None, world_size=ranks, num_workers=workers, batch_size=batch,
+                                steps=steps)
+    assert state["batches_consumed"] == steps
+    after, end = run_segment(local_dataset, state, world_size=ranks_after, num_workers=workers_after,
+                             batch_size=batch_after)
+    trained = [i for rank in before + after for i in rank]
+    left = 400 - ranks * steps * batch
+    padded = -left % ranks_after  # the remainder policy on what is left: repeats from its start
+    assert len(trained) == 400 + padded
+    counts = collections.Counter(trained)
+    assert set(counts) == set(range(400)) and sum(c - 1 for c in counts.values()) == padded
+    # Every new rank takes the same steps, and the epoch is finished on each.
+    assert len({len(rank) for rank in after}) == 1
+    assert end["samples_consumed"] == len(after[0]) and len(end["segments"]) == 1
+
+
+@pytest.mark.parametrize("case", ["2 ranks -> 1", "1 rank -> 3", "batch 8 -> 12"])
+def test_elastic_resume_deals_the_rest_in_the_global_order(local_dataset, case):
+    """Unshuffled, the global order is the dataset's order: what is left of it, cut into one
+    contiguous share per new rank."""
+    (ranks, workers, batch), (ranks_after, workers_after, batch_after), steps = ELASTIC_CASES[case]
+    before, state = run_segment(local_dataset, None, world_size=ranks, num_workers=workers, batch_size=batch,
+                                steps=steps, shuffle=False)
+    after, _ = run_segment(local_dataset, state, world_size=ranks_after, num_workers=workers_after,
+                           batch_size=batch_after, shuffle=False)
+    rest = sorted(set(range(400)) - {i for rank in before for i in rank})
+    share = -(-len(rest) // ranks_after)
+    assert after == [rest[r * share:(r + 1) * share] for r in range(ranks_after)]
+
+
+def test_two_elastic_resumes_in_one_epoch_and_the_next_epoch_is_whole(local_dataset):
+    first, state = run_segment(local_dataset, None, world_size=2, num_workers=0, batch_size=8, steps=5)
+    second, state = run_segment(local_dataset, state, world_size=1, num_workers=0, batch_size=12, steps=6)
+    assert len(state["segments"]) == 1 and state["batches_consumed"] == 6
+    third, state = run_segment(local_dataset, state, world_size=4, num_workers=0, batch_size=8)
+    assert len(state["segments"]) == 2
+    trained = [i for rank in first + second + third for i in rank]
+    assert sorted(trained) == list(range(400))  # 400 - 80 - 72 = 248 rows left, 4 x 62
+    # The same layout again continues exactly: here, past the end of the epoch, into the next, whole one.
+    ds = StreamingSequenceDataset(local_dataset, rank=0, world_size=4, shuffle_buffer=64)
+    loader = build_dataloader(ds, batch_size=8, strategy=None, masking=None)
+    ds.load_state_dict(state)
+    assert ds.rows_per_rank() == 62 and ds.epoch == 0
+    nxt = [i for b in loader for i in b["sample_index"].tolist()]
+    assert ds.epoch == 1 and ds.state_dict()["segments"] == []
+    assert nxt == epoch_indices(local_dataset, world_size=4, num_workers=0, batch_size=8, epoch=1,
+                                shuffle_buffer=64)[0]
+
+
+def test_resume_needs_the_same_order(local_dataset):
     ds = StreamingSequenceDataset(local_dataset, shuffle_buffer=64)
-    loader = build_dataloader(ds, batch_size=16, strategy=None, masking=None)
-    next(iter(loader))
+    build_dataloader(ds, batch_size=16, strategy=None, masking=None)
     state = ds.state_dict()
-    other = StreamingSequenceDataset(local_dataset, shuffle_buffer=64)
-    other.load_state_dict(state)
-    with pytest.raises(ValueError, match="batch_size"):
-        next(iter(build_dataloader(other, batch_size=8, strategy=None, masking=None)))
     with pytest.raises(ValueError, match="seed"):
         StreamingSequenceDataset(local_dataset, seed=1, shuffle_buffer=64).load_state_dict(state)
+    with pytest.raises(ValueError, match="shuffle_buffer"):
+        StreamingSequenceDataset(local_dataset, shuffle_buffer=32).load_state_dict(state)
 
 
 def test_masking_in_workers_equals_masking_after_transfer(local_dataset):
