@@ -2,6 +2,7 @@
 emulator (issue 41: the cache's cost against today's loader, in one run).
 
     python -m benchmarks.loader [--repeat 10] [--batch-size 64] [--shards 8] [--mosaic-python PYTHON]
+                                [--before GIT_REF]
 
 Sequences: every shipped Debian description tokenized to at most 128 tokens (MiniLM), repeated
 `--repeat` times, written as one version of `--shards` shards (row groups of 1,024). Each case
@@ -10,6 +11,13 @@ masking, checksums on), with 0 and 2 workers, and reports samples/s per epoch (w
 ratio to the local loader without a cache. Epoch 0 of a cached case downloads into the cache; epoch 1
 reads it. The bucket is the in-memory GCS emulator on this machine: its figures say what the
 cache saves on a slow source only qualitatively (a real bucket is further away).
+
+With `--before GIT_REF`, `StreamingSequenceDataset` as trainer/dataset.py was at that commit (say,
+the one before the global order and elastic resume, 00fc41d) runs beside today's on the same local
+sequences, alternating, the better of two rounds each: the before/after ratio of issue 41's target
+(at most 10 % slower). It also times the rest of an epoch after an elastic resume (saved with
+2 workers and batch B at a third of the epoch, resumed with 0 workers and batch 1.5 B) against a
+whole epoch in the resumed layout.
 
 With `--mosaic-python`, the same sequences go through MosaicML's `StreamingDataset` too, from local
 MDS, in that interpreter's environment (benchmarks/loader_mosaic.py), collated with the same
@@ -28,8 +36,10 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import fsspec
@@ -42,10 +52,13 @@ from maskstream.trainer.shard_cache import ShardCache
 from tests.fixtures import sequence_dataset as factory
 from tests.fixtures.gcs_emulator import gcs_emulator
 
+REPO = Path(__file__).resolve().parents[1]
 
-def epoch_rates(root: str, workers: int, batch_size: int, cache: ShardCache | None) -> list[float]:
+
+def epoch_rates(root: str, workers: int, batch_size: int, cache: ShardCache | None,
+                dataset_class: type = StreamingSequenceDataset) -> list[float]:
     """Samples/s of epochs 0 and 1."""
-    dataset = StreamingSequenceDataset(root, seed=0, shuffle_buffer=4096, cache=cache)
+    dataset = dataset_class(root, seed=0, shuffle_buffer=4096, cache=cache)
     loader = build_dataloader(dataset, batch_size=batch_size, num_workers=workers, strategy=None, masking=None)
     rates = []
     for epoch in (0, 1):
@@ -64,6 +77,8 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=8, help="shards of the version (default: 8)")
     parser.add_argument("--mosaic-python", default=None, metavar="PYTHON",
                         help="an interpreter with mosaicml-streaming: also run MosaicML's loader (default: skip)")
+    parser.add_argument("--before", default=None, metavar="GIT_REF",
+                        help="also run trainer/dataset.py as it was at GIT_REF, for a before/after ratio (default: skip)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = factory.sequence_rows(factory.read_texts(), max_length=128)
@@ -93,8 +108,60 @@ def main() -> None:
                 print(f"| {name} | {'yes' if cached else 'no'} | {workers} | {rates[0]:,.0f} | {rates[1]:,.0f} | "
                       f"{rates[1] / baseline:.2f} |")
 
+        if args.before:
+            before_after_table(local, args.before, args.batch_size)
+            elastic_rest_table(local, args.batch_size)
         if args.mosaic_python:
             mosaic_table(args.mosaic_python, load_manifest(local)[0], tmp, args.batch_size, ours)
+
+
+def dataset_class_at(ref: str) -> type:
+    """StreamingSequenceDataset as trainer/dataset.py was at git commit `ref`."""
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{ref}:trainer/dataset.py"], check=True,
+                            capture_output=True, text=True).stdout
+    name = f"dataset_at_{ref.replace('~', '_').replace('^', '_')}"
+    module = types.ModuleType(name)
+    sys.modules[name] = module  # dataclasses look their module up
+    exec(compile(source, f"{ref}:trainer/dataset.py", "exec"), module.__dict__)  # noqa: S102 - our own history
+    return module.StreamingSequenceDataset
+
+
+def before_after_table(local: str, ref: str, batch_size: int) -> None:
+    before = dataset_class_at(ref)
+    print(f"\n| local, no cache | workers | samples/s, {ref} (before) | samples/s, today | today / before |")
+    print("| --- | --: | --: | --: | --: |")
+    for workers in (0, 2):
+        best = {"before": 0.0, "today": 0.0}
+        for _ in range(2):  # alternating, the better of two epochs 1 each
+            best["before"] = max(best["before"], epoch_rates(local, workers, batch_size, None, before)[1])
+            best["today"] = max(best["today"], epoch_rates(local, workers, batch_size, None)[1])
+        print(f"| {ref} vs today | {workers} | {best['before']:,.0f} | {best['today']:,.0f} | "
+              f"{best['today'] / best['before']:.2f} |")
+
+
+def elastic_rest_table(local: str, batch_size: int) -> None:
+    """The rest of an epoch after an elastic resume, against a whole epoch in the same layout."""
+    first = StreamingSequenceDataset(local, seed=0, shuffle_buffer=4096)
+    loader = build_dataloader(first, batch_size=batch_size, num_workers=2, strategy=None, masking=None)
+    stop = first.steps_per_epoch(batch_size) // 3
+    for step, _ in enumerate(loader, start=1):
+        if step == stop:
+            break
+    after = batch_size * 3 // 2
+    print(f"\n| 0 workers, batch {after}, local, no cache | samples | samples/s | vs whole epoch |")
+    print("| --- | --: | --: | --: |")
+    whole = None
+    for name, saved in (("whole epoch", None), (f"rest after an elastic resume (saved with 2 workers, batch "
+                                                 f"{batch_size}, after {stop} steps)", first.state_dict())):
+        dataset = StreamingSequenceDataset(local, seed=0, shuffle_buffer=4096)
+        resumed = build_dataloader(dataset, batch_size=after, num_workers=0, strategy=None, masking=None)
+        if saved is not None:
+            dataset.load_state_dict(saved)
+        start = time.perf_counter()
+        samples = sum(len(batch["sample_index"]) for batch in resumed)
+        rate = samples / (time.perf_counter() - start)
+        whole = whole or rate
+        print(f"| {name} | {samples:,} | {rate:,.0f} | {rate / whole:.2f} |")
 
 
 def mosaic_table(python: str, version: str, work: str, batch_size: int, ours: dict[int, list[float]]) -> None:

@@ -48,6 +48,7 @@ SAMPLE = REPO / "data" / "debian-science.jsonl"
 MALFORMED = [b"{not json", b"[" * 5000 + b"]" * 5000, b'{"text": 5}', b'{"body": "no text field"}']
 ERROR_PATTERN = re.compile(r"Traceback|\bERROR\b|Error:|cannot read|could not read", re.IGNORECASE)
 RSS_VERSIONS = 10  # versions in each of the two windows the RSS verdict compares
+RSS_MARKS = (20, 100, 250, 500)  # versions whose RSS the report gives (docs/updates.md's table)
 WARM_UP_VERSIONS = 20
 SECONDS_PER_VERSION_AT_MOST = 120  # a soak that publishes slower than this has hung: it stops and fails
 SWITCH_PATTERN = re.compile(r"switching from dataset version (\S+) to (\S+) ")
@@ -105,6 +106,15 @@ def tree_rss(pid: int) -> int:
         return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
     except psutil.Error:
         return 0
+
+
+def rss_at(samples: list[tuple[float, int]], start: float, end: float) -> float | None:
+    """Median RSS (MB) sampled between two times (a version's publication and the next's), or the
+    nearest sample before the end when none falls between."""
+    inside = [rss for t, rss in samples if start <= t <= end and rss]
+    before = [rss for t, rss in samples if t <= end and rss]
+    chosen = inside or before[-1:]
+    return statistics.median(chosen) / 2**20 if chosen else None
 
 
 def flat(samples: list[tuple[float, int]], first_window: tuple[float, float], last_window: tuple[float, float]
@@ -275,6 +285,9 @@ class Soak:
             "watch_build_failures": (self.work / "watch.log").read_text(errors="replace").count("build failed"),
             "rss_windows": {"warm_up_version": warm_up, "versions": RSS_VERSIONS},
             "rss": {name: flat(self.rss[name], windows[0], windows[1]) for name in self.rss},
+            "rss_at_versions": {version: {name: rss_at(self.rss[name], at(version - 1), at(version))
+                                          for name in self.rss}
+                                for version in RSS_MARKS if version <= len(self.published)},
         })
         figures["passed"] = (figures["trainer_read_errors"] == 0 and figures["gc_failures"] == 0
                              and figures["watch_build_failures"] == 0 and figures["trainer_exit_before_stop"] is None
@@ -324,6 +337,9 @@ def report(figures: dict[str, Any]) -> str:
         f"  watch build failures {figures['watch_build_failures']}",
         f"  RSS, median over versions {figures['rss_windows']['warm_up_version']}+{figures['rss_windows']['versions']} "
         f"vs the last {figures['rss_windows']['versions']}: {rss}",
+        *[f"  RSS at version {version}: " + ", ".join(f"{name} {mb:.0f} MB" if mb else f"{name} -"
+                                                     for name, mb in by_name.items())
+          for version, by_name in figures["rss_at_versions"].items()],
         *[f"  error: {line}" for line in figures["error_lines"]],
     ])
 
