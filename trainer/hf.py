@@ -22,6 +22,20 @@ With `transformers.Trainer` (single process; `maskstream train` is the multi-GPU
 The collator draws the same masks as `maskstream train` for the same (seed, epoch, sample): it pads
 with `maskstream.trainer.collate.collate_sequences` and masks with `maskstream.trainer.masking.apply_masking`, reading
 the epoch from the dataset (which `Trainer` advances with `set_epoch`).
+
+A mixture (`maskstream train --mix`, `maskstream.trainer.mixture`) in `transformers.Trainer`: its rows
+one at a time, batched again by the Trainer with the mixture's batch size, masked by source:
+
+    from maskstream.trainer.loader import build_dataloader
+    from maskstream.trainer.mixture import build_mixture
+    from maskstream.trainer.hf import MixtureCollator, MixtureRows
+
+    domain = StreamingSequenceDataset("out/demo/dataset", seed=0)
+    loader = build_dataloader(domain, batch_size=16, strategy=None, masking=None)
+    mixture = build_mixture(domain, loader, ["general.jsonl:0.2"], tokenizer, strategy="difference",
+                            seed=0, batch_size=16)
+    Trainer(model=model, args=args,  # per_device_train_batch_size=16, remove_unused_columns=False
+            train_dataset=MixtureRows(mixture), data_collator=MixtureCollator(mixture)).train()
 """
 
 from __future__ import annotations
@@ -29,11 +43,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils.data import IterableDataset
 
 from maskstream.schemas.manifest import load_manifest, safe_relative_path
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+from maskstream.trainer.mixture import Mixture, concat_rows, mask_by_source
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "labels")
 
@@ -72,4 +88,34 @@ class MaskingCollator:
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         batch = collate_sequences(samples, self.pad_token_id)
         masked = apply_masking(batch, self.strategy, self.masking, seed=self.seed, epoch=self.dataset.epoch)
+        return {name: masked[name] for name in MODEL_INPUTS}
+
+
+class MixtureRows(IterableDataset):
+    """A `Mixture`'s rows one at a time, in the draw's order (batch it again with the mixture's
+    batch size, so that the Trainer's batches are the mixture's)."""
+
+    def __init__(self, mixture: Mixture) -> None:
+        super().__init__()
+        self.mixture = mixture
+
+    def __iter__(self):
+        for batch in self.mixture:
+            for row in range(len(batch["sample_index"])):
+                yield {name: column[row] for name, column in batch.items()}
+
+
+class MixtureCollator:
+    """A `data_collator` for `MixtureRows`: pads the rows and masks each with its source's strategy
+    (the mixture's: the domain's, random for the others)."""
+
+    def __init__(self, mixture: Mixture, masking: MaskingConfig | None = None, seed: int | None = None) -> None:
+        self.mixture = mixture
+        self.masking = masking or MaskingConfig.from_manifest(mixture.sources[0].dataset.manifest)
+        self.seed = mixture.seed if seed is None else seed
+
+    def __call__(self, rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        batch = concat_rows([{name: value.unsqueeze(0) for name, value in row.items()} for row in rows],
+                            self.mixture.pad_token_id)
+        masked = mask_by_source(batch, self.mixture.strategies, self.masking, seed=self.seed)
         return {name: masked[name] for name in MODEL_INPUTS}

@@ -155,6 +155,7 @@ class TrainConfig:
     cache_dir: str | None = None  # a local cache of the shards (maskstream.trainer.shard_cache)
     cache_limit: int = 0  # its size in bytes; required with cache_dir
     sample_log: str | None = None  # a JSON-lines file: one line per sample trained
+    mix: list[str] | None = None  # SOURCE:WEIGHT entries (maskstream.trainer.mixture)
 
     def __post_init__(self) -> None:
         # heavy: imports torch; only here, where it is needed
@@ -172,6 +173,12 @@ class TrainConfig:
                      ("--exlm-states", self.exlm_states, self.exlm_states >= 1),
                      ("--exlm-token-budget", self.exlm_token_budget, self.exlm_token_budget >= 0))
         BudgetSchedule.parse(self.mask_budget_schedule, self.mask_budget)  # a bad schedule fails here
+        if self.mix:
+            from maskstream.trainer.mixture import MixSource, mixture_weights
+
+            mixture_weights([MixSource.parse(entry) for entry in self.mix])  # bad entries and sums fail here
+            if self.follow_latest:
+                raise ValueError("--follow-latest with --mix is not supported yet: a mixture reads fixed versions")
         if self.cache_dir and self.cache_limit < 1:
             raise ValueError("--cache-dir needs --cache-limit BYTES, the most the cache may hold")
         if self.objective not in OBJECTIVES:
@@ -293,6 +300,7 @@ class TrainingData:
     mask_in_workers: bool
     resume_rng: dict[str, Any] | None = None  # RNG state to restore once the loader has started
     sample_log: Any = None  # --sample-log, open for appending
+    mixture: Any = None  # maskstream.trainer.mixture.Mixture with --mix
     loader: Any = None
     lease: Any = None  # rank 0's maskstream.schemas.lease.VersionLease on the version read: gc spares it
 
@@ -301,16 +309,26 @@ class TrainingData:
         self.lease = VersionLease(self.dataset.version_url) if self.ranks.is_main else None
         if self.config.sample_log:
             self.sample_log = open(self.config.sample_log, "a", encoding="utf-8")  # noqa: SIM115 (closed by train)
+        if self.config.mix:
+            self.mixture = open_mixture(self)
 
-    def log_samples(self, step: int, epoch: int, sample_index: Any) -> None:
+    @property
+    def source_names(self) -> list[str]:
+        """What --sample-log and the metrics call each source: the domain's version, then --mix's."""
+        return [self.dataset.manifest.version, *(self.mixture.names[1:] if self.mixture is not None else [])]
+
+    def log_samples(self, step: int, epoch: int, batch: dict[str, Any]) -> None:
         """--sample-log: one JSON line per sample of step `step` (1 = the first), written at once so
-        that ranks appending to one file do not interleave within a batch."""
+        that ranks appending to one file do not interleave within a batch. A mixture's rows carry
+        their source's epoch."""
         if self.sample_log is None:
             return
-        source, rank = self.dataset.manifest.version, self.ranks.rank
+        names, rank, count = self.source_names, self.ranks.rank, len(batch["sample_index"])
+        sources = batch["source"].tolist() if "source" in batch else [0] * count
+        epochs = batch["epoch"].tolist() if "epoch" in batch else [epoch] * count
         self.sample_log.write("".join(
-            json.dumps({"epoch": epoch, "source": source, "sample_index": int(i), "step": step, "rank": rank}) + "\n"
-            for i in sample_index.tolist()))
+            json.dumps({"epoch": e, "source": names[s], "sample_index": i, "step": step, "rank": rank}) + "\n"
+            for e, s, i in zip(epochs, sources, batch["sample_index"].tolist(), strict=True)))
         self.sample_log.flush()
 
 
@@ -362,6 +380,14 @@ class TrainingData:
     def batches(self) -> Iterator[tuple[int, dict[str, Any]]]:
         import torch
 
+        if self.mixture is not None:
+            self._restore_rng()
+            for batch in self.mixture:
+                # Held-out rows are the domain's: other sources are trained on whole.
+                held = held_out(batch["sample_index"].numpy(), self.config.held_out_fraction) & (
+                    batch["source"].numpy() == 0)
+                if not held.all():
+                    yield self.dataset.epoch, select_rows(batch, ~torch.from_numpy(held))
         while True:
             # Starting an iteration, the DataLoader draws its workers' base seed from the global generator.
             # A run resumed at an epoch's end restores the generators before that, as the run it continues
@@ -381,6 +407,9 @@ class TrainingData:
         import torch.distributed as dist
 
         state = self.dataset.state_dict()
+        if self.mixture is not None:
+            mixture = self.mixture.state_dict()
+            state = {**mixture["sources"][0]["state"], "mixture": mixture}
         if self.ranks.world_size == 1:
             return [state]
         states: list[Any] = [None] * self.ranks.world_size
@@ -426,11 +455,26 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     pad_token_id = dataset.manifest.tokenizer["pad_token_id"]
     eval_batches = collect_held_out(started, config.held_out_fraction, config.eval_samples, pad_token_id,
                                     config.batch_size) if ranks.is_main else []
-    # A changing budget is drawn where the step is known: in this process, not in the loader workers.
-    in_workers = masks_in_loader_workers(ranks.device) and schedule.kind == "constant"
+    # A changing budget is drawn where the step is known: in this process, not in the loader workers;
+    # a mixture's rows are masked by source once their batch is drawn.
+    in_workers = masks_in_loader_workers(ranks.device) and schedule.kind == "constant" and not config.mix
     return TrainingData(config, ranks, started, dataset, model_name, tokenizer, masking, schedule, eval_masking,
                         eval_batches, follower, in_workers,
                         resume_rng=saved["rng"] if saved is not None else None)
+
+
+def open_mixture(data: TrainingData) -> Any:
+    """The --mix mixture around the domain's dataset and (unmasked) loader."""
+    # heavy: imports torch; only here, where it is needed
+    from maskstream.trainer.mixture import build_mixture
+
+    config, ranks = data.config, data.ranks
+    try:
+        return build_mixture(data.dataset, data.loader, config.mix, data.tokenizer, strategy=config.strategy,
+                             seed=config.seed, batch_size=config.batch_size, num_workers=config.num_workers,
+                             cache=shard_cache(config), pin_memory=ranks.device.type == "cuda")
+    except ValueError as e:  # a source that cannot be mixed: say which, in one line
+        raise SystemExit(str(e)) from None
 
 
 def plan_steps(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | None) -> tuple[int, int]:
@@ -512,7 +556,14 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
     if changed:
         raise SystemExit(f"cannot resume {saved['path']} exactly: settings changed (was, now): {changed}")
     restore_checkpoint(saved, parts.objective, parts.optimizer, parts.scheduler)
-    data.dataset.load_state_dict(loader_state(saved, data.ranks.rank, data.ranks.world_size))
+    state = loader_state(saved, data.ranks.rank, data.ranks.world_size)
+    if ("mixture" in state) != (data.mixture is not None):
+        raise SystemExit(f"cannot resume {saved['path']}: it was {'' if 'mixture' in state else 'not '}trained on a "
+                         "mixture; resume with the same --mix")
+    if data.mixture is not None:
+        data.mixture.load_state_dict(state["mixture"])
+    else:
+        data.dataset.load_state_dict(state)
     log.info("resumed from %s at step %d", saved["path"], saved["step"])
     before = saved["loader"][0]
     if (before["world_size"], before["batch_size"], before["num_workers"]) != (
@@ -556,14 +607,20 @@ def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dic
 
     # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.masking import apply_masking
+    from maskstream.trainer.mixture import mask_by_source
 
     config, device = data.config, data.ranks.device
     for micro in range(config.grad_accumulation):
         wait_start = time.perf_counter()
         epoch, batch = next(batches)
-        data.log_samples(step, epoch, batch["sample_index"])
+        data.log_samples(step, epoch, batch)
+        if data.mixture is not None:
+            window["sources"] = [a + b for a, b in zip(window.get("sources", [0] * len(data.mixture.sources)),
+                                                       data.mixture.counts(batch), strict=True)]
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        if not data.mask_in_workers:
+        if data.mixture is not None:
+            batch = mask_by_source(batch, data.mixture.strategies, masking, seed=config.seed)
+        elif not data.mask_in_workers:
             batch = apply_masking(batch, config.strategy, masking, seed=config.seed, epoch=epoch)
         window["wait"] += time.perf_counter() - wait_start
         # DDP averages gradients across ranks on the last micro-batch of a step only.
@@ -584,8 +641,10 @@ def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dic
     return epoch
 
 
-def window_record(window: dict[str, Any], parts: TrainingModel, ranks: Ranks, epoch: int) -> dict[str, Any]:
-    """The logged training metrics of one window (tokens, correct and masked summed over ranks)."""
+def window_record(window: dict[str, Any], parts: TrainingModel, ranks: Ranks, epoch: int,
+                  names: list[str]) -> dict[str, Any]:
+    """The logged training metrics of one window (tokens, correct and masked summed over ranks; with a
+    mixture, samples by source)."""
     import torch
     import torch.distributed as dist
 
@@ -595,9 +654,15 @@ def window_record(window: dict[str, Any], parts: TrainingModel, ranks: Ranks, ep
     if ranks.world_size > 1:
         dist.all_reduce(totals)
     tokens, correct, masked = totals.tolist()
-    return {"loss": float(window["loss"]) / window["micro"], "masked_accuracy": correct / max(masked, 1),
-            "learning_rate": parts.scheduler.get_last_lr()[0], "tokens_per_second": tokens / elapsed,
-            "data_wait_share": window["wait"] / elapsed, "epoch": epoch}
+    record = {"loss": float(window["loss"]) / window["micro"], "masked_accuracy": correct / max(masked, 1),
+              "learning_rate": parts.scheduler.get_last_lr()[0], "tokens_per_second": tokens / elapsed,
+              "data_wait_share": window["wait"] / elapsed, "epoch": epoch}
+    if "sources" in window:  # a mixture: samples trained from each source, all ranks
+        counts = torch.tensor(window["sources"], dtype=torch.float64, device=ranks.device)
+        if ranks.world_size > 1:
+            dist.all_reduce(counts)
+        record["samples_by_source"] = dict(zip(names, (int(c) for c in counts.tolist()), strict=True))
+    return record
 
 
 def evaluate_held_out(step: int, parts: TrainingModel, data: TrainingData, logger) -> dict[str, float]:
@@ -672,7 +737,7 @@ def train(config: TrainConfig) -> int:
         step += 1
         progress.update(1)
         if step % config.log_every == 0 or step == total_steps:
-            record = {**window_record(window, parts, ranks, epoch), "mask_budget": masking.budget}
+            record = {**window_record(window, parts, ranks, epoch, data.source_names), "mask_budget": masking.budget}
             logger.log(step, "train", record)
             progress.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['learning_rate']:.2e}")
             window = new_window()

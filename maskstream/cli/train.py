@@ -92,6 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="at each epoch boundary move on to the newest complete version of the dataset root "
                              "(--dataset, or the root holding the version it names) when its tokenizer matches; "
                              "logs the switch and the seeds that changed (default: off)")
+    parser.add_argument("--mix", action="append", default=None, metavar="SOURCE:WEIGHT",
+                        help="also train on SOURCE, WEIGHT (0-1) of the samples, the domain (--dataset) taking the "
+                             "rest; repeatable. SOURCE: a maskstream dataset (root or version), or .jsonl/.parquet "
+                             "text (file, folder or glob; a `text` field) tokenized on the fly. The domain is masked "
+                             "with --strategy, every SOURCE with random masking (default: the domain alone)")
     parser.add_argument("--sample-log", default=None, metavar="FILE",
                         help="append one JSON line per sample trained (epoch, source, sample_index, step, rank) to "
                              "FILE, every rank to the same file: what a run and its resumes trained (default: off)")

@@ -1,0 +1,177 @@
+"""Mixtures (`--mix`): the draw's proportions, rows that are the sources' own, masking by source,
+exact resume, and `maskstream train --mix` end to end."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from maskstream.cli import main
+from maskstream.trainer.dataset import StreamingSequenceDataset
+from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.masking import MaskingConfig, apply_masking
+from maskstream.trainer.metrics import read_metrics
+from maskstream.trainer.mixture import (
+    DatasetSource,
+    MixSource,
+    Mixture,
+    TextSource,
+    mask_by_source,
+    mixture_weights,
+    source_schedule,
+)
+from tests.fixtures import sequence_dataset as factory
+
+
+@pytest.mark.parametrize("weights", [[0.8, 0.2], [0.5, 0.3, 0.15, 0.05], [0.95, 0.05]])
+def test_proportions_hold_within_2_percent_over_any_1000_samples(weights):
+    labels = source_schedule(7, weights, 0, 200_000)
+    for source, weight in enumerate(weights):
+        running = np.concatenate([[0], np.cumsum(labels == source)])
+        window = running[1000:] - running[:-1000]  # every 1,000 consecutive samples
+        assert np.abs(window / 1000 - weight).max() <= 0.02, (source, window.min(), window.max())
+    # A function of the seed and the sample alone: any slice is the same wherever it is drawn from.
+    assert (source_schedule(7, weights, 12_345, 999) == labels[12_345:13_344]).all()
+    assert not (source_schedule(8, weights, 0, 1000) == labels[:1000]).all()
+
+
+def test_mix_entries_and_weights_are_checked():
+    assert MixSource.parse("gs://bucket/general:0.2") == MixSource("gs://bucket/general", 0.2)
+    assert MixSource.parse("general/*.jsonl:0.1").is_text and not MixSource.parse("out/general:0.1").is_text
+    for bad in ("general.jsonl", "general.jsonl:1.5", "general.jsonl:x", ":0.2"):
+        with pytest.raises(ValueError, match="SOURCE:WEIGHT"):
+            MixSource.parse(bad)
+    with pytest.raises(ValueError, match="sum"):
+        mixture_weights([MixSource("a.jsonl", 0.6), MixSource("b.jsonl", 0.4)])
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    """The shipped descriptions as general text, with a record without text (skipped)."""
+    texts = factory.read_texts(limit=300)
+    path = tmp_path / "general.jsonl"
+    path.write_text("\n".join([json.dumps({"text": t}) for t in texts] + ['{"title": "no text"}']) + "\n")
+    return path, texts
+
+
+def make_mixture(local_dataset, text_path, *, batch_size=20, state=None, workers=0):
+    dataset = StreamingSequenceDataset(local_dataset, seed=3, shuffle_buffer=64)
+    loader = build_dataloader(dataset, batch_size=batch_size, num_workers=workers, strategy=None, masking=None)
+    text = TextSource(str(text_path), factory.tokenizer(), 128, batch_size=batch_size, rank=0, world_size=1)
+    mixture = Mixture([DatasetSource(dataset, loader, "domain"), text], [0.8, 0.2], ["difference", "random"],
+                      seed=3, batch_size=batch_size, rank=0, world_size=1,
+                      pad_token_id=dataset.manifest.tokenizer["pad_token_id"])
+    if state is not None:
+        mixture.load_state_dict(state)
+    return mixture
+
+
+def test_mixture_rows_are_the_sources_rows_in_the_drawn_proportions(local_dataset, text_file):
+    path, texts = text_file
+    mixture = make_mixture(local_dataset, path)
+    batches = [mixture.next_batch() for _ in range(50)]  # 1,000 samples: the domain's 400 rows cycle
+    sources = torch.cat([b["source"] for b in batches])
+    assert (sources.numpy() == source_schedule(3, [0.8, 0.2], 0, 1000)).all()
+    assert sources.float().mean().item() == pytest.approx(0.2, abs=0.005)
+    domain_dataset = mixture.sources[0].dataset
+    stored_ids = [ids for i in range(len(domain_dataset.manifest.shards))  # sample index = manifest order
+                  for ids in pq.read_table(domain_dataset.shard_url(i)).column("input_ids").to_pylist()]
+    tokenizer = factory.tokenizer()
+    for batch in batches[:10]:
+        for row in range(len(batch["source"])):
+            ids = batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()
+            index = int(batch["sample_index"][row])
+            if batch["source"][row] == 0:
+                assert ids == stored_ids[index]
+            else:  # the text source's record `index`, tokenized on the fly
+                assert ids == tokenizer(texts[index], truncation=True, max_length=128)["input_ids"]
+    # Each source keeps its own order: the domain's rows are its epoch 0 order, then epoch 1's.
+    domain = torch.cat([b["sample_index"][b["source"] == 0] for b in batches])
+    epochs = torch.cat([b["epoch"][b["source"] == 0] for b in batches])
+    assert sorted(domain[epochs == 0].tolist()) == list(range(400)) and (epochs[:400] == 0).all()
+
+
+def test_each_source_is_masked_with_its_own_strategy(local_dataset, text_file):
+    mixture = make_mixture(local_dataset, text_file[0])
+    batch = mixture.next_batch()
+    masking = MaskingConfig.from_manifest(mixture.sources[0].dataset.manifest)
+    masked = mask_by_source(batch, mixture.strategies, masking, seed=3)
+    for source, strategy in enumerate(mixture.strategies):
+        rows = batch["source"] == source
+        part = {k: v[rows] for k, v in batch.items() if k not in ("source", "epoch")}
+        alone = apply_masking(part, strategy, masking, seed=3, epoch=0)
+        assert torch.equal(masked["labels"][rows], alone["labels"])
+        assert torch.equal(masked["input_ids"][rows], alone["input_ids"])
+    # Text rows have no mask probabilities (difference masking would mask none of them); random masks them.
+    text_rows = batch["source"] == 1
+    assert (batch["mask_probability"][text_rows] == 0).all() and (masked["labels"][text_rows] != -100).any()
+
+
+def test_mixture_resumes_exactly(local_dataset, text_file):
+    path, _ = text_file
+    mixture = make_mixture(local_dataset, path, batch_size=16)
+    for _ in range(7):
+        mixture.next_batch()
+    state = json.loads(json.dumps(mixture.state_dict()))  # as a checkpoint holds it
+    expected = [mixture.next_batch() for _ in range(30)]  # crosses the domain's epoch
+    resumed = make_mixture(local_dataset, path, batch_size=16, state=state)
+    for want in expected:
+        got = resumed.next_batch()
+        for key in ("input_ids", "sample_index", "source", "epoch"):
+            assert torch.equal(got[key], want[key]), key
+
+
+def test_train_with_a_text_mixture(local_dataset, text_file, tiny_bert, tmp_path):
+    path, _ = text_file
+    out = tmp_path / "mixed"
+    log = tmp_path / "samples.jsonl"
+    assert main(["train", "--dataset", local_dataset, "--mix", f"{path}:0.2", "--output", str(out), "--model",
+                 tiny_bert, "--batch-size", "25", "--max-steps", "8", "--log-every", "4", "--num-workers", "0",
+                 "--eval-samples", "8", "--sample-log", str(log)]) == 0
+    train = [r for r in read_metrics(out) if r["split"] == "train"]
+    assert [r["step"] for r in train] == [4, 8]
+    counts = collections.Counter()
+    for record in train:
+        counts.update(record["samples_by_source"])
+    samples = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sum(counts.values()) == len(samples) and counts[str(path)] == sum(s["source"] == str(path) for s in samples)
+    # 200 samples drawn, 40 of them text; held-out domain rows are dropped, text rows never.
+    assert counts[str(path)] == 40 and 140 <= sum(counts.values()) - 40 <= 160
+
+
+def test_a_dataset_source_in_transformers_trainer(local_dataset, odd_dataset, text_file, tiny_bert, tmp_path):
+    """A mixture of the domain, another maskstream version (random masking) and text through
+    `transformers.Trainer` with MixtureRows and MixtureCollator: the Trainer's batches are the
+    mixture's, and the loss is finite."""
+    from transformers import AutoModelForMaskedLM, Trainer, TrainingArguments
+
+    from maskstream.trainer.hf import MixtureCollator, MixtureRows
+    from maskstream.trainer.mixture import build_mixture
+
+    domain = StreamingSequenceDataset(local_dataset, seed=0)
+    loader = build_dataloader(domain, batch_size=10, strategy=None, masking=None)
+    mixture = build_mixture(domain, loader, [f"{odd_dataset}:0.3", f"{text_file[0]}:0.2"], factory.tokenizer(),
+                            strategy="difference", seed=0, batch_size=10)
+    assert mixture.strategies == ["difference", "random", "random"] and mixture.weights == pytest.approx([0.5, 0.3, 0.2])
+    seen = []
+
+    class Recording(MixtureCollator):
+        def __call__(self, rows):
+            seen.append(torch.stack([row["source"] for row in rows]))
+            return super().__call__(rows)
+
+    args = TrainingArguments(str(tmp_path / "hf"), max_steps=6, per_device_train_batch_size=10, report_to=[],
+                             logging_steps=1, use_cpu=True, learning_rate=1e-3, remove_unused_columns=False,
+                             save_strategy="no")
+    trainer = Trainer(model=AutoModelForMaskedLM.from_pretrained(tiny_bert), args=args,
+                      train_dataset=MixtureRows(mixture), data_collator=Recording(mixture))
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 6 and all(np.isfinite(losses))
+    drawn = torch.cat(seen[:6]).numpy()
+    assert (drawn == source_schedule(0, [0.5, 0.3, 0.2], 0, 60)).all()

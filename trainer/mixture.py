@@ -1,0 +1,352 @@
+"""Weighted mixtures of sources: the domain's dataset version with general text replayed beside it.
+
+`maskstream train --dataset DOMAIN --mix SOURCE:WEIGHT ...` trains on the domain and every SOURCE,
+each SOURCE taking WEIGHT of the samples and the domain the rest. A SOURCE is a maskstream dataset
+version (a root or version folder, local or gs://) or plain text: `.jsonl` / `.parquet` files (a
+file, a folder or a glob) with a `text` field, tokenized on the fly with the run's tokenizer.
+
+Contract:
+
+- *The draw*: mixture sample `g` (counted over the whole run and every rank; step `t` of rank `r`
+  with batch `B` on `W` ranks takes `g` in `[(t W + r) B, (t W + r + 1) B)`) comes from the source
+  `source_schedule(seed, weights)` gives it: a function of the seed and `g` alone. In every block of
+  20 consecutive samples each source other than the domain gets `floor(w n)` minus what the blocks
+  before got (`n` the samples through the block), the domain the rest, in an order drawn from
+  (seed, block). The proportions therefore hold within a few samples over any 1,000 consecutive
+  samples (tests/trainer/test_mixture.py: within ±2 %).
+- *Each source keeps its own order and masking*: a maskstream source is a
+  `StreamingSequenceDataset` read by its own DataLoader (the module doc of
+  `maskstream.trainer.dataset`: ranks, workers, epochs), masked with the run's `--strategy` for the
+  domain and `random` for every other source (a maskstream version replayed as general text has no
+  domain map); a text source is read in file order, record `i` by rank `i % W`, and masked with
+  `random`. A source that reaches the end of an epoch starts its next one. Batches carry a
+  `source` column (the source's position: 0 is the domain) and an `epoch` column (the source's
+  epoch of the row, which keys its masks); `mask_by_source` masks each source's rows.
+- *State*: the mixture's sample count and, per source, its loader state before the batch it is
+  taking rows from plus the rows already taken from that batch. Resuming with the same layout
+  continues exactly; with another world size, batch size or worker count each source resumes
+  elastically, and the rows already taken from each source's last batch are taken again (fewer than
+  one batch per source).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import itertools
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
+from maskstream.trainer.dataset import StreamingSequenceDataset
+from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.masking import MaskingConfig, apply_masking
+
+log = logging.getLogger("maskstream.mixture")
+
+BLOCK = 20  # samples per block of the draw: within a block, any source is off its share by at most 5
+TEXT_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+@dataclasses.dataclass(frozen=True)
+class MixSource:
+    """One `--mix SOURCE:WEIGHT`."""
+
+    url: str
+    weight: float
+
+    @classmethod
+    def parse(cls, text: str) -> MixSource:
+        url, sep, weight = text.rpartition(":")
+        try:
+            value = float(weight)
+        except ValueError:
+            value = -1.0
+        if not sep or not url or not 0 < value < 1:
+            raise ValueError(f"--mix {text!r}: expected SOURCE:WEIGHT with 0 < WEIGHT < 1, e.g. general.jsonl:0.2")
+        return cls(url, value)
+
+    @property
+    def is_text(self) -> bool:
+        return self.url.rstrip("/").endswith(TEXT_SUFFIXES) or any(c in self.url for c in "*?[")
+
+
+def mixture_weights(mix: Sequence[MixSource]) -> list[float]:
+    """[domain weight, source weights...]: the domain takes what the sources leave."""
+    rest = 1.0 - sum(source.weight for source in mix)
+    if rest <= 0:
+        raise ValueError(f"--mix weights sum to {1 - rest:g}: they must leave the domain a share (sum below 1)")
+    return [rest, *(source.weight for source in mix)]
+
+
+def source_schedule(seed: int, weights: Sequence[float], start: int, count: int) -> np.ndarray:
+    """The source (0 = the domain) of mixture samples [start, start + count) (module doc)."""
+    first, last = start // BLOCK, (start + count - 1) // BLOCK
+    others = np.asarray(weights[1:], dtype=np.float64)
+    labels = []
+    for block in range(first, last + 1):
+        counts = np.floor(others * (block + 1) * BLOCK) - np.floor(others * block * BLOCK)
+        block_labels = np.zeros(BLOCK, dtype=np.int64)
+        block_labels[: int(counts.sum())] = np.repeat(np.arange(1, len(weights)), counts.astype(np.int64))
+        labels.append(block_labels[np.random.default_rng([seed, block, 0x313C]).permutation(BLOCK)])
+    offset = start - first * BLOCK
+    return np.concatenate(labels)[offset : offset + count]
+
+
+def concat_rows(parts: Sequence[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Rows of several collated batches as one, padded to the widest (collate_sequences' padding)."""
+    width = max(part["input_ids"].shape[1] for part in parts)
+    out = {}
+    for name in parts[0]:
+        tensors = [part[name] for part in parts]
+        if tensors[0].dim() == 2:
+            pad = PADDED_COLUMNS[name][1] if name in PADDED_COLUMNS else 0
+            pad = pad_token_id if pad is None else pad
+            tensors = [torch.nn.functional.pad(t, (0, width - t.shape[1]), value=pad) for t in tensors]
+        out[name] = torch.cat(tensors)
+    return out
+
+
+def mask_by_source(batch: dict[str, torch.Tensor], strategies: Sequence[str], masking: MaskingConfig, *,
+                   seed: int) -> dict[str, torch.Tensor]:
+    """`apply_masking` on each (source, epoch) group of a mixture batch's rows with its source's
+    strategy; the rows keep their places."""
+    masked = {**batch, "labels": torch.full_like(batch["input_ids"], -100)}
+    masked["input_ids"] = batch["input_ids"].clone()
+    groups = torch.stack([batch["source"], batch["epoch"]], dim=1).unique(dim=0).tolist()
+    for source, epoch in groups:
+        rows = ((batch["source"] == source) & (batch["epoch"] == epoch)).nonzero().flatten()
+        part = {k: v[rows] for k, v in batch.items() if k not in ("source", "epoch")}
+        done = apply_masking(part, strategies[source], masking, seed=seed, epoch=epoch)
+        masked["input_ids"][rows] = done["input_ids"]
+        masked["labels"][rows] = done["labels"]
+    return masked
+
+
+class TextSource:
+    """Plain text (JSONL or Parquet `text` fields) tokenized on the fly: batches like
+    `collate_sequences`' with random-masking columns (mask probability 0, word ids of the
+    tokenizer's pre-tokenized words). Record `i` of the files (sorted) goes to rank `i % world_size`."""
+
+    def __init__(self, url: str, tokenizer: Any, max_length: int, *, batch_size: int, rank: int, world_size: int,
+                 text_field: str = "text") -> None:
+        self.url, self.tokenizer, self.max_length = url, tokenizer, max_length
+        self.batch_size, self.rank, self.world_size, self.text_field = batch_size, rank, world_size, text_field
+        self.files = self._files(url)
+        if not self.files:
+            raise ValueError(f"--mix {url}: no .jsonl or .parquet file there")
+        self.epoch, self.records = 0, 0  # records of this rank consumed in the epoch
+        self.name = url
+
+    @staticmethod
+    def _files(url: str) -> list[str]:
+        fs, _, paths = fsspec.get_fs_token_paths(url)
+        if any(c in url for c in "*?["):
+            found = fs.glob(paths[0]) if "://" in url else glob.glob(url)
+        elif fs.isdir(paths[0]):
+            found = [p for p in fs.find(paths[0]) if p.endswith(TEXT_SUFFIXES)]
+        else:
+            found = paths
+        protocol = url.split("://", 1)[0] + "://" if "://" in url else ""
+        return sorted(p if p.startswith(protocol) else protocol + p for p in found)
+
+    def _texts(self) -> Iterator[str]:
+        """This rank's texts of one pass over the files, in order."""
+        index = 0
+        for path in self.files:
+            if path.endswith(".parquet"):
+                with fsspec.open(path, "rb") as f:
+                    for batch in pq.ParquetFile(f).iter_batches(columns=[self.text_field]):
+                        for text in batch.column(0).to_pylist():
+                            if index % self.world_size == self.rank and isinstance(text, str):
+                                yield text
+                            index += 1
+            else:
+                with fsspec.open(path, "rt", encoding="utf-8") as f:
+                    for line in f:
+                        try:
+                            text = json.loads(line).get(self.text_field)
+                        except (json.JSONDecodeError, AttributeError):
+                            continue  # not a record with text: skipped, as a build rejects it
+                        if index % self.world_size == self.rank and isinstance(text, str):
+                            yield text
+                        index += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "records": self.records, "world_size": self.world_size, "url": self.url}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        # On another world size, about the same share of the epoch's records (ranks took their own counts).
+        self.epoch = int(state["epoch"])
+        self.records = int(state["records"]) * int(state.get("world_size", self.world_size)) // self.world_size
+
+    def batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        """Collated batches, forever: the next epoch starts where one ends."""
+        while True:
+            texts = self._texts()
+            for _ in range(self.records):
+                next(texts, None)
+            while True:
+                chunk = list(itertools.islice(texts, self.batch_size))
+                if not chunk:
+                    break
+                first = self.records
+                self.records += len(chunk)
+                yield self._collate(chunk, first)
+            if self.records == 0:
+                raise ValueError(f"--mix {self.url}: rank {self.rank} has no text to read")
+            self.epoch, self.records = self.epoch + 1, 0
+
+    def _collate(self, texts: list[str], first: int) -> dict[str, torch.Tensor]:
+        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_special_tokens_mask=True)
+        samples = []
+        for i in range(len(texts)):
+            ids = np.asarray(encoded["input_ids"][i], dtype=np.int64)
+            words = np.asarray([-1 if w is None else w for w in encoded.word_ids(i)], dtype=np.int64)
+            samples.append({"input_ids": ids, "word_ids": words, "special_tokens_mask":
+                            np.asarray(encoded["special_tokens_mask"][i], dtype=bool),
+                            "mask_probability": np.zeros(len(ids), dtype=np.float32),
+                            # rank-strided record numbers: the key of the row's masks
+                            "sample_index": (first + i) * self.world_size + self.rank})
+        batch = collate_sequences(samples, self.tokenizer.pad_token_id)
+        batch["epoch"] = torch.full((len(texts),), self.epoch, dtype=torch.int64)
+        return batch
+
+
+class DatasetSource:
+    """A maskstream version read by its own DataLoader (unmasked), with each batch's epoch."""
+
+    def __init__(self, dataset: Any, loader: Any, name: str) -> None:
+        self.dataset, self.loader, self.name = dataset, loader, name
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dataset.load_state_dict(state)
+
+    def batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            for batch in self.loader:
+                yield {**batch, "epoch": torch.full_like(batch["sample_index"], self.dataset.epoch)}
+
+
+class Mixture:
+    """Batches of `batch_size` rows drawn from `sources` (0 = the domain) by `source_schedule`."""
+
+    def __init__(self, sources: Sequence[Any], weights: Sequence[float], strategies: Sequence[str], *, seed: int,
+                 batch_size: int, rank: int, world_size: int, pad_token_id: int) -> None:
+        self.sources, self.weights, self.strategies = list(sources), list(weights), list(strategies)
+        self.seed, self.batch_size, self.rank, self.world_size = seed, batch_size, rank, world_size
+        self.pad_token_id = pad_token_id
+        self.samples = 0  # mixture samples taken by all ranks before this rank's next batch's step
+        self._streams = [source.batches() for source in self.sources]
+        self._buffers: list[dict[str, torch.Tensor] | None] = [None] * len(self.sources)
+        self._before: list[dict[str, Any] | None] = [None] * len(self.sources)  # state before each buffer
+        self._used = [0] * len(self.sources)
+        self._skip = [0] * len(self.sources)  # rows of the next batch already taken (exact resume)
+
+    def _take(self, source: int, count: int) -> list[dict[str, torch.Tensor]]:
+        parts = []
+        while count > 0:
+            buffer = self._buffers[source]
+            if buffer is None or self._used[source] >= len(buffer["sample_index"]):
+                self._before[source] = self.sources[source].state_dict()
+                buffer = self._buffers[source] = next(self._streams[source])
+                self._used[source], self._skip[source] = self._skip[source], 0
+            start = self._used[source]
+            stop = min(start + count, len(buffer["sample_index"]))
+            parts.append({k: v[start:stop] for k, v in buffer.items()})
+            self._used[source] = stop
+            count -= stop - start
+        return parts
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        first = self.samples + self.rank * self.batch_size
+        labels = source_schedule(self.seed, self.weights, first, self.batch_size)
+        order = np.argsort(labels, kind="stable")
+        parts = []
+        for source in range(len(self.sources)):
+            count = int((labels == source).sum())
+            for part in self._take(source, count) if count else []:
+                parts.append({**part, "source": torch.full_like(part["sample_index"], source)})
+        batch = concat_rows(parts, self.pad_token_id)
+        # Rows in the schedule's order: row j of the batch is mixture sample first + j.
+        place = torch.from_numpy(np.argsort(order, kind="stable"))
+        self.samples += self.world_size * self.batch_size
+        return {k: v[place] for k, v in batch.items()}
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            yield self.next_batch()
+
+    def state_dict(self) -> dict[str, Any]:
+        states = []
+        for source in range(len(self.sources)):
+            taken = self._before[source] is not None and self._used[source] < len(self._buffers[source]["sample_index"])
+            states.append({"state": self._before[source] if taken else self.sources[source].state_dict(),
+                           "used": self._used[source] if taken else 0})
+        return {"samples": self.samples, "batch_size": self.batch_size, "world_size": self.world_size,
+                "weights": self.weights, "sources": states}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if [round(w, 9) for w in state["weights"]] != [round(w, 9) for w in self.weights]:
+            raise ValueError(f"cannot resume: the mixture's weights were {state['weights']}, now {self.weights}")
+        if len(state["sources"]) != len(self.sources):
+            raise ValueError(f"cannot resume: the mixture had {len(state['sources'])} sources, now {len(self.sources)}")
+        self.samples = int(state["samples"])
+        same = (state["batch_size"], state["world_size"]) == (self.batch_size, self.world_size)
+        for source, saved in zip(self.sources, state["sources"], strict=True):
+            source.load_state_dict(saved["state"])
+        # Exactly: the rows already taken from each source's last batch are skipped when it is read
+        # again. Elastically that batch is not the same rows: they are taken again (module doc).
+        self._skip = [int(saved["used"]) if same else 0 for saved in state["sources"]]
+        self._streams = [source.batches() for source in self.sources]
+        self._buffers = [None] * len(self.sources)
+        self._before = [None] * len(self.sources)
+        self._used = [0] * len(self.sources)
+
+    @property
+    def names(self) -> list[str]:
+        return [source.name for source in self.sources]
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> list[int]:
+        """Rows of each source in `batch`."""
+        return torch.bincount(batch["source"], minlength=len(self.sources)).tolist()
+
+
+def build_mixture(domain: StreamingSequenceDataset, domain_loader: Any, mix: Sequence[str], tokenizer: Any, *,
+                  strategy: str, seed: int, batch_size: int, num_workers: int = 0, cache: Any = None,
+                  pin_memory: bool = False) -> Mixture:
+    """The mixture of `domain` (read by `domain_loader`, built unmasked with `batch_size`) and every
+    `SOURCE:WEIGHT` of `mix`, on the domain's ranks: maskstream sources checked against the domain's
+    vocabulary and read by loaders of their own, text sources tokenized by `tokenizer` at the domain's
+    max length. The domain is masked with `strategy`, every other source with random masking."""
+    entries = [MixSource.parse(entry) for entry in mix]
+    rank, world_size = domain.rank, domain.world_size
+    sources: list[Any] = [DatasetSource(domain, domain_loader, domain.manifest.version)]
+    max_length = int(domain.manifest.config.get("max_length", 128))  # the build's --max-length
+    for entry in entries:
+        if entry.is_text:
+            sources.append(TextSource(entry.url, tokenizer, max_length, batch_size=batch_size, rank=rank,
+                                      world_size=world_size))
+            continue
+        dataset = StreamingSequenceDataset(entry.url, seed=seed, rank=rank, world_size=world_size, cache=cache)
+        if dataset.manifest.tokenizer.get("vocab_hash") != domain.manifest.tokenizer.get("vocab_hash"):
+            raise ValueError(f"--mix {entry.url}: {dataset.version_url} was tokenized with another vocabulary than "
+                             f"{domain.version_url}")
+        loader = build_dataloader(dataset, batch_size=batch_size, num_workers=num_workers, strategy=None,
+                                  masking=None, pin_memory=pin_memory)
+        sources.append(DatasetSource(dataset, loader, entry.url))
+    weights = mixture_weights(entries)
+    log.info("mixture: %s", ", ".join(f"{source.name} {weight:.0%}" for source, weight
+                                      in zip(sources, weights, strict=True)))
+    return Mixture(sources, weights, [strategy] + ["random"] * len(entries), seed=seed, batch_size=batch_size,
+                   rank=rank, world_size=world_size, pad_token_id=int(domain.manifest.tokenizer["pad_token_id"]))
