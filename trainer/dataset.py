@@ -362,7 +362,9 @@ class StreamingSequenceDataset(IterableDataset):
         segments = [dict(segment) for segment in state.get("segments", [])]
         saved = Layout(int(state["world_size"]), int(state["num_workers"]), int(state["batch_size"] or 1))
         self._start_epoch(epoch)
-        if saved != self.layout and batches > 0:
+        # 0 workers and 1 read alike (one reader), so they continue exactly.
+        if (saved.world_size, saved.readers, saved.batch_size) != (
+                self.world_size, self.layout.readers, self.layout.batch_size) and batches > 0:
             segments.append({"world_size": saved.world_size, "num_workers": saved.num_workers,
                              "batch_size": saved.batch_size, "batches": batches})
             samples = batches = 0

@@ -23,10 +23,11 @@ Contract:
   `source` column (the source's position: 0 is the domain) and an `epoch` column (the source's
   epoch of the row, which keys its masks); `mask_by_source` masks each source's rows.
 - *State*: the mixture's sample count and, per source, its loader state before the batch it is
-  taking rows from plus the rows already taken from that batch. Resuming with the same layout
-  continues exactly; with another world size, batch size or worker count each source resumes
-  elastically, and the rows already taken from each source's last batch are taken again (fewer than
-  one batch per source).
+  taking rows from plus the rows already taken from that batch. Resuming with the same world size,
+  batch size and workers continues the batches exactly; another layout is refused (each rank takes
+  its own number of rows from each source, so the elastic resume of `maskstream.trainer.dataset`
+  does not apply). The model's dropout after a mixture's resume is not bit-exact: the sources'
+  DataLoaders start after the random state is restored.
 """
 
 from __future__ import annotations
@@ -79,10 +80,12 @@ class MixSource:
 
 
 def mixture_weights(mix: Sequence[MixSource]) -> list[float]:
-    """[domain weight, source weights...]: the domain takes what the sources leave."""
+    """[domain weight, source weights...]: the domain takes what the sources leave, at least 1/20 per
+    source (a block of the draw rounds each source up by at most one sample, taken from the domain's)."""
     rest = 1.0 - sum(source.weight for source in mix)
-    if rest <= 0:
-        raise ValueError(f"--mix weights sum to {1 - rest:g}: they must leave the domain a share (sum below 1)")
+    if rest < len(mix) / BLOCK - 1e-9:
+        raise ValueError(f"--mix weights sum to {1 - rest:g}: they must leave the domain at least "
+                         f"{len(mix) / BLOCK:g} (1/{BLOCK} per source)")
     return [rest, *(source.weight for source in mix)]
 
 
@@ -114,17 +117,23 @@ def concat_rows(parts: Sequence[dict[str, torch.Tensor]], pad_token_id: int) -> 
     return out
 
 
+def source_seed(seed: int, source: int) -> int:
+    """The masking seed of a source's rows: the run's for the domain (the same masks as without a
+    mixture), another per source, so that rows of two sources with one sample index differ."""
+    return seed if source == 0 else seed + 0x9E3779B9 * source
+
+
 def mask_by_source(batch: dict[str, torch.Tensor], strategies: Sequence[str], masking: MaskingConfig, *,
                    seed: int) -> dict[str, torch.Tensor]:
     """`apply_masking` on each (source, epoch) group of a mixture batch's rows with its source's
-    strategy; the rows keep their places."""
+    strategy and seed (`source_seed`); the rows keep their places."""
     masked = {**batch, "labels": torch.full_like(batch["input_ids"], -100)}
     masked["input_ids"] = batch["input_ids"].clone()
     groups = torch.stack([batch["source"], batch["epoch"]], dim=1).unique(dim=0).tolist()
     for source, epoch in groups:
         rows = ((batch["source"] == source) & (batch["epoch"] == epoch)).nonzero().flatten()
         part = {k: v[rows] for k, v in batch.items() if k not in ("source", "epoch")}
-        done = apply_masking(part, strategies[source], masking, seed=seed, epoch=epoch)
+        done = apply_masking(part, strategies[source], masking, seed=source_seed(seed, source), epoch=epoch)
         masked["input_ids"][rows] = done["input_ids"]
         masked["labels"][rows] = done["labels"]
     return masked
@@ -290,24 +299,36 @@ class Mixture:
     def state_dict(self) -> dict[str, Any]:
         states = []
         for source in range(len(self.sources)):
-            taken = self._before[source] is not None and self._used[source] < len(self._buffers[source]["sample_index"])
-            states.append({"state": self._before[source] if taken else self.sources[source].state_dict(),
-                           "used": self._used[source] if taken else 0})
-        return {"samples": self.samples, "batch_size": self.batch_size, "world_size": self.world_size,
-                "weights": self.weights, "sources": states}
+            mid_batch = self._before[source] is not None and self._used[source] < len(
+                self._buffers[source]["sample_index"])
+            if mid_batch:
+                states.append({"state": self._before[source], "used": self._used[source]})
+            else:  # between batches; or resumed and not read since: the rows to skip are still pending
+                states.append({"state": self.sources[source].state_dict(),
+                               "used": self._skip[source] if self._before[source] is None else 0})
+        return {"samples": self.samples, "layout": self.layout, "weights": self.weights, "sources": states}
+
+    @property
+    def layout(self) -> list[int]:
+        """What a mixture's state resumes only with: world size, batch size, each source's loader workers."""
+        workers = [source.loader.num_workers if isinstance(source, DatasetSource) else 0 for source in self.sources]
+        return [self.world_size, self.batch_size, *workers]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if [round(w, 9) for w in state["weights"]] != [round(w, 9) for w in self.weights]:
             raise ValueError(f"cannot resume: the mixture's weights were {state['weights']}, now {self.weights}")
         if len(state["sources"]) != len(self.sources):
             raise ValueError(f"cannot resume: the mixture had {len(state['sources'])} sources, now {len(self.sources)}")
+        if list(state["layout"]) != self.layout:
+            # Each rank takes its own number of rows from each source, so the sources' states do not
+            # describe one layout that an elastic resume could work out (maskstream.trainer.dataset).
+            raise ValueError(f"cannot resume a mixture on another layout: saved (world size, batch size, workers "
+                             f"per source) {state['layout']}, now {self.layout}")
         self.samples = int(state["samples"])
-        same = (state["batch_size"], state["world_size"]) == (self.batch_size, self.world_size)
         for source, saved in zip(self.sources, state["sources"], strict=True):
             source.load_state_dict(saved["state"])
-        # Exactly: the rows already taken from each source's last batch are skipped when it is read
-        # again. Elastically that batch is not the same rows: they are taken again (module doc).
-        self._skip = [int(saved["used"]) if same else 0 for saved in state["sources"]]
+        # The rows already taken from each source's last batch are skipped when it is read again.
+        self._skip = [int(saved["used"]) for saved in state["sources"]]
         self._streams = [source.batches() for source in self.sources]
         self._buffers = [None] * len(self.sources)
         self._before = [None] * len(self.sources)

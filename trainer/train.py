@@ -561,7 +561,10 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
         raise SystemExit(f"cannot resume {saved['path']}: it was {'' if 'mixture' in state else 'not '}trained on a "
                          "mixture; resume with the same --mix")
     if data.mixture is not None:
-        data.mixture.load_state_dict(state["mixture"])
+        try:
+            data.mixture.load_state_dict(state["mixture"])
+        except ValueError as e:  # another layout, weights or source version: say which, in one line
+            raise SystemExit(f"cannot resume {saved['path']}: {e}") from None
     else:
         data.dataset.load_state_dict(state)
     log.info("resumed from %s at step %d", saved["path"], saved["step"])

@@ -24,11 +24,12 @@ from maskstream.trainer.mixture import (
     mask_by_source,
     mixture_weights,
     source_schedule,
+    source_seed,
 )
 from tests.fixtures import sequence_dataset as factory
 
 
-@pytest.mark.parametrize("weights", [[0.8, 0.2], [0.5, 0.3, 0.15, 0.05], [0.95, 0.05]])
+@pytest.mark.parametrize("weights", [[0.8, 0.2], [0.5, 0.3, 0.15, 0.05], [0.95, 0.05], [0.16, 0.28, 0.28, 0.28]])
 def test_proportions_hold_within_2_percent_over_any_1000_samples(weights):
     labels = source_schedule(7, weights, 0, 200_000)
     for source, weight in enumerate(weights):
@@ -48,6 +49,11 @@ def test_mix_entries_and_weights_are_checked():
             MixSource.parse(bad)
     with pytest.raises(ValueError, match="sum"):
         mixture_weights([MixSource("a.jsonl", 0.6), MixSource("b.jsonl", 0.4)])
+    # Three sources of 0.325 would leave the domain 0.025, less than 1/20 per source: a block of 20 could
+    # not hold every source's rounded-up share.
+    with pytest.raises(ValueError, match="at least 0.15"):
+        mixture_weights([MixSource(f"{name}.jsonl", 0.325) for name in "abc"])
+
 
 
 @pytest.fixture
@@ -104,7 +110,7 @@ def test_each_source_is_masked_with_its_own_strategy(local_dataset, text_file):
     for source, strategy in enumerate(mixture.strategies):
         rows = batch["source"] == source
         part = {k: v[rows] for k, v in batch.items() if k not in ("source", "epoch")}
-        alone = apply_masking(part, strategy, masking, seed=3, epoch=0)
+        alone = apply_masking(part, strategy, masking, seed=source_seed(3, source), epoch=0)
         assert torch.equal(masked["labels"][rows], alone["labels"])
         assert torch.equal(masked["input_ids"][rows], alone["input_ids"])
     # Text rows have no mask probabilities (difference masking would mask none of them); random masks them.
@@ -119,7 +125,9 @@ def test_mixture_resumes_exactly(local_dataset, text_file):
         mixture.next_batch()
     state = json.loads(json.dumps(mixture.state_dict()))  # as a checkpoint holds it
     expected = [mixture.next_batch() for _ in range(30)]  # crosses the domain's epoch
-    resumed = make_mixture(local_dataset, path, batch_size=16, state=state)
+    # A state taken right after the resume, before any source is read again, still knows the rows to skip.
+    again = json.loads(json.dumps(make_mixture(local_dataset, path, batch_size=16, state=state).state_dict()))
+    resumed = make_mixture(local_dataset, path, batch_size=16, state=again)
     for want in expected:
         got = resumed.next_batch()
         for key in ("input_ids", "sample_index", "source", "epoch"):
@@ -175,3 +183,10 @@ def test_a_dataset_source_in_transformers_trainer(local_dataset, odd_dataset, te
     assert len(losses) == 6 and all(np.isfinite(losses))
     drawn = torch.cat(seen[:6]).numpy()
     assert (drawn == source_schedule(0, [0.5, 0.3, 0.2], 0, 60)).all()
+
+
+def test_a_mixture_resumes_only_on_its_layout(local_dataset, text_file):
+    mixture = make_mixture(local_dataset, text_file[0], batch_size=16)
+    mixture.next_batch()
+    with pytest.raises(ValueError, match="another layout"):
+        make_mixture(local_dataset, text_file[0], batch_size=8, state=mixture.state_dict())
