@@ -19,6 +19,9 @@ sequences, alternating, the better of two rounds each: the before/after ratio of
 2 workers and batch B at a third of the epoch, resumed with 0 workers and batch 1.5 B) against a
 whole epoch in the resumed layout.
 
+Always: a 0.8/0.2 mixture (`maskstream.trainer.mixture`) against the domain's loader alone, with the
+second source another version or JSONL text tokenized on the fly, 0 workers, one epoch's steps.
+
 With `--mosaic-python`, the same sequences go through MosaicML's `StreamingDataset` too, from local
 MDS, in that interpreter's environment (benchmarks/loader_mosaic.py), collated with the same
 `collate_sequences`, right after ours. mosaicml-streaming 0.13 needs numpy < 2.2, transformers < 5
@@ -48,6 +51,7 @@ import torch
 from maskstream.schemas.manifest import load_manifest
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.mixture import build_mixture
 from maskstream.trainer.shard_cache import ShardCache
 from tests.fixtures import sequence_dataset as factory
 from tests.fixtures.gcs_emulator import gcs_emulator
@@ -108,11 +112,36 @@ def main() -> None:
                 print(f"| {name} | {'yes' if cached else 'no'} | {workers} | {rates[0]:,.0f} | {rates[1]:,.0f} | "
                       f"{rates[1] / baseline:.2f} |")
 
+        mixture_table(local, tmp, args.batch_size)
         if args.before:
             before_after_table(local, args.before, args.batch_size)
             elastic_rest_table(local, args.batch_size)
         if args.mosaic_python:
             mosaic_table(args.mosaic_python, load_manifest(local)[0], tmp, args.batch_size, ours)
+
+
+def mixture_table(local: str, work: str, batch_size: int) -> None:
+    """Samples/s of a 0.8/0.2 mixture (batches drawn, not masked) against the domain's loader alone:
+    the second source another maskstream version (the same sequences), or JSONL text tokenized on the fly."""
+    texts = factory.read_texts()
+    text_path = Path(work) / "general.jsonl"
+    text_path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    print(f"\n| 0 workers, batch {batch_size}, local, no cache | samples/s | vs the domain alone |")
+    print("| --- | --: | --: |")
+    alone = None
+    for name, mix in (("the domain alone", None), ("0.8 domain + 0.2 maskstream version", f"{local}:0.2"),
+                      ("0.8 domain + 0.2 JSONL text, tokenized on the fly", f"{text_path}:0.2")):
+        domain = StreamingSequenceDataset(local, seed=0, shuffle_buffer=4096)
+        loader = build_dataloader(domain, batch_size=batch_size, num_workers=0, strategy=None, masking=None)
+        steps = domain.steps_per_epoch(batch_size)
+        batches = iter(loader) if mix is None else iter(
+            build_mixture(domain, loader, [mix], factory.tokenizer(), strategy="difference", seed=0,
+                          batch_size=batch_size))
+        start = time.perf_counter()
+        samples = sum(len(next(batches)["sample_index"]) for _ in range(steps))
+        rate = samples / (time.perf_counter() - start)
+        alone = alone or rate
+        print(f"| {name} | {rate:,.0f} | {rate / alone:.2f} |")
 
 
 def dataset_class_at(ref: str) -> type:
