@@ -149,6 +149,11 @@ class Layout:
     def readers(self) -> int:
         return max(self.num_workers, 1)
 
+    @property
+    def reading(self) -> tuple[int, int, int]:
+        """What decides which rows each batch holds: 0 workers and 1 read alike (one reader)."""
+        return self.world_size, self.readers, self.batch_size
+
 
 @dataclasses.dataclass(frozen=True)
 class RankPlan:
@@ -362,9 +367,7 @@ class StreamingSequenceDataset(IterableDataset):
         segments = [dict(segment) for segment in state.get("segments", [])]
         saved = Layout(int(state["world_size"]), int(state["num_workers"]), int(state["batch_size"] or 1))
         self._start_epoch(epoch)
-        # 0 workers and 1 read alike (one reader), so they continue exactly.
-        if (saved.world_size, saved.readers, saved.batch_size) != (
-                self.world_size, self.layout.readers, self.layout.batch_size) and batches > 0:
+        if saved.reading != self.layout.reading and batches > 0:
             segments.append({"world_size": saved.world_size, "num_workers": saved.num_workers,
                              "batch_size": saved.batch_size, "batches": batches})
             samples = batches = 0

@@ -33,7 +33,6 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-import glob
 import itertools
 import json
 import logging
@@ -156,15 +155,10 @@ class TextSource:
 
     @staticmethod
     def _files(url: str) -> list[str]:
+        """The text files `url` names (a file, a folder or a glob; fsspec expands globs), sorted."""
         fs, _, paths = fsspec.get_fs_token_paths(url)
-        if any(c in url for c in "*?["):
-            found = fs.glob(paths[0]) if "://" in url else glob.glob(url)
-        elif fs.isdir(paths[0]):
-            found = [p for p in fs.find(paths[0]) if p.endswith(TEXT_SUFFIXES)]
-        else:
-            found = paths
-        protocol = url.split("://", 1)[0] + "://" if "://" in url else ""
-        return sorted(p if p.startswith(protocol) else protocol + p for p in found)
+        found = [p for path in paths for p in (fs.find(path) if fs.isdir(path) else [path])]
+        return sorted(fs.unstrip_protocol(p) for p in found if p.endswith(TEXT_SUFFIXES))
 
     def _texts(self) -> Iterator[str]:
         """This rank's texts of one pass over the files, in order."""

@@ -315,7 +315,7 @@ class TrainingData:
     @property
     def source_names(self) -> list[str]:
         """What --sample-log and the metrics call each source: the domain's version, then --mix's."""
-        return [self.dataset.manifest.version, *(self.mixture.names[1:] if self.mixture is not None else [])]
+        return self.mixture.names if self.mixture is not None else [self.dataset.manifest.version]
 
     def log_samples(self, step: int, epoch: int, batch: dict[str, Any]) -> None:
         """--sample-log: one JSON line per sample of step `step` (1 = the first), written at once so

@@ -190,3 +190,11 @@ def test_a_mixture_resumes_only_on_its_layout(local_dataset, text_file):
     mixture.next_batch()
     with pytest.raises(ValueError, match="another layout"):
         make_mixture(local_dataset, text_file[0], batch_size=8, state=mixture.state_dict())
+
+
+def test_a_text_source_reads_every_file_a_glob_or_folder_names(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text('{"text": "x"}\n')
+    (tmp_path / "notes.txt").write_text("not a source")
+    for url in (f"{tmp_path}/*.jsonl", str(tmp_path), f"file://{tmp_path}/*.jsonl"):
+        assert [f.rsplit("/", 1)[1] for f in TextSource._files(url)] == ["a.jsonl", "b.jsonl"], url
