@@ -58,7 +58,9 @@ takes the same steps). `load_state_dict(state)` on a dataset of the same version
   and 3 as if it were the whole epoch (its windows' order drawn from `(seed, e, resume number,
   window start)`). Across the resume, every row of the epoch is yielded exactly once, but for the
   remainder policy's repeats, which each layout applies to what it deals. A state may record
-  several such resumes in one epoch (`segments`); the next epoch starts whole again.
+  several such resumes in one epoch (`segments`); the next epoch starts whole again, but for
+  segments a state announces for later epochs (`ahead`: a mixture's ranks take their own number of
+  rows of each source, recorded as `rows` per rank, and some may have started the next epoch).
 
 Iterating the loader always continues from the dataset's position. `set_epoch(e)` with a
 different epoch starts `e` from its beginning; with the current epoch it keeps the position (so a
@@ -220,8 +222,12 @@ class StreamingSequenceDataset(IterableDataset):
         self._position = torch.zeros(8, dtype=torch.int64).share_memory_()
         # Earlier layouts of this epoch (elastic resumes) with the batches each took, and the rest
         # of the epoch's order they left (positions in the order; None: the whole order).
-        self._segments: list[dict[str, int]] = []
+        self._segments: list[dict[str, Any]] = []
         self._rest: np.ndarray | None = None
+        self._rest_epoch = -1  # the epoch `_rest` belongs to
+        # Segments of later epochs, applied when each starts: a mixture's ranks that had gone past the
+        # epoch being resumed had taken rows of the next (maskstream.trainer.mixture).
+        self._ahead: dict[int, list[dict[str, Any]]] = {}
         self._saved: dict[str, Any] | None = None  # a state to resume once the loader's layout is known
         self._verified: set[int] = set()
         self._epoch_pinned = False  # set_epoch chose the epoch the next iteration reads
@@ -323,8 +329,24 @@ class StreamingSequenceDataset(IterableDataset):
         self._position[4:] = self._position[:4].clone()
 
     def _start_epoch(self, epoch: int) -> None:
-        self._position[:4] = torch.tensor([epoch, 0, 0, 0])
-        self._segments, self._rest = [], None
+        segments = self._ahead.get(epoch, [])
+        self._ahead = {e: later for e, later in self._ahead.items() if e > epoch}
+        self._set_segments(epoch, segments)
+        self._position[:4] = torch.tensor([epoch, 0, 0, len(self._segments)])
+
+    def _set_segments(self, epoch: int, segments: list[dict[str, Any]]) -> None:
+        self._segments, self._rest, self._rest_epoch = segments, None, epoch
+        for index, segment in enumerate(segments):
+            self._rest = self._rest_after(epoch, index, segment, self._rest)
+
+    def _rest_of(self, epoch: int, segments: int) -> np.ndarray | None:
+        """What is left of `epoch`'s order after its first `segments` elastic resumes (a persistent
+        worker works out an epoch the main process started after the worker did)."""
+        if not segments:
+            return None
+        if self._rest_epoch != epoch:
+            self._set_segments(epoch, self._ahead.get(epoch, []))
+        return self._rest
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank is: epoch and samples consumed, the layout, and what must match on resume."""
@@ -335,6 +357,7 @@ class StreamingSequenceDataset(IterableDataset):
             "samples_consumed": int(self._position[1]),
             "batches_consumed": int(self._position[2]),
             "segments": [dict(segment) for segment in self._segments],
+            "ahead": {str(e): [dict(segment) for segment in segments] for e, segments in self._ahead.items()},
             "version": self.manifest.version,
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -366,27 +389,35 @@ class StreamingSequenceDataset(IterableDataset):
         epoch, samples, batches = int(state["epoch"]), int(state["samples_consumed"]), int(state["batches_consumed"])
         segments = [dict(segment) for segment in state.get("segments", [])]
         saved = Layout(int(state["world_size"]), int(state["num_workers"]), int(state["batch_size"] or 1))
-        self._start_epoch(epoch)
+        self._ahead = {int(e): [dict(s) for s in later] for e, later in state.get("ahead", {}).items()}
         if saved.reading != self.layout.reading and batches > 0:
             segments.append({"world_size": saved.world_size, "num_workers": saved.num_workers,
                              "batch_size": saved.batch_size, "batches": batches})
             samples = batches = 0
-        for index, segment in enumerate(segments):
-            self._rest = self._rest_after(epoch, index, segment)
-        self._segments = segments
+        self._set_segments(epoch, segments)
         self._position[:4] = torch.tensor([epoch, samples, batches, len(segments)])
 
-    def _rest_after(self, epoch: int, segment_index: int, segment: dict[str, int]) -> np.ndarray:
-        """What is left of the epoch's order (positions, in order) after `segment`, the layout that
-        dealt the current rest and the batches it took on each rank."""
+    def _rest_after(self, epoch: int, segment_index: int, segment: dict[str, Any],
+                    rest: np.ndarray | None) -> np.ndarray:
+        """What is left of the epoch's order (positions, in order) after `segment`: the layout that
+        dealt `rest` (None: the whole order) and what it took, as the batches every rank took or as
+        `rows` taken on each rank (-1: its whole share; a mixture's ranks take their own counts)."""
         layout = Layout(segment["world_size"], segment["num_workers"], segment["batch_size"])
-        length = self._order_length()
+        length = self.total_rows if rest is None else len(rest)
         taken = []
         for rank in range(layout.world_size):
             plan = RankPlan.of(layout, rank, length, self.shuffle_buffer)
-            delivered, _ = round_robin_counts(plan.batches, segment["batches"])
+            rows = segment["rows"][rank] if "rows" in segment else segment["batches"] * layout.batch_size
+            rows = math.ceil(length / layout.world_size) if rows < 0 else rows
+            full, part = divmod(rows, layout.batch_size)
+            delivered, turn = round_robin_counts(plan.batches, full)
+            left_of = [count * layout.batch_size for count in delivered]
+            if part and sum(delivered) < sum(plan.batches):  # the first rows of the next worker's batch
+                while delivered[turn] >= plan.batches[turn]:
+                    turn = (turn + 1) % layout.readers
+                left_of[turn] += part
             for worker in range(layout.readers):
-                left = delivered[worker] * layout.batch_size
+                left = left_of[worker]
                 for start, stop in plan.worker_windows(worker):
                     if left <= 0:
                         break
@@ -396,10 +427,10 @@ class StreamingSequenceDataset(IterableDataset):
         done = np.zeros(self.total_rows, dtype=bool)
         if taken:
             indices = np.concatenate(taken) % length
-            done[indices if self._rest is None else self._rest[indices]] = True
+            done[indices if rest is None else rest[indices]] = True
         # 4 bytes a row left (8 past 2**31 rows), held by the process and each of its workers.
-        rest = np.arange(self.total_rows, dtype=np.int32 if self.total_rows < 2**31 else np.int64)
-        rest = rest if self._rest is None else self._rest
+        if rest is None:
+            rest = np.arange(self.total_rows, dtype=np.int32 if self.total_rows < 2**31 else np.int64)
         return rest[~done[rest]]
 
     def begin_iteration(self) -> None:
@@ -495,8 +526,8 @@ class StreamingSequenceDataset(IterableDataset):
         snapshot = self._position[:4] if info is None else self._position[4:]
         epoch, consumed, consumed_batches, segments = (int(v) for v in snapshot)
         # A persistent worker keeps the rest an elastic resume left while the main process has moved
-        # on to a whole epoch: the shared count of resumes says which one this iteration reads.
-        rest = self._rest if segments else None
+        # on: the shared epoch and count of resumes say which rest this iteration reads.
+        rest = self._rest_of(epoch, segments)
         length = self.total_rows if rest is None else len(rest)
         if consumed >= math.ceil(length / self.world_size):
             return

@@ -18,16 +18,21 @@ Contract:
   `StreamingSequenceDataset` read by its own DataLoader (the module doc of
   `maskstream.trainer.dataset`: ranks, workers, epochs), masked with the run's `--strategy` for the
   domain and `random` for every other source (a maskstream version replayed as general text has no
-  domain map); a text source is read in file order, record `i` by rank `i % W`, and masked with
-  `random`. A source that reaches the end of an epoch starts its next one. Batches carry a
-  `source` column (the source's position: 0 is the domain) and an `epoch` column (the source's
-  epoch of the row, which keys its masks); `mask_by_source` masks each source's rows.
+  domain map); a text source's epoch is its records with a text, in file order, record `p` to rank
+  `p % W`, masked with `random`. A source that reaches the end of an epoch starts its next one. Batches
+  carry a `source` column (the source's position: 0 is the domain) and an `epoch` column (the
+  source's epoch of the row, which keys its masks); `mask_by_source` masks each source's rows.
 - *State*: the mixture's sample count and, per source, its loader state before the batch it is
-  taking rows from plus the rows already taken from that batch. Resuming with the same world size,
-  batch size and workers continues the batches exactly; another layout is refused (each rank takes
-  its own number of rows from each source, so the elastic resume of `maskstream.trainer.dataset`
-  does not apply). The model's dropout after a mixture's resume is not bit-exact: the sources'
-  DataLoaders start after the random state is restored.
+  taking rows from plus the rows already taken from that batch, and its position (the epoch its rows
+  come from and the rows this rank took of it). Resuming with the same world size, batch size and
+  workers continues the batches exactly. On another layout (elastic resume, from every rank's state):
+  the draw goes on from the sample count, and each source continues from the earliest epoch any saved
+  rank was in, what the saved ranks took of it (and of the later epochs some had started: each rank
+  takes its own number of rows, so ranks cross a source's epoch at different steps) recorded as
+  segments of `maskstream.trainer.dataset`'s elastic resume: every row of every source is taken
+  once per epoch across the resume, but for the domain's remainder policy. The model's dropout after
+  a mixture's resume is not bit-exact: the sources' DataLoaders start after the random state is
+  restored.
 """
 
 from __future__ import annotations
@@ -138,10 +143,22 @@ def mask_by_source(batch: dict[str, torch.Tensor], strategies: Sequence[str], ma
     return masked
 
 
+def _untaken(records: Iterator[tuple[int, str]], segment: dict[str, Any]) -> Iterator[tuple[int, str]]:
+    """The records an earlier layout left: it dealt record `p` of `records` to rank `p % W`, and
+    rank `r` took its first `segment["rows"][r]` (-1: all of them)."""
+    world_size, rows = segment["world_size"], segment["rows"]
+    for position, record in enumerate(records):
+        taken = rows[position % world_size]
+        if 0 <= taken <= position // world_size:
+            yield record
+
+
 class TextSource:
     """Plain text (JSONL or Parquet `text` fields) tokenized on the fly: batches like
     `collate_sequences`' with random-masking columns (mask probability 0, word ids of the
-    tokenizer's pre-tokenized words). Record `i` of the files (sorted) goes to rank `i % world_size`."""
+    tokenizer's pre-tokenized words). An epoch's order is the records with a text, files sorted;
+    record `p` of what is left of it goes to rank `p % world_size` (no remainder padding: a
+    mixture's ranks take their own counts anyway). `sample_index` is the record's number."""
 
     def __init__(self, url: str, tokenizer: Any, max_length: int, *, batch_size: int, rank: int, world_size: int,
                  text_field: str = "text") -> None:
@@ -151,6 +168,10 @@ class TextSource:
         if not self.files:
             raise ValueError(f"--mix {url}: no .jsonl or .parquet file there")
         self.epoch, self.records = 0, 0  # records of this rank consumed in the epoch
+        # Elastic resumes of the epoch (earlier layouts and the records each rank took) and of later
+        # epochs, as in maskstream.trainer.dataset.
+        self.segments: list[dict[str, Any]] = []
+        self.ahead: dict[int, list[dict[str, Any]]] = {}
         self.name = url
 
     @staticmethod
@@ -160,35 +181,50 @@ class TextSource:
         found = [p for path in paths for p in (fs.find(path) if fs.isdir(path) else [path])]
         return sorted(fs.unstrip_protocol(p) for p in found if p.endswith(TEXT_SUFFIXES))
 
-    def _texts(self) -> Iterator[str]:
-        """This rank's texts of one pass over the files, in order."""
-        index = 0
+    def _all_texts(self) -> Iterator[str]:
+        """The epoch's order: every record's text, in file order (records without one are skipped,
+        as a build rejects them)."""
         for path in self.files:
             if path.endswith(".parquet"):
                 with fsspec.open(path, "rb") as f:
                     for batch in pq.ParquetFile(f).iter_batches(columns=[self.text_field]):
-                        for text in batch.column(0).to_pylist():
-                            if index % self.world_size == self.rank and isinstance(text, str):
-                                yield text
-                            index += 1
+                        yield from (text for text in batch.column(0).to_pylist() if isinstance(text, str))
             else:
                 with fsspec.open(path, "rt", encoding="utf-8") as f:
                     for line in f:
                         try:
                             text = json.loads(line).get(self.text_field)
                         except (json.JSONDecodeError, AttributeError):
-                            continue  # not a record with text: skipped, as a build rejects it
-                        if index % self.world_size == self.rank and isinstance(text, str):
+                            continue
+                        if isinstance(text, str):
                             yield text
-                        index += 1
+
+    def _texts(self) -> Iterator[tuple[int, str]]:
+        """This rank's (record number, text) of the epoch, in order: what the segments left, dealt."""
+        left: Iterator[tuple[int, str]] = enumerate(self._all_texts())
+        for segment in self.segments:
+            left = _untaken(left, segment)
+        return (record for position, record in enumerate(left) if position % self.world_size == self.rank)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "records": self.records, "world_size": self.world_size, "url": self.url}
+        return {"epoch": self.epoch, "records": self.records, "world_size": self.world_size, "url": self.url,
+                "segments": [dict(s) for s in self.segments],
+                "ahead": {str(e): [dict(s) for s in later] for e, later in self.ahead.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        # On another world size, about the same share of the epoch's records (ranks took their own counts).
-        self.epoch = int(state["epoch"])
-        self.records = int(state["records"]) * int(state.get("world_size", self.world_size)) // self.world_size
+        if int(state["world_size"]) != self.world_size:
+            raise ValueError(f"--mix {self.url}: a text source resumes on another world size only elastically "
+                             "(Mixture.load_state_dict with every rank's state)")
+        self.epoch, self.records = int(state["epoch"]), int(state["records"])
+        self.segments = [dict(s) for s in state.get("segments", [])]
+        self.ahead = {int(e): [dict(s) for s in later] for e, later in state.get("ahead", {}).items()}
+
+    @property
+    def layout(self) -> dict[str, int]:
+        return {"world_size": self.world_size, "num_workers": 0, "batch_size": 1}
+
+    def taken(self, state: dict[str, Any]) -> int:
+        return int(state["records"])
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
         """Collated batches, forever: the next epoch starts where one ends."""
@@ -200,14 +236,16 @@ class TextSource:
                 chunk = list(itertools.islice(texts, self.batch_size))
                 if not chunk:
                     break
-                first = self.records
                 self.records += len(chunk)
-                yield self._collate(chunk, first)
-            if self.records == 0:
+                yield self._collate(chunk)
+            if self.records == 0 and not self.segments:  # a whole epoch without a record for this rank
                 raise ValueError(f"--mix {self.url}: rank {self.rank} has no text to read")
             self.epoch, self.records = self.epoch + 1, 0
+            self.segments = self.ahead.pop(self.epoch, [])
+            self.ahead = {e: later for e, later in self.ahead.items() if e > self.epoch}
 
-    def _collate(self, texts: list[str], first: int) -> dict[str, torch.Tensor]:
+    def _collate(self, records: list[tuple[int, str]]) -> dict[str, torch.Tensor]:
+        texts = [text for _, text in records]
         encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_special_tokens_mask=True)
         samples = []
         for i in range(len(texts)):
@@ -216,8 +254,7 @@ class TextSource:
             samples.append({"input_ids": ids, "word_ids": words, "special_tokens_mask":
                             np.asarray(encoded["special_tokens_mask"][i], dtype=bool),
                             "mask_probability": np.zeros(len(ids), dtype=np.float32),
-                            # rank-strided record numbers: the key of the row's masks
-                            "sample_index": (first + i) * self.world_size + self.rank})
+                            "sample_index": records[i][0]})  # the key of the row's masks
         batch = collate_sequences(samples, self.tokenizer.pad_token_id)
         batch["epoch"] = torch.full((len(texts),), self.epoch, dtype=torch.int64)
         return batch
@@ -234,6 +271,14 @@ class DatasetSource:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dataset.load_state_dict(state)
+
+    @property
+    def layout(self) -> dict[str, int]:
+        return {"world_size": self.dataset.world_size, "num_workers": self.loader.num_workers,
+                "batch_size": self.dataset.batch_size}
+
+    def taken(self, state: dict[str, Any]) -> int:
+        return int(state["samples_consumed"])
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
         while True:
@@ -300,7 +345,17 @@ class Mixture:
             else:  # between batches; or resumed and not read since: the rows to skip are still pending
                 states.append({"state": self.sources[source].state_dict(),
                                "used": self._skip[source] if self._before[source] is None else 0})
-        return {"samples": self.samples, "layout": self.layout, "weights": self.weights, "sources": states}
+        return {"samples": self.samples, "layout": self.layout, "weights": self.weights, "sources": states,
+                "positions": [self._position(source) for source in range(len(self.sources))]}
+
+    def _position(self, source: int) -> dict[str, int]:
+        """The epoch a source's rows are being taken from and the rows taken of it on this rank (of
+        what was left of it, after an elastic resume): what an elastic resume works from."""
+        state = self.sources[source].state_dict()
+        buffer = self._buffers[source]
+        unused = 0 if buffer is None else len(buffer["sample_index"]) - self._used[source]
+        pending = self._skip[source] if self._before[source] is None else 0
+        return {"epoch": int(state["epoch"]), "rows": self.sources[source].taken(state) - unused + pending}
 
     @property
     def layout(self) -> list[int]:
@@ -308,21 +363,32 @@ class Mixture:
         workers = [source.loader.num_workers if isinstance(source, DatasetSource) else 0 for source in self.sources]
         return [self.world_size, self.batch_size, *workers]
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, states: dict[str, Any] | Sequence[dict[str, Any]]) -> None:
+        """Resumes from this rank's `state_dict()` (the same layout: exactly), or from every rank's, in
+        rank order (exactly on the same layout, elastically on another: module doc)."""
+        states = [states] if isinstance(states, dict) else list(states)
+        state = states[0]
         if [round(w, 9) for w in state["weights"]] != [round(w, 9) for w in self.weights]:
             raise ValueError(f"cannot resume: the mixture's weights were {state['weights']}, now {self.weights}")
         if len(state["sources"]) != len(self.sources):
             raise ValueError(f"cannot resume: the mixture had {len(state['sources'])} sources, now {len(self.sources)}")
-        if list(state["layout"]) != self.layout:
-            # Each rank takes its own number of rows from each source, so the sources' states do not
-            # describe one layout that an elastic resume could work out (maskstream.trainer.dataset).
-            raise ValueError(f"cannot resume a mixture on another layout: saved (world size, batch size, workers "
-                             f"per source) {state['layout']}, now {self.layout}")
         self.samples = int(state["samples"])
-        for source, saved in zip(self.sources, state["sources"], strict=True):
-            source.load_state_dict(saved["state"])
-        # The rows already taken from each source's last batch are skipped when it is read again.
-        self._skip = [int(saved["used"]) for saved in state["sources"]]
+        if list(state["layout"]) == self.layout:
+            state = state if len(states) == 1 else states[self.rank]
+            for source, saved in zip(self.sources, state["sources"], strict=True):
+                source.load_state_dict(saved["state"])
+            # The rows already taken from each source's last batch are skipped when it is read again.
+            self._skip = [int(saved["used"]) for saved in state["sources"]]
+        else:
+            if len(states) != state["layout"][0]:
+                raise ValueError(f"cannot resume a mixture on another layout (saved (world size, batch size, workers "
+                                 f"per source) {state['layout']}, now {self.layout}) from {len(states)} of its "
+                                 f"{state['layout'][0]} ranks' states: an elastic resume needs every rank's")
+            for index, source in enumerate(self.sources):
+                saved = [s["sources"][index] for s in states]
+                source.load_state_dict(elastic_state([s["state"] for s in saved],
+                                                     [s["positions"][index] for s in states], source.layout))
+            self._skip = [0] * len(self.sources)
         self._streams = [source.batches() for source in self.sources]
         self._buffers = [None] * len(self.sources)
         self._before = [None] * len(self.sources)
@@ -335,6 +401,39 @@ class Mixture:
     def counts(self, batch: dict[str, torch.Tensor]) -> list[int]:
         """Rows of each source in `batch`."""
         return torch.bincount(batch["source"], minlength=len(self.sources)).tolist()
+
+
+def elastic_state(saved: Sequence[dict[str, Any]], positions: Sequence[dict[str, int]],
+                  layout: dict[str, int]) -> dict[str, Any]:
+    """A source's state on `layout` continuing every saved rank's (`saved[r]`, having taken
+    `positions[r]["rows"]` of epoch `positions[r]["epoch"]`): the earliest epoch any rank is in,
+    with what the saved ranks took of it (and of the later epochs some had started) recorded as
+    segments, so that every row is taken once (maskstream.trainer.dataset's elastic resume)."""
+    epochs = [int(p["epoch"]) for p in positions]
+    first, last = min(epochs), max(epochs)
+    old = {"world_size": len(saved), "num_workers": int(saved[0].get("num_workers") or 0),
+           "batch_size": int(saved[0].get("batch_size") or 1)}
+
+    def earlier_segments(epoch: int) -> list[dict[str, Any]]:
+        """The resumes epoch `epoch` had seen: its own for ranks in it, announced to ranks before it."""
+        found = {json.dumps(s["segments"], sort_keys=True) for s, e in zip(saved, epochs, strict=True) if e == epoch}
+        found |= {json.dumps(s["ahead"][str(epoch)], sort_keys=True) for s, e in zip(saved, epochs, strict=True)
+                  if e < epoch and str(epoch) in s.get("ahead", {})}
+        if len(found) > 1:
+            raise ValueError(f"cannot resume: the saved ranks disagree on the earlier resumes of epoch {epoch}")
+        return json.loads(found.pop()) if found else []
+
+    def taken(epoch: int) -> dict[str, Any]:
+        rows = [p["rows"] if e == epoch else (-1 if e > epoch else 0) for p, e in zip(positions, epochs, strict=True)]
+        return {**old, "rows": [int(r) for r in rows]}
+
+    state = dict(saved[0])
+    later = {int(e): s for state_ in saved for e, s in state_.get("ahead", {}).items() if int(e) > last}
+    later.update({epoch: earlier_segments(epoch) + [taken(epoch)] for epoch in range(first + 1, last + 1)})
+    state.update(layout, epoch=first, samples_consumed=0, batches_consumed=0, records=0,
+                 segments=earlier_segments(first) + [taken(first)],
+                 ahead={str(e): s for e, s in sorted(later.items())})
+    return state
 
 
 def build_mixture(domain: StreamingSequenceDataset, domain_loader: Any, mix: Sequence[str], tokenizer: Any, *,

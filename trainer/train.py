@@ -556,17 +556,17 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
     if changed:
         raise SystemExit(f"cannot resume {saved['path']} exactly: settings changed (was, now): {changed}")
     restore_checkpoint(saved, parts.objective, parts.optimizer, parts.scheduler)
-    state = loader_state(saved, data.ranks.rank, data.ranks.world_size)
-    if ("mixture" in state) != (data.mixture is not None):
-        raise SystemExit(f"cannot resume {saved['path']}: it was {'' if 'mixture' in state else 'not '}trained on a "
-                         "mixture; resume with the same --mix")
+    mixed = "mixture" in saved["loader"][0]
+    if mixed != (data.mixture is not None):
+        raise SystemExit(f"cannot resume {saved['path']}: it was {'' if mixed else 'not '}trained on a mixture; "
+                         "resume with the same --mix")
     if data.mixture is not None:
-        try:
-            data.mixture.load_state_dict(state["mixture"])
-        except ValueError as e:  # another layout, weights or source version: say which, in one line
+        try:  # every rank's state: a mixture's ranks take their own rows from each source
+            data.mixture.load_state_dict([state["mixture"] for state in saved["loader"]])
+        except ValueError as e:  # another weights or source version: say which, in one line
             raise SystemExit(f"cannot resume {saved['path']}: {e}") from None
     else:
-        data.dataset.load_state_dict(state)
+        data.dataset.load_state_dict(loader_state(saved, data.ranks.rank, data.ranks.world_size))
     log.info("resumed from %s at step %d", saved["path"], saved["step"])
     before = saved["loader"][0]
     if (before["world_size"], before["batch_size"], before["num_workers"]) != (

@@ -185,16 +185,74 @@ def test_a_dataset_source_in_transformers_trainer(local_dataset, odd_dataset, te
     assert (drawn == source_schedule(0, [0.5, 0.3, 0.2], 0, 60)).all()
 
 
-def test_a_mixture_resumes_only_on_its_layout(local_dataset, text_file):
-    mixture = make_mixture(local_dataset, text_file[0], batch_size=16)
-    mixture.next_batch()
-    with pytest.raises(ValueError, match="another layout"):
-        make_mixture(local_dataset, text_file[0], batch_size=8, state=mixture.state_dict())
-
-
 def test_a_text_source_reads_every_file_a_glob_or_folder_names(tmp_path):
     for name in ("a", "b"):
         (tmp_path / f"{name}.jsonl").write_text('{"text": "x"}\n')
     (tmp_path / "notes.txt").write_text("not a source")
     for url in (f"{tmp_path}/*.jsonl", str(tmp_path), f"file://{tmp_path}/*.jsonl"):
         assert [f.rsplit("/", 1)[1] for f in TextSource._files(url)] == ["a.jsonl", "b.jsonl"], url
+
+
+def rank_mixture(local_dataset, text_path, *, rank, world_size, batch_size, workers=0):
+    """Rank `rank` of a 0.8/0.2 mixture of the 400-row domain and the 300 text records."""
+    dataset = StreamingSequenceDataset(local_dataset, seed=3, shuffle_buffer=64, rank=rank, world_size=world_size)
+    loader = build_dataloader(dataset, batch_size=batch_size, num_workers=workers, strategy=None, masking=None)
+    text = TextSource(str(text_path), factory.tokenizer(), 128, batch_size=batch_size, rank=rank,
+                      world_size=world_size)
+    return Mixture([DatasetSource(dataset, loader, "domain"), text], [0.8, 0.2], ["difference", "random"], seed=3,
+                   batch_size=batch_size, rank=rank, world_size=world_size,
+                   pad_token_id=dataset.manifest.tokenizer["pad_token_id"])
+
+
+def rows_of(batch):
+    return list(zip(batch["source"].tolist(), batch["epoch"].tolist(), batch["sample_index"].tolist(), strict=True))
+
+
+# (world size, loader workers, batch) before and after, the steps taken before, and the sources whose
+# saved ranks are in different epochs: the 400-row domain takes about 0.8 of each batch and the 300
+# text records the rest, so each rank crosses a source's epoch at its own step.
+ELASTIC_MIXTURES = {
+    "2 ranks -> 1, mid epoch": ((2, 0, 16), (1, 0, 20), 9, ()),
+    "1 rank, 2 workers -> 2 ranks, batch 8 -> 12": ((1, 2, 8), (2, 0, 12), 27, ()),
+    "2 ranks -> 3, ranks in two epochs of the domain": ((2, 0, 12), (3, 0, 12), 21, (0,)),
+    "3 ranks -> 2 with 2 workers, ranks in two epochs of each source": ((3, 0, 16), (2, 2, 16), 31, (0, 1)),
+}
+
+
+@pytest.mark.parametrize("case", list(ELASTIC_MIXTURES))
+def test_a_mixture_resumes_on_another_layout_taking_each_row_once(case, local_dataset, text_file):
+    (ranks, workers, batch), (ranks_after, workers_after, batch_after), steps, straddling = ELASTIC_MIXTURES[case]
+    path, texts = text_file
+    before = [rank_mixture(local_dataset, path, rank=r, world_size=ranks, batch_size=batch, workers=workers)
+              for r in range(ranks)]
+    taken = [row for _ in range(steps) for mixture in before for row in rows_of(mixture.next_batch())]
+    states = json.loads(json.dumps([mixture.state_dict() for mixture in before]))  # as a checkpoint holds them
+    for source in (0, 1):
+        assert (len({s["positions"][source]["epoch"] for s in states}) > 1) == (source in straddling)
+    after = [rank_mixture(local_dataset, path, rank=r, world_size=ranks_after, batch_size=batch_after,
+                          workers=workers_after) for r in range(ranks_after)]
+    for mixture in after:
+        mixture.load_state_dict(states)
+    resumed_in = [max(p["epoch"] for p in (s["positions"][source] for s in states)) for source in (0, 1)]
+    drawn = []
+    while any(min(m.sources[source].state_dict()["epoch"] for m in after) <= resumed_in[source]
+              for source in (0, 1)):  # until every new rank is past the epochs the saved ranks were in
+        drawn += [mixture.next_batch() for mixture in after]
+    taken += [row for batch in drawn for row in rows_of(batch)]
+    # The draw goes on from the saved sample count: proportions hold across the resume.
+    samples = steps * ranks * batch
+    assert [b["source"].tolist() for b in drawn[:ranks_after]] == [
+        source_schedule(3, [0.8, 0.2], samples + r * batch_after, batch_after).tolist() for r in range(ranks_after)]
+    # Every epoch each new rank is past of each source: each row taken once, but for the domain's
+    # remainder policy (fewer repeats than ranks, on the epoch and on what was left of it).
+    for source, size in ((0, 400), (1, len(texts))):
+        for epoch in range(min(m.sources[source].state_dict()["epoch"] for m in after)):
+            counts = collections.Counter(i for s, e, i in taken if (s, e) == (source, epoch))
+            assert set(counts) == set(range(size)), (source, epoch, sorted(set(range(size)) - set(counts))[:10])
+            repeats = sum(c - 1 for c in counts.values())
+            assert repeats <= ((ranks - 1) + (ranks_after - 1) if source == 0 else 0), (source, epoch, repeats)
+    # The states the ranks had differ (each takes its own rows), and a single rank's is not enough.
+    assert len({json.dumps(s["positions"]) for s in states}) == ranks or ranks == 1
+    if ranks > 1:
+        with pytest.raises(ValueError, match="every rank's"):
+            after[0].load_state_dict(states[:1])
