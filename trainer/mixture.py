@@ -41,6 +41,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -49,8 +50,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
+from maskstream.schemas.lease import VersionLease
 from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
+from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
 from maskstream.trainer.loader import build_dataloader
 from maskstream.trainer.masking import MaskingConfig, apply_masking
 
@@ -261,16 +264,61 @@ class TextSource:
 
 
 class DatasetSource:
-    """A maskstream version read by its own DataLoader (unmasked), with each batch's epoch."""
+    """A maskstream version read by its own DataLoader (unmasked), with each batch's epoch.
 
-    def __init__(self, dataset: Any, loader: Any, name: str) -> None:
-        self.dataset, self.loader, self.name = dataset, loader, name
+    With a `follower` (`--follow-latest`), a newer version the mixture's poll found (`pending`)
+    replaces the one read at this rank's next epoch boundary of the source: `reopen(url)` gives the
+    new version's dataset and loader, and `lease` (rank 0: gc spares the version read) moves along."""
+
+    def __init__(self, dataset: Any, loader: Any, label: str | None = None, *, root: str | None = None,
+                 reopen: Any = None, follower: Any = None, lease: Any = None) -> None:
+        self.dataset, self.loader, self.label = dataset, loader, label
+        self.root = root if root is not None else dataset_root(dataset.version_url, dataset.version_url)
+        self.reopen, self.follower, self.lease = reopen, follower, lease
+        self.pending: str | None = None  # a newer version to read from the next epoch on
+        self.versions = [(0, self._version_name())]  # (first epoch, version): what --sample-log names
+
+    @property
+    def name(self) -> str:
+        """The label it was given (a --mix source's URL), else the version read (the domain's)."""
+        return self.label or self.dataset.manifest.version
 
     def state_dict(self) -> dict[str, Any]:
-        return self.dataset.state_dict()
+        return {**self.dataset.state_dict(), "pending": self.pending}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["version"] != self.dataset.manifest.version:  # a run that followed newer versions
+            self._open(f"{self.root}/{state['version']}")
+            self.versions = [(0, self._version_name())]
         self.dataset.load_state_dict(state)
+        self.pending = state.get("pending")
+
+    def _open(self, version_url: str) -> None:
+        if self.reopen is None:
+            raise ValueError(f"{self.name}: cannot open {version_url}, another version than {self.dataset.version_url}")
+        self.dataset, self.loader = self.reopen(version_url)
+        if self.follower is not None:
+            self.follower.version_url, self.follower.manifest = self.dataset.version_url, self.dataset.manifest
+        if self.lease is not None:
+            self.lease.move_to(self.dataset.version_url)
+
+    def _version_name(self) -> str:
+        """The domain's version as a run without --mix names it; another source's version URL."""
+        return self.dataset.manifest.version if self.label is None else self.dataset.version_url
+
+    def version_of(self, epoch: int) -> str:
+        return [version for first, version in self.versions if first <= epoch][-1]
+
+    def batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            for batch in self.loader:
+                yield {**batch, "epoch": torch.full_like(batch["sample_index"], self.dataset.epoch)}
+            if self.pending is not None:  # this rank's epoch of the source ended: the newer version goes on
+                url, self.pending, next_epoch = self.pending, None, self.dataset.epoch + 1
+                self._open(url)
+                self.dataset.set_epoch(next_epoch)
+                self.versions.append((next_epoch, self._version_name()))
+                log.info("%s: rank %d reads %s from epoch %d", self.name, self.dataset.rank, url, next_epoch)
 
     @property
     def layout(self) -> dict[str, int]:
@@ -280,20 +328,18 @@ class DatasetSource:
     def taken(self, state: dict[str, Any]) -> int:
         return int(state["samples_consumed"])
 
-    def batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        while True:
-            for batch in self.loader:
-                yield {**batch, "epoch": torch.full_like(batch["sample_index"], self.dataset.epoch)}
-
 
 class Mixture:
     """Batches of `batch_size` rows drawn from `sources` (0 = the domain) by `source_schedule`."""
 
     def __init__(self, sources: Sequence[Any], weights: Sequence[float], strategies: Sequence[str], *, seed: int,
-                 batch_size: int, rank: int, world_size: int, pad_token_id: int) -> None:
+                 batch_size: int, rank: int, world_size: int, pad_token_id: int, poll_every: int = 0) -> None:
         self.sources, self.weights, self.strategies = list(sources), list(weights), list(strategies)
         self.seed, self.batch_size, self.rank, self.world_size = seed, batch_size, rank, world_size
         self.pad_token_id = pad_token_id
+        # --follow-latest: every `poll_every` steps (the same steps on every rank) each followed source's
+        # root is asked for a newer version; 0: never.
+        self.poll_every = poll_every
         self.samples = 0  # mixture samples taken by all ranks before this rank's next batch's step
         self._streams = [source.batches() for source in self.sources]
         self._buffers: list[dict[str, torch.Tensor] | None] = [None] * len(self.sources)
@@ -316,7 +362,18 @@ class Mixture:
             count -= stop - start
         return parts
 
+    def _poll(self) -> None:
+        """Asks each followed source's root for a newer version (decided by rank 0 for every rank); a
+        newer compatible one is read from each rank's next epoch boundary of the source."""
+        for source in self.sources:
+            if getattr(source, "follower", None) is not None:
+                switch = poll_all_ranks(source.follower, self.world_size)
+                if switch is not None:
+                    source.pending = switch.version_url
+
     def next_batch(self) -> dict[str, torch.Tensor]:
+        if self.poll_every and (self.samples // (self.world_size * self.batch_size)) % self.poll_every == 0:
+            self._poll()
         first = self.samples + self.rank * self.batch_size
         labels = source_schedule(self.seed, self.weights, first, self.batch_size)
         order = np.argsort(labels, kind="stable")
@@ -398,6 +455,18 @@ class Mixture:
     def names(self) -> list[str]:
         return [source.name for source in self.sources]
 
+    def name_of(self, source: int, epoch: int) -> str:
+        """What --sample-log calls a row of `source`'s `epoch`: the version it was read from, for a
+        maskstream source (it may follow newer versions), else the source's name."""
+        version_of = getattr(self.sources[source], "version_of", None)
+        return version_of(epoch) if version_of is not None else self.sources[source].name
+
+    def close(self) -> None:
+        """Releases the sources' leases."""
+        for source in self.sources:
+            if getattr(source, "lease", None) is not None:
+                source.lease.release()
+
     def counts(self, batch: dict[str, torch.Tensor]) -> list[int]:
         """Rows of each source in `batch`."""
         return torch.bincount(batch["source"], minlength=len(self.sources)).tolist()
@@ -409,6 +478,11 @@ def elastic_state(saved: Sequence[dict[str, Any]], positions: Sequence[dict[str,
     `positions[r]["rows"]` of epoch `positions[r]["epoch"]`): the earliest epoch any rank is in,
     with what the saved ranks took of it (and of the later epochs some had started) recorded as
     segments, so that every row is taken once (maskstream.trainer.dataset's elastic resume)."""
+    versions = {s.get("version") for s in saved}
+    if len(versions) > 1:
+        raise ValueError(f"cannot resume on another layout while the saved ranks read different versions of a "
+                         f"source ({', '.join(sorted(versions))}: a --follow-latest switch was under way); resume "
+                         "on the checkpoint's layout, or from another checkpoint")
     epochs = [int(p["epoch"]) for p in positions]
     first, last = min(epochs), max(epochs)
     old = {"world_size": len(saved), "num_workers": int(saved[0].get("num_workers") or 0),
@@ -438,29 +512,47 @@ def elastic_state(saved: Sequence[dict[str, Any]], positions: Sequence[dict[str,
 
 def build_mixture(domain: StreamingSequenceDataset, domain_loader: Any, mix: Sequence[str], tokenizer: Any, *,
                   strategy: str, seed: int, batch_size: int, num_workers: int = 0, cache: Any = None,
-                  pin_memory: bool = False) -> Mixture:
+                  pin_memory: bool = False, follow: bool = False, domain_follower: Any = None,
+                  lease: Any = None) -> Mixture:
     """The mixture of `domain` (read by `domain_loader`, built unmasked with `batch_size`) and every
     `SOURCE:WEIGHT` of `mix`, on the domain's ranks: maskstream sources checked against the domain's
     vocabulary and read by loaders of their own, text sources tokenized by `tokenizer` at the domain's
-    max length. The domain is masked with `strategy`, every other source with random masking."""
+    max length. The domain is masked with `strategy`, every other source with random masking.
+
+    `follow` (--follow-latest) follows the domain's root (with `domain_follower`) and each maskstream
+    source's, polled once per domain epoch's worth of steps. `lease` is the domain's (rank 0); rank 0
+    leases every other maskstream source's version too."""
     entries = [MixSource.parse(entry) for entry in mix]
     rank, world_size = domain.rank, domain.world_size
-    sources: list[Any] = [DatasetSource(domain, domain_loader, domain.manifest.version)]
+
+    def reopen(url: str) -> tuple[StreamingSequenceDataset, Any]:
+        dataset = StreamingSequenceDataset(url, seed=seed, rank=rank, world_size=world_size, cache=cache)
+        return dataset, build_dataloader(dataset, batch_size=batch_size, num_workers=num_workers, strategy=None,
+                                         masking=None, pin_memory=pin_memory)
+
+    domain_root = domain_follower.root if domain_follower is not None else None
+    sources: list[Any] = [DatasetSource(domain, domain_loader, root=domain_root, reopen=reopen,
+                                        follower=domain_follower if follow else None, lease=lease)]
     max_length = int(domain.manifest.config.get("max_length", 128))  # the build's --max-length
     for entry in entries:
         if entry.is_text:
             sources.append(TextSource(entry.url, tokenizer, max_length, batch_size=batch_size, rank=rank,
                                       world_size=world_size))
             continue
-        dataset = StreamingSequenceDataset(entry.url, seed=seed, rank=rank, world_size=world_size, cache=cache)
+        dataset, loader = reopen(entry.url)
         if dataset.manifest.tokenizer.get("vocab_hash") != domain.manifest.tokenizer.get("vocab_hash"):
             raise ValueError(f"--mix {entry.url}: {dataset.version_url} was tokenized with another vocabulary than "
                              f"{domain.version_url}")
-        loader = build_dataloader(dataset, batch_size=batch_size, num_workers=num_workers, strategy=None,
-                                  masking=None, pin_memory=pin_memory)
-        sources.append(DatasetSource(dataset, loader, entry.url))
+        root = dataset_root(entry.url, dataset.version_url)
+        follower = LatestVersionFollower(root, dataset.version_url, dataset.manifest) if follow else None
+        source_lease = VersionLease(dataset.version_url) if lease is not None else None
+        sources.append(DatasetSource(dataset, loader, entry.url, root=root, reopen=reopen, follower=follower,
+                                     lease=source_lease))
     weights = mixture_weights(entries)
     log.info("mixture: %s", ", ".join(f"{source.name} {weight:.0%}" for source, weight
                                       in zip(sources, weights, strict=True)))
+    # A poll per domain epoch's worth of steps: about when a run without --mix would look (at its epoch ends).
+    poll_every = math.ceil(domain.rows_per_rank() / max(1.0, weights[0] * batch_size)) if follow else 0
     return Mixture(sources, weights, [strategy] + ["random"] * len(entries), seed=seed, batch_size=batch_size,
-                   rank=rank, world_size=world_size, pad_token_id=int(domain.manifest.tokenizer["pad_token_id"]))
+                   rank=rank, world_size=world_size, pad_token_id=int(domain.manifest.tokenizer["pad_token_id"]),
+                   poll_every=poll_every)

@@ -177,8 +177,6 @@ class TrainConfig:
             from maskstream.trainer.mixture import MixSource, mixture_weights
 
             mixture_weights([MixSource.parse(entry) for entry in self.mix])  # bad entries and sums fail here
-            if self.follow_latest:
-                raise ValueError("--follow-latest with --mix is not supported yet: a mixture reads fixed versions")
         if self.cache_dir and self.cache_limit < 1:
             raise ValueError("--cache-dir needs --cache-limit BYTES, the most the cache may hold")
         if self.objective not in OBJECTIVES:
@@ -323,11 +321,12 @@ class TrainingData:
         their source's epoch."""
         if self.sample_log is None:
             return
-        names, rank, count = self.source_names, self.ranks.rank, len(batch["sample_index"])
+        rank, count = self.ranks.rank, len(batch["sample_index"])
         sources = batch["source"].tolist() if "source" in batch else [0] * count
         epochs = batch["epoch"].tolist() if "epoch" in batch else [epoch] * count
+        name = self.mixture.name_of if self.mixture is not None else lambda _s, _e: self.dataset.manifest.version
         self.sample_log.write("".join(
-            json.dumps({"epoch": e, "source": names[s], "sample_index": i, "step": step, "rank": rank}) + "\n"
+            json.dumps({"epoch": e, "source": name(s, e), "sample_index": i, "step": step, "rank": rank}) + "\n"
             for e, s, i in zip(epochs, sources, batch["sample_index"].tolist(), strict=True)))
         self.sample_log.flush()
 
@@ -383,6 +382,7 @@ class TrainingData:
         if self.mixture is not None:
             self._restore_rng()
             for batch in self.mixture:
+                self.dataset = self.mixture.sources[0].dataset  # the domain's version in use (--follow-latest)
                 # Held-out rows are the domain's: other sources are trained on whole.
                 held = held_out(batch["sample_index"].numpy(), self.config.held_out_fraction) & (
                     batch["source"].numpy() == 0)
@@ -472,7 +472,8 @@ def open_mixture(data: TrainingData) -> Any:
     try:
         return build_mixture(data.dataset, data.loader, config.mix, data.tokenizer, strategy=config.strategy,
                              seed=config.seed, batch_size=config.batch_size, num_workers=config.num_workers,
-                             cache=shard_cache(config), pin_memory=ranks.device.type == "cuda")
+                             cache=shard_cache(config), pin_memory=ranks.device.type == "cuda",
+                             follow=config.follow_latest, domain_follower=data.follower, lease=data.lease)
     except ValueError as e:  # a source that cannot be mixed: say which, in one line
         raise SystemExit(str(e)) from None
 
@@ -754,7 +755,9 @@ def train(config: TrainConfig) -> int:
     logger.close()
     if data.sample_log is not None:
         data.sample_log.close()
-    if data.lease is not None:
+    if data.mixture is not None:
+        data.mixture.close()  # the leases of the domain and of the other sources
+    elif data.lease is not None:
         data.lease.release()
     if ranks.world_size > 1:
         dist.barrier()

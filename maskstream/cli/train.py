@@ -91,7 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--follow-latest", action="store_true",
                         help="at each epoch boundary move on to the newest complete version of the dataset root "
                              "(--dataset, or the root holding the version it names) when its tokenizer matches; "
-                             "logs the switch and the seeds that changed (default: off)")
+                             "logs the switch and the seeds that changed; with --mix, every maskstream source's root "
+                             "is followed and each rank moves on at its own epoch boundary of the source "
+                             "(default: off)")
     parser.add_argument("--mix", action="append", default=None, metavar="SOURCE:WEIGHT",
                         help="also train on SOURCE, WEIGHT (0-1) of the samples, the domain (--dataset) taking the "
                              "rest; repeatable. SOURCE: a maskstream dataset (root or version), or .jsonl/.parquet "

@@ -4,7 +4,9 @@ exact resume, and `maskstream train --mix` end to end."""
 from __future__ import annotations
 
 import collections
+import functools
 import json
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -256,3 +258,49 @@ def test_a_mixture_resumes_on_another_layout_taking_each_row_once(case, local_da
     if ranks > 1:
         with pytest.raises(ValueError, match="every rank's"):
             after[0].load_state_dict(states[:1])
+
+
+def test_a_mixture_follows_each_maskstream_source_and_resumes_exactly(text_file, tiny_bert, tmp_path, monkeypatch):
+    """--follow-latest with --mix: the domain (started on v1, `latest` -> v2) and a replayed maskstream
+    source (given as its v1) each move on to v2 at their own epoch boundary; a run resumed from a
+    checkpoint taken between the two switches trains the same rows."""
+    from maskstream.trainer import checkpoint
+
+    texts = factory.read_texts(limit=200)
+    domain, general = tmp_path / "domain", tmp_path / "general"
+    factory.write_dataset(str(domain), factory.sequence_rows(texts[:48], max_length=48), shards=2, row_group_size=8,
+                          version="v1")
+    factory.write_dataset(str(domain), factory.sequence_rows(texts[48:88], max_length=48), shards=2,
+                          row_group_size=8, version="v2")
+    factory.write_dataset(str(general), factory.sequence_rows(texts[88:118], max_length=48), shards=1,
+                          row_group_size=8, version="v1")
+    factory.write_dataset(str(general), factory.sequence_rows(texts[118:148], max_length=48), shards=1,
+                          row_group_size=8, version="v2")
+    monkeypatch.setattr(checkpoint, "save_checkpoint", functools.partial(checkpoint.save_checkpoint, keep=0))
+
+    def train(out, *extra):
+        assert main(["train", "--dataset", str(domain / "v1"), "--follow-latest", "--mix", f"{general / 'v1'}:0.25",
+                     "--mix", f"{text_file[0]}:0.15", "--output", str(out), "--model", tiny_bert, "--batch-size", "8",
+                     "--max-steps", "30", "--save-every", "1", "--held-out-fraction", "0", "--eval-every", "1000",
+                     "--log-every", "10", "--sample-log", str(out / "samples.jsonl"), *extra]) == 0
+        return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+
+    (tmp_path / "run").mkdir()
+    rows = train(tmp_path / "run")
+    for name, first, size in (("", domain, 48), (f"{general}/", general, 30)):
+        versions = collections.defaultdict(set)
+        for r in rows:
+            if r["source"].startswith(f"{name}v") and (not name or r["source"].startswith(str(first))):
+                versions[r["epoch"]].add(r["source"])
+        assert versions[0] == {f"{name}v1"} and all(v == {f"{name}v2"} for e, v in versions.items() if e > 0), versions
+        epoch0 = [r["sample_index"] for r in rows if r["source"] == f"{name}v1"]
+        assert sorted(epoch0) == list(range(size)) and len(versions) > 1
+    # Step 12: the domain reads v2, the general source still v1 with v2 pending.
+    switched = {r["source"] for r in rows if r["step"] <= 12}
+    assert {"v2", f"{general}/v1"} <= switched and f"{general}/v2" not in switched
+    resumed_out = tmp_path / "resumed"
+    resumed_out.mkdir()
+    (resumed_out / "checkpoints").mkdir()
+    shutil.copytree(tmp_path / "run" / "checkpoints" / "step-00000012", resumed_out / "checkpoints" / "step-00000012")
+    resumed = train(resumed_out, "--resume", str(resumed_out / "checkpoints" / "step-00000012"))
+    assert resumed == [r for r in rows if r["step"] > 12]
