@@ -12,7 +12,7 @@ Contract:
   `source_schedule(seed, weights)` gives it: a function of the seed and `g` alone. In every block of
   20 consecutive samples each source other than the domain gets `floor(w n)` minus what the blocks
   before got (`n` the samples through the block), the domain the rest, in an order drawn from
-  (seed, block). The proportions therefore hold within a few samples over any 1,000 consecutive
+  (seed, the block's chunk of 64 blocks). The proportions therefore hold within a few samples over any 1,000 consecutive
   samples (tests/trainer/test_mixture.py: within ±2 %).
 - *Each source keeps its own order and masking*: a maskstream source is a
   `StreamingSequenceDataset` read by its own DataLoader (the module doc of
@@ -38,6 +38,7 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -49,6 +50,7 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from maskstream.schemas.lease import VersionLease
 from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
@@ -60,6 +62,7 @@ from maskstream.trainer.masking import MaskingConfig, apply_masking
 log = logging.getLogger("maskstream.mixture")
 
 BLOCK = 20  # samples per block of the draw: within a block, any source is off its share by at most 5
+CHUNK_BLOCKS = 64  # blocks drawn at a time
 TEXT_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
@@ -99,15 +102,25 @@ def mixture_weights(mix: Sequence[MixSource]) -> list[float]:
 def source_schedule(seed: int, weights: Sequence[float], start: int, count: int) -> np.ndarray:
     """The source (0 = the domain) of mixture samples [start, start + count) (module doc)."""
     first, last = start // BLOCK, (start + count - 1) // BLOCK
+    chunks = range(first // CHUNK_BLOCKS, last // CHUNK_BLOCKS + 1)
+    labels = np.concatenate([_chunk_labels(seed, tuple(weights), chunk) for chunk in chunks])
+    offset = start - chunks[0] * CHUNK_BLOCKS * BLOCK
+    return labels[offset : offset + count]
+
+
+@functools.lru_cache(maxsize=8)
+def _chunk_labels(seed: int, weights: tuple[float, ...], chunk: int) -> np.ndarray:
+    """The labels of blocks [chunk * CHUNK_BLOCKS, (chunk + 1) * CHUNK_BLOCKS): each block's counts,
+    in an order drawn from (seed, chunk), one generator for the chunk's blocks (one per block cost
+    more than the rest of a batch's assembly); cached, as consecutive batches (and every rank's)
+    read the same blocks."""
+    blocks = np.arange(chunk * CHUNK_BLOCKS, (chunk + 1) * CHUNK_BLOCKS)
     others = np.asarray(weights[1:], dtype=np.float64)
-    labels = []
-    for block in range(first, last + 1):
-        counts = np.floor(others * (block + 1) * BLOCK) - np.floor(others * block * BLOCK)
-        block_labels = np.zeros(BLOCK, dtype=np.int64)
-        block_labels[: int(counts.sum())] = np.repeat(np.arange(1, len(weights)), counts.astype(np.int64))
-        labels.append(block_labels[np.random.default_rng([seed, block, 0x313C]).permutation(BLOCK)])
-    offset = start - first * BLOCK
-    return np.concatenate(labels)[offset : offset + count]
+    counts = np.floor(others[None, :] * (blocks[:, None] + 1) * BLOCK) - np.floor(others[None, :] * blocks[:, None] * BLOCK)
+    ends = np.cumsum(counts.astype(np.int64), axis=1)  # a block's first ends[0] places are source 1's, ...
+    before = (np.arange(BLOCK)[None, :, None] >= ends[:, None, :]).sum(axis=2)
+    labels = np.where(before < len(others), before + 1, 0)
+    return np.random.default_rng([seed, chunk, 0x313C]).permuted(labels, axis=1).ravel()
 
 
 def concat_rows(parts: Sequence[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -121,6 +134,28 @@ def concat_rows(parts: Sequence[dict[str, torch.Tensor]], pad_token_id: int) -> 
             pad = pad_token_id if pad is None else pad
             tensors = [torch.nn.functional.pad(t, (0, width - t.shape[1]), value=pad) for t in tensors]
         out[name] = torch.cat(tensors)
+    return out
+
+
+def place_rows(parts: Sequence[dict[str, torch.Tensor]], places: Sequence[np.ndarray], size: int,
+               pad_token_id: int) -> dict[str, torch.Tensor]:
+    """A batch of `size` rows, part `i`'s rows at rows `places[i]`, padded to the widest part
+    (collate_sequences' padding): `concat_rows` then a reordering, in one copy (numpy: a third the
+    per-call cost of torch's indexing, which is most of the time at these sizes)."""
+    width = max(part["input_ids"].shape[1] for part in parts)
+    out = {}
+    for name, like in parts[0].items():
+        dtype = like.numpy().dtype
+        if like.dim() == 2:
+            pad = PADDED_COLUMNS[name][1] if name in PADDED_COLUMNS else 0
+            column = np.full((size, width), pad_token_id if pad is None else pad, dtype=dtype)
+            for part, rows in zip(parts, places, strict=True):
+                column[rows, : part[name].shape[1]] = part[name].numpy()
+        else:
+            column = np.empty(size, dtype=dtype)
+            for part, rows in zip(parts, places, strict=True):
+                column[rows] = part[name].numpy()
+        out[name] = torch.from_numpy(column)
     return out
 
 
@@ -164,9 +199,10 @@ class TextSource:
     mixture's ranks take their own counts anyway). `sample_index` is the record's number."""
 
     def __init__(self, url: str, tokenizer: Any, max_length: int, *, batch_size: int, rank: int, world_size: int,
-                 text_field: str = "text") -> None:
+                 num_workers: int = 0, text_field: str = "text") -> None:
         self.url, self.tokenizer, self.max_length = url, tokenizer, max_length
         self.batch_size, self.rank, self.world_size, self.text_field = batch_size, rank, world_size, text_field
+        self.num_workers = num_workers  # DataLoader workers that tokenize (0: in this process)
         self.files = self._files(url)
         if not self.files:
             raise ValueError(f"--mix {url}: no .jsonl or .parquet file there")
@@ -202,10 +238,10 @@ class TextSource:
                         if isinstance(text, str):
                             yield text
 
-    def _texts(self) -> Iterator[tuple[int, str]]:
-        """This rank's (record number, text) of the epoch, in order: what the segments left, dealt."""
+    def _texts(self, segments: Sequence[dict[str, Any]]) -> Iterator[tuple[int, str]]:
+        """This rank's (record number, text) of the epoch, in order: what `segments` left, dealt."""
         left: Iterator[tuple[int, str]] = enumerate(self._all_texts())
-        for segment in self.segments:
+        for segment in segments:
             left = _untaken(left, segment)
         return (record for position, record in enumerate(left) if position % self.world_size == self.rank)
 
@@ -230,24 +266,22 @@ class TextSource:
         return int(state["records"])
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        """Collated batches, forever: the next epoch starts where one ends."""
+        """Collated batches, forever: the next epoch starts where one ends. The records taken are
+        counted here, as batches are handed out (the workers read ahead)."""
         while True:
-            texts = self._texts()
-            for _ in range(self.records):
-                next(texts, None)
-            while True:
-                chunk = list(itertools.islice(texts, self.batch_size))
-                if not chunk:
-                    break
-                self.records += len(chunk)
-                yield self._collate(chunk)
+            epoch = TextEpoch(self, self.epoch, self.records, list(self.segments))
+            loader = DataLoader(epoch, batch_size=None, num_workers=self.num_workers,
+                                prefetch_factor=2 if self.num_workers else None)
+            for batch in loader:
+                self.records += len(batch["sample_index"])
+                yield batch
             if self.records == 0 and not self.segments:  # a whole epoch without a record for this rank
                 raise ValueError(f"--mix {self.url}: rank {self.rank} has no text to read")
             self.epoch, self.records = self.epoch + 1, 0
             self.segments = self.ahead.pop(self.epoch, [])
             self.ahead = {e: later for e, later in self.ahead.items() if e > self.epoch}
 
-    def _collate(self, records: list[tuple[int, str]]) -> dict[str, torch.Tensor]:
+    def collate(self, records: list[tuple[int, str]], epoch: int) -> dict[str, torch.Tensor]:
         texts = [text for _, text in records]
         encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_special_tokens_mask=True)
         samples = []
@@ -259,8 +293,26 @@ class TextSource:
                             "mask_probability": np.zeros(len(ids), dtype=np.float32),
                             "sample_index": records[i][0]})  # the key of the row's masks
         batch = collate_sequences(samples, self.tokenizer.pad_token_id)
-        batch["epoch"] = torch.full((len(texts),), self.epoch, dtype=torch.int64)
+        batch["epoch"] = torch.full((len(texts),), epoch, dtype=torch.int64)
         return batch
+
+
+class TextEpoch(IterableDataset):
+    """A text source's batches of one epoch on one rank, from its record `skip` on: batch `k` is
+    tokenized by DataLoader worker `k % num_workers`, so that the DataLoader's round robin hands them
+    out in order, whatever the number of workers."""
+
+    def __init__(self, source: TextSource, epoch: int, skip: int, segments: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.source, self.epoch, self.skip, self.segments = source, epoch, skip, segments
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        texts = itertools.islice(self.source._texts(self.segments), self.skip, None)
+        for k, chunk in enumerate(iter(lambda: list(itertools.islice(texts, self.source.batch_size)), [])):
+            if k % workers == worker:
+                yield self.source.collate(chunk, self.epoch)
 
 
 class DatasetSource:
@@ -376,17 +428,16 @@ class Mixture:
             self._poll()
         first = self.samples + self.rank * self.batch_size
         labels = source_schedule(self.seed, self.weights, first, self.batch_size)
-        order = np.argsort(labels, kind="stable")
-        parts = []
+        parts, places = [], []
         for source in range(len(self.sources)):
-            count = int((labels == source).sum())
-            for part in self._take(source, count) if count else []:
-                parts.append({**part, "source": torch.full_like(part["sample_index"], source)})
-        batch = concat_rows(parts, self.pad_token_id)
-        # Rows in the schedule's order: row j of the batch is mixture sample first + j.
-        place = torch.from_numpy(np.argsort(order, kind="stable"))
+            rows = np.flatnonzero(labels == source)  # row j of the batch is mixture sample first + j
+            for part in self._take(source, len(rows)) if len(rows) else []:
+                count = len(part["sample_index"])
+                parts.append(part)
+                places.append(rows[:count])
+                rows = rows[count:]
         self.samples += self.world_size * self.batch_size
-        return {k: v[place] for k, v in batch.items()}
+        return {**place_rows(parts, places, self.batch_size, self.pad_token_id), "source": torch.from_numpy(labels)}
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         while True:
@@ -526,7 +577,8 @@ def build_mixture(domain: StreamingSequenceDataset, domain_loader: Any, mix: Seq
     rank, world_size = domain.rank, domain.world_size
 
     def reopen(url: str) -> tuple[StreamingSequenceDataset, Any]:
-        dataset = StreamingSequenceDataset(url, seed=seed, rank=rank, world_size=world_size, cache=cache)
+        dataset = StreamingSequenceDataset(url, seed=seed, rank=rank, world_size=world_size, cache=cache,
+                                           shuffle_buffer=domain.shuffle_buffer)
         return dataset, build_dataloader(dataset, batch_size=batch_size, num_workers=num_workers, strategy=None,
                                          masking=None, pin_memory=pin_memory)
 
@@ -537,7 +589,7 @@ def build_mixture(domain: StreamingSequenceDataset, domain_loader: Any, mix: Seq
     for entry in entries:
         if entry.is_text:
             sources.append(TextSource(entry.url, tokenizer, max_length, batch_size=batch_size, rank=rank,
-                                      world_size=world_size))
+                                      world_size=world_size, num_workers=num_workers))
             continue
         dataset, loader = reopen(entry.url)
         if dataset.manifest.tokenizer.get("vocab_hash") != domain.manifest.tokenizer.get("vocab_hash"):

@@ -304,3 +304,28 @@ def test_a_mixture_follows_each_maskstream_source_and_resumes_exactly(text_file,
     shutil.copytree(tmp_path / "run" / "checkpoints" / "step-00000012", resumed_out / "checkpoints" / "step-00000012")
     resumed = train(resumed_out, "--resume", str(resumed_out / "checkpoints" / "step-00000012"))
     assert resumed == [r for r in rows if r["step"] > 12]
+
+
+def test_a_text_source_tokenizes_in_workers_the_batches_of_one_process(text_file):
+    def first_batches(workers, state=None):
+        source = TextSource(str(text_file[0]), factory.tokenizer(), 128, batch_size=16, rank=1, world_size=2,
+                            num_workers=workers)
+        if state is not None:
+            source.load_state_dict(state)
+        batches = source.batches()
+        return source, [next(batches) for _ in range(12)]  # 150 records a rank: into the second epoch
+
+    _, expected = first_batches(0)
+    _, in_workers = first_batches(2)
+    for got, want in zip(in_workers, expected, strict=True):
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    assert [int(b["epoch"][0]) for b in expected] == [0] * 10 + [1] * 2
+    assert expected[0]["sample_index"].tolist() == list(range(1, 32, 2))  # records 1, 3, ... of 2 ranks
+    # Resumed from the state after 4 batches, with workers: the same batches follow.
+    source = TextSource(str(text_file[0]), factory.tokenizer(), 128, batch_size=16, rank=1, world_size=2)
+    batches = source.batches()
+    for _ in range(4):
+        next(batches)
+    _, resumed = first_batches(2, state=source.state_dict())
+    for got, want in zip(resumed[:8], expected[4:], strict=True):
+        assert torch.equal(got["input_ids"], want["input_ids"]) and torch.equal(got["epoch"], want["epoch"])
