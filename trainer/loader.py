@@ -68,9 +68,12 @@ def build_dataloader(
     mask_in_workers: bool = True,
     pin_memory: bool = False,
     prefetch_factor: int = 2,
+    generator: torch.Generator | None = None,
 ) -> DataLoader:
     """Batches of `dataset`, masked with `strategy` in the workers when `mask_in_workers` (else
-    unmasked: run `apply_masking` on the device). `strategy=None` never masks."""
+    unmasked: run `apply_masking` on the device). `strategy=None` never masks. A `generator` gives
+    the workers' base seed (they draw nothing from it) instead of the global generator: a mixture's
+    loaders start at any step without moving the model's random state."""
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {STRATEGIES}")
     if strategy is not None and masking is None:
@@ -98,4 +101,5 @@ def build_dataloader(
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
         persistent_workers=num_workers > 0,
         drop_last=False,
+        generator=generator,
     )

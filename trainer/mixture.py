@@ -12,8 +12,8 @@ Contract:
   `source_schedule(seed, weights)` gives it: a function of the seed and `g` alone. In every block of
   20 consecutive samples each source other than the domain gets `floor(w n)` minus what the blocks
   before got (`n` the samples through the block), the domain the rest, in an order drawn from
-  (seed, the block's chunk of 64 blocks). The proportions therefore hold within a few samples over any 1,000 consecutive
-  samples (tests/trainer/test_mixture.py: within ±2 %).
+  (seed, the block's chunk of 64 blocks). The proportions therefore hold within a few samples over
+  any 1,000 consecutive samples (tests/trainer/test_mixture.py: within ±2 %).
 - *Each source keeps its own order and masking*: a maskstream source is a
   `StreamingSequenceDataset` read by its own DataLoader (the module doc of
   `maskstream.trainer.dataset`: ranks, workers, epochs), masked with the run's `--strategy` for the
@@ -30,9 +30,9 @@ Contract:
   rank was in, what the saved ranks took of it (and of the later epochs some had started: each rank
   takes its own number of rows, so ranks cross a source's epoch at different steps) recorded as
   segments of `maskstream.trainer.dataset`'s elastic resume: every row of every source is taken
-  once per epoch across the resume, but for the domain's remainder policy. The model's dropout after
-  a mixture's resume is not bit-exact: the sources' DataLoaders start after the random state is
-  restored.
+  once per epoch across the resume, but for the domain's remainder policy. The sources' DataLoaders
+  draw from generators of their own (`loader_generator`), so starting them leaves the model's random
+  state alone and a resumed run's dropout continues exactly.
 """
 
 from __future__ import annotations
@@ -181,6 +181,13 @@ def mask_by_source(batch: dict[str, torch.Tensor], strategies: Sequence[str], ma
     return masked
 
 
+def loader_generator() -> torch.Generator:
+    """The generator of a mixture source's DataLoader: starting one (at any source's epoch boundary,
+    or all at once after a resume) then leaves the global random state, the model's dropout, alone.
+    Its draws seed only the workers' own generators, which the readers do not use."""
+    return torch.Generator().manual_seed(0)
+
+
 def _untaken(records: Iterator[tuple[int, str]], segment: dict[str, Any]) -> Iterator[tuple[int, str]]:
     """The records an earlier layout left: it dealt record `p` of `records` to rank `p % W`, and
     rank `r` took its first `segment["rows"][r]` (-1: all of them)."""
@@ -271,7 +278,7 @@ class TextSource:
         while True:
             epoch = TextEpoch(self, self.epoch, self.records, list(self.segments))
             loader = DataLoader(epoch, batch_size=None, num_workers=self.num_workers,
-                                prefetch_factor=2 if self.num_workers else None)
+                                prefetch_factor=2 if self.num_workers else None, generator=loader_generator())
             for batch in loader:
                 self.records += len(batch["sample_index"])
                 yield batch
@@ -580,7 +587,7 @@ def build_mixture(domain: StreamingSequenceDataset, domain_loader: Any, mix: Seq
         dataset = StreamingSequenceDataset(url, seed=seed, rank=rank, world_size=world_size, cache=cache,
                                            shuffle_buffer=domain.shuffle_buffer)
         return dataset, build_dataloader(dataset, batch_size=batch_size, num_workers=num_workers, strategy=None,
-                                         masking=None, pin_memory=pin_memory)
+                                         masking=None, pin_memory=pin_memory, generator=loader_generator())
 
     domain_root = domain_follower.root if domain_follower is not None else None
     sources: list[Any] = [DatasetSource(domain, domain_loader, root=domain_root, reopen=reopen,

@@ -346,9 +346,16 @@ class TrainingData:
         from maskstream.trainer.loader import build_dataloader
 
         config = self.config
+        # A mixture's loaders keep off the global generator (maskstream.trainer.mixture.loader_generator).
+        generator = None
+        if config.mix:
+            from maskstream.trainer.mixture import loader_generator
+
+            generator = loader_generator()
         return build_dataloader(self.dataset, batch_size=config.batch_size, num_workers=config.num_workers,
                                 strategy=config.strategy, masking=self.masking, seed=config.seed,
-                                mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda")
+                                mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda",
+                                generator=generator)
 
     def _epoch_finished(self) -> bool:
         return self.dataset.state_dict()["samples_consumed"] >= self.dataset.rows_per_rank()

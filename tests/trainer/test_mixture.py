@@ -329,3 +329,24 @@ def test_a_text_source_tokenizes_in_workers_the_batches_of_one_process(text_file
     _, resumed = first_batches(2, state=source.state_dict())
     for got, want in zip(resumed[:8], expected[4:], strict=True):
         assert torch.equal(got["input_ids"], want["input_ids"]) and torch.equal(got["epoch"], want["epoch"])
+
+
+def test_a_mixture_resumes_with_the_same_losses(local_dataset, text_file, tiny_bert, tmp_path, monkeypatch):
+    """The model's random state (dropout) continues exactly: the sources' loaders, started again after
+    the resume, draw from generators of their own."""
+    from maskstream.trainer import checkpoint
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", functools.partial(checkpoint.save_checkpoint, keep=0))
+
+    def train(out, *extra):
+        out.mkdir(exist_ok=True)
+        assert main(["train", "--dataset", local_dataset, "--mix", f"{text_file[0]}:0.2", "--output", str(out),
+                     "--model", tiny_bert, "--batch-size", "16", "--max-steps", "8", "--log-every", "1",
+                     "--save-every", "1", "--eval-every", "1000", "--held-out-fraction", "0", *extra]) == 0
+        return {r["step"]: r["loss"] for r in read_metrics(out) if r["split"] == "train"}
+
+    run = train(tmp_path / "run")
+    resumed_out = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "run" / "checkpoints" / "step-00000004", resumed_out / "checkpoints" / "step-00000004")
+    resumed = train(resumed_out, "--resume", str(resumed_out / "checkpoints" / "step-00000004"))
+    assert [resumed[s] for s in range(5, 9)] == [run[s] for s in range(5, 9)]
