@@ -216,7 +216,7 @@ def rows_of(batch):
 ELASTIC_MIXTURES = {
     "2 ranks -> 1, mid epoch": ((2, 0, 16), (1, 0, 20), 9, ()),
     "1 rank, 2 workers -> 2 ranks, batch 8 -> 12": ((1, 2, 8), (2, 0, 12), 27, ()),
-    "2 ranks -> 3, ranks in two epochs of the domain": ((2, 0, 12), (3, 0, 12), 21, (0,)),
+    "3 ranks -> 1, ranks in two epochs of the domain": ((3, 0, 16), (1, 0, 16), 11, (0,)),
     "3 ranks -> 2 with 2 workers, ranks in two epochs of each source": ((3, 0, 16), (2, 2, 16), 31, (0, 1)),
 }
 
