@@ -134,11 +134,13 @@ def mixture_table(local: str, work: str, batch_size: int) -> None:
 
     def rate(workers: int, mix: str | None) -> float:
         domain = StreamingSequenceDataset(local, seed=0, shuffle_buffer=4096)
-        loader = build_dataloader(domain, batch_size=batch_size, num_workers=workers, strategy=None, masking=None)
         steps = 2 * domain.steps_per_epoch(batch_size)
-        batches = (b for _ in range(3) for b in loader) if mix is None else iter(
-            build_mixture(domain, loader, [mix], factory.tokenizer(), strategy="difference", seed=0,
-                          batch_size=batch_size, num_workers=workers))
+        if mix is None:
+            loader = build_dataloader(domain, batch_size=batch_size, num_workers=workers, strategy=None, masking=None)
+            batches = (b for _ in range(3) for b in loader)
+        else:
+            batches = iter(build_mixture(domain, [mix], factory.tokenizer(), strategy="difference", seed=0,
+                                         batch_size=batch_size, num_workers=workers))
         next(batches)  # the workers started and the first windows read: what one epoch's start costs
         start = time.perf_counter()
         samples = sum(len(next(batches)["sample_index"]) for _ in range(steps))

@@ -26,14 +26,12 @@ the epoch from the dataset (which `Trainer` advances with `set_epoch`).
 A mixture (`maskstream train --mix`, `maskstream.trainer.mixture`) in `transformers.Trainer`: its rows
 one at a time, batched again by the Trainer with the mixture's batch size, masked by source:
 
-    from maskstream.trainer.loader import build_dataloader
     from maskstream.trainer.mixture import build_mixture
     from maskstream.trainer.hf import MixtureCollator, MixtureRows
 
     domain = StreamingSequenceDataset("out/demo/dataset", seed=0)
-    loader = build_dataloader(domain, batch_size=16, strategy=None, masking=None)
-    mixture = build_mixture(domain, loader, ["general.jsonl:0.2"], tokenizer, strategy="difference",
-                            seed=0, batch_size=16)
+    mixture = build_mixture(domain, ["general.jsonl:0.2"], tokenizer, strategy="difference", seed=0,
+                            batch_size=16)
     Trainer(model=model, args=args,  # per_device_train_batch_size=16, remove_unused_columns=False
             train_dataset=MixtureRows(mixture), data_collator=MixtureCollator(mixture)).train()
 """

@@ -45,6 +45,11 @@ def _collate_and_mask(
     return apply_masking(batch, strategy, masking, seed=seed, epoch=int(epoch[4]))
 
 
+def samples_as_read(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `collate_fn` of `build_dataloader(collate=False)`: the batch's samples, uncollated."""
+    return samples
+
+
 class StreamingDataLoader(DataLoader):
     """A DataLoader that records, in its dataset, how many samples it has handed out."""
 
@@ -53,7 +58,7 @@ class StreamingDataLoader(DataLoader):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         self.dataset.begin_iteration()
         for batch in super().__iter__():
-            self.dataset.count_consumed(len(batch["sample_index"]))
+            self.dataset.count_consumed(len(batch) if isinstance(batch, list) else len(batch["sample_index"]))
             yield batch
 
 
@@ -69,11 +74,14 @@ def build_dataloader(
     pin_memory: bool = False,
     prefetch_factor: int = 2,
     generator: torch.Generator | None = None,
+    collate: bool = True,
 ) -> DataLoader:
     """Batches of `dataset`, masked with `strategy` in the workers when `mask_in_workers` (else
-    unmasked: run `apply_masking` on the device). `strategy=None` never masks. A `generator` gives
-    the workers' base seed (they draw nothing from it) instead of the global generator: a mixture's
-    loaders start at any step without moving the model's random state."""
+    unmasked: run `apply_masking` on the device). `strategy=None` never masks. `collate=False`
+    hands out each batch's samples as a list instead, for a caller that draws rows from several
+    loaders (`maskstream.trainer.mixture`). A `generator` gives the workers' base seed (they draw
+    nothing from it) instead of the global generator: a mixture's loaders start at any step without
+    moving the model's random state."""
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {STRATEGIES}")
     if strategy is not None and masking is None:
@@ -83,7 +91,7 @@ def build_dataloader(
         raise ValueError(f"manifest tokenizer entry lacks pad_token_id; it has {sorted(dataset.manifest.tokenizer)}")
     dataset.batch_size = batch_size
     dataset.num_workers = num_workers
-    collate = functools.partial(
+    collate_and_mask = functools.partial(
         _collate_and_mask,
         pad_token_id=int(pad_token_id),
         strategy=strategy if mask_in_workers else None,
@@ -96,7 +104,7 @@ def build_dataloader(
         dataset,
         batch_size=batch_size,
         num_workers=num_workers,
-        collate_fn=collate,
+        collate_fn=collate_and_mask if collate else samples_as_read,
         pin_memory=pin_memory,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
         persistent_workers=num_workers > 0,

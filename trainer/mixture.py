@@ -56,7 +56,7 @@ from maskstream.schemas.lease import VersionLease
 from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
-from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.loader import build_dataloader, samples_as_read
 from maskstream.trainer.masking import MaskingConfig, apply_masking
 
 log = logging.getLogger("maskstream.mixture")
@@ -137,28 +137,6 @@ def concat_rows(parts: Sequence[dict[str, torch.Tensor]], pad_token_id: int) -> 
     return out
 
 
-def place_rows(parts: Sequence[dict[str, torch.Tensor]], places: Sequence[np.ndarray], size: int,
-               pad_token_id: int) -> dict[str, torch.Tensor]:
-    """A batch of `size` rows, part `i`'s rows at rows `places[i]`, padded to the widest part
-    (collate_sequences' padding): `concat_rows` then a reordering, in one copy (numpy: a third the
-    per-call cost of torch's indexing, which is most of the time at these sizes)."""
-    width = max(part["input_ids"].shape[1] for part in parts)
-    out = {}
-    for name, like in parts[0].items():
-        dtype = like.numpy().dtype
-        if like.dim() == 2:
-            pad = PADDED_COLUMNS[name][1] if name in PADDED_COLUMNS else 0
-            column = np.full((size, width), pad_token_id if pad is None else pad, dtype=dtype)
-            for part, rows in zip(parts, places, strict=True):
-                column[rows, : part[name].shape[1]] = part[name].numpy()
-        else:
-            column = np.empty(size, dtype=dtype)
-            for part, rows in zip(parts, places, strict=True):
-                column[rows] = part[name].numpy()
-        out[name] = torch.from_numpy(column)
-    return out
-
-
 def source_seed(seed: int, source: int) -> int:
     """The masking seed of a source's rows: the run's for the domain (the same masks as without a
     mixture), another per source, so that rows of two sources with one sample index differ."""
@@ -199,9 +177,9 @@ def _untaken(records: Iterator[tuple[int, str]], segment: dict[str, Any]) -> Ite
 
 
 class TextSource:
-    """Plain text (JSONL or Parquet `text` fields) tokenized on the fly: batches like
-    `collate_sequences`' with random-masking columns (mask probability 0, word ids of the
-    tokenizer's pre-tokenized words). An epoch's order is the records with a text, files sorted;
+    """Plain text (JSONL or Parquet `text` fields) tokenized on the fly: samples like a maskstream
+    version's, for random masking (mask probability 0, word ids of the tokenizer's pre-tokenized
+    words). An epoch's order is the records with a text, files sorted;
     record `p` of what is left of it goes to rank `p % world_size` (no remainder padding: a
     mixture's ranks take their own counts anyway). `sample_index` is the record's number."""
 
@@ -273,22 +251,23 @@ class TextSource:
         return int(state["records"])
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        """Collated batches, forever: the next epoch starts where one ends. The records taken are
-        counted here, as batches are handed out (the workers read ahead)."""
+        """(epoch, samples) of `batch_size` records, forever: the next epoch starts where one ends.
+        The records taken are counted here, as batches are handed out (the workers read ahead)."""
         while True:
             epoch = TextEpoch(self, self.epoch, self.records, list(self.segments))
-            loader = DataLoader(epoch, batch_size=None, num_workers=self.num_workers,
+            loader = DataLoader(epoch, batch_size=None, num_workers=self.num_workers, collate_fn=samples_as_read,
                                 prefetch_factor=2 if self.num_workers else None, generator=loader_generator())
-            for batch in loader:
-                self.records += len(batch["sample_index"])
-                yield batch
+            for samples in loader:
+                self.records += len(samples)
+                yield self.epoch, samples
             if self.records == 0 and not self.segments:  # a whole epoch without a record for this rank
                 raise ValueError(f"--mix {self.url}: rank {self.rank} has no text to read")
             self.epoch, self.records = self.epoch + 1, 0
             self.segments = self.ahead.pop(self.epoch, [])
             self.ahead = {e: later for e, later in self.ahead.items() if e > self.epoch}
 
-    def collate(self, records: list[tuple[int, str]], epoch: int) -> dict[str, torch.Tensor]:
+    def samples(self, records: list[tuple[int, str]]) -> list[dict[str, Any]]:
+        """The records tokenized, as samples of a maskstream version (mask probability 0)."""
         texts = [text for _, text in records]
         encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_special_tokens_mask=True)
         samples = []
@@ -299,9 +278,7 @@ class TextSource:
                             np.asarray(encoded["special_tokens_mask"][i], dtype=bool),
                             "mask_probability": np.zeros(len(ids), dtype=np.float32),
                             "sample_index": records[i][0]})  # the key of the row's masks
-        batch = collate_sequences(samples, self.tokenizer.pad_token_id)
-        batch["epoch"] = torch.full((len(texts),), epoch, dtype=torch.int64)
-        return batch
+        return samples
 
 
 class TextEpoch(IterableDataset):
@@ -319,11 +296,11 @@ class TextEpoch(IterableDataset):
         texts = itertools.islice(self.source._texts(self.segments), self.skip, None)
         for k, chunk in enumerate(iter(lambda: list(itertools.islice(texts, self.source.batch_size)), [])):
             if k % workers == worker:
-                yield self.source.collate(chunk, self.epoch)
+                yield self.source.samples(chunk)
 
 
 class DatasetSource:
-    """A maskstream version read by its own DataLoader (unmasked), with each batch's epoch.
+    """A maskstream version read by its own DataLoader (`collate=False`): (epoch, samples) batches.
 
     With a `follower` (`--follow-latest`), a newer version the mixture's poll found (`pending`)
     replaces the one read at this rank's next epoch boundary of the source: `reopen(url)` gives the
@@ -370,8 +347,8 @@ class DatasetSource:
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
         while True:
-            for batch in self.loader:
-                yield {**batch, "epoch": torch.full_like(batch["sample_index"], self.dataset.epoch)}
+            for samples in self.loader:
+                yield self.dataset.epoch, samples
             if self.pending is not None:  # this rank's epoch of the source ended: the newer version goes on
                 url, self.pending, next_epoch = self.pending, None, self.dataset.epoch + 1
                 self._open(url)
@@ -401,22 +378,23 @@ class Mixture:
         self.poll_every = poll_every
         self.samples = 0  # mixture samples taken by all ranks before this rank's next batch's step
         self._streams = [source.batches() for source in self.sources]
-        self._buffers: list[dict[str, torch.Tensor] | None] = [None] * len(self.sources)
+        self._buffers: list[tuple[int, list[dict[str, Any]]] | None] = [None] * len(self.sources)  # epoch, samples
         self._before: list[dict[str, Any] | None] = [None] * len(self.sources)  # state before each buffer
         self._used = [0] * len(self.sources)
         self._skip = [0] * len(self.sources)  # rows of the next batch already taken (exact resume)
 
-    def _take(self, source: int, count: int) -> list[dict[str, torch.Tensor]]:
+    def _take(self, source: int, count: int) -> list[tuple[int, list[dict[str, Any]]]]:
+        """The next `count` samples of `source`, as (epoch, samples) pieces of its batches."""
         parts = []
         while count > 0:
             buffer = self._buffers[source]
-            if buffer is None or self._used[source] >= len(buffer["sample_index"]):
+            if buffer is None or self._used[source] >= len(buffer[1]):
                 self._before[source] = self.sources[source].state_dict()
                 buffer = self._buffers[source] = next(self._streams[source])
                 self._used[source], self._skip[source] = self._skip[source], 0
             start = self._used[source]
-            stop = min(start + count, len(buffer["sample_index"]))
-            parts.append({k: v[start:stop] for k, v in buffer.items()})
+            stop = min(start + count, len(buffer[1]))
+            parts.append((buffer[0], buffer[1][start:stop]))
             self._used[source] = stop
             count -= stop - start
         return parts
@@ -431,20 +409,25 @@ class Mixture:
                     source.pending = switch.version_url
 
     def next_batch(self) -> dict[str, torch.Tensor]:
+        """This rank's next batch: the sources' samples in the draw's order (row j is mixture sample
+        `first + j`), collated once, with `source` and `epoch` columns (unmasked: `mask_by_source`)."""
         if self.poll_every and (self.samples // (self.world_size * self.batch_size)) % self.poll_every == 0:
             self._poll()
         first = self.samples + self.rank * self.batch_size
         labels = source_schedule(self.seed, self.weights, first, self.batch_size)
-        parts, places = [], []
+        rows: list[Any] = [None] * self.batch_size
+        epochs = np.empty(self.batch_size, dtype=np.int64)
         for source in range(len(self.sources)):
-            rows = np.flatnonzero(labels == source)  # row j of the batch is mixture sample first + j
-            for part in self._take(source, len(rows)) if len(rows) else []:
-                count = len(part["sample_index"])
-                parts.append(part)
-                places.append(rows[:count])
-                rows = rows[count:]
+            places = np.flatnonzero(labels == source).tolist()
+            for epoch, samples in self._take(source, len(places)) if places else []:
+                for place, sample in zip(places, samples, strict=False):
+                    rows[place] = sample
+                    epochs[place] = epoch
+                places = places[len(samples):]
         self.samples += self.world_size * self.batch_size
-        return {**place_rows(parts, places, self.batch_size, self.pad_token_id), "source": torch.from_numpy(labels)}
+        batch = collate_sequences(rows, self.pad_token_id)
+        batch["epoch"], batch["source"] = torch.from_numpy(epochs), torch.from_numpy(labels)
+        return batch
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         while True:
@@ -453,8 +436,7 @@ class Mixture:
     def state_dict(self) -> dict[str, Any]:
         states = []
         for source in range(len(self.sources)):
-            mid_batch = self._before[source] is not None and self._used[source] < len(
-                self._buffers[source]["sample_index"])
+            mid_batch = self._before[source] is not None and self._used[source] < len(self._buffers[source][1])
             if mid_batch:
                 states.append({"state": self._before[source], "used": self._used[source]})
             else:  # between batches; or resumed and not read since: the rows to skip are still pending
@@ -468,7 +450,7 @@ class Mixture:
         what was left of it, after an elastic resume): what an elastic resume works from."""
         state = self.sources[source].state_dict()
         buffer = self._buffers[source]
-        unused = 0 if buffer is None else len(buffer["sample_index"]) - self._used[source]
+        unused = 0 if buffer is None else len(buffer[1]) - self._used[source]
         pending = self._skip[source] if self._before[source] is None else 0
         return {"epoch": int(state["epoch"]), "rows": self.sources[source].taken(state) - unused + pending}
 
@@ -568,14 +550,13 @@ def elastic_state(saved: Sequence[dict[str, Any]], positions: Sequence[dict[str,
     return state
 
 
-def build_mixture(domain: StreamingSequenceDataset, domain_loader: Any, mix: Sequence[str], tokenizer: Any, *,
-                  strategy: str, seed: int, batch_size: int, num_workers: int = 0, cache: Any = None,
-                  pin_memory: bool = False, follow: bool = False, domain_follower: Any = None,
-                  lease: Any = None) -> Mixture:
-    """The mixture of `domain` (read by `domain_loader`, built unmasked with `batch_size`) and every
-    `SOURCE:WEIGHT` of `mix`, on the domain's ranks: maskstream sources checked against the domain's
-    vocabulary and read by loaders of their own, text sources tokenized by `tokenizer` at the domain's
-    max length. The domain is masked with `strategy`, every other source with random masking.
+def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenizer: Any, *, strategy: str,
+                  seed: int, batch_size: int, num_workers: int = 0, cache: Any = None, follow: bool = False,
+                  domain_follower: Any = None, lease: Any = None) -> Mixture:
+    """The mixture of `domain` and every `SOURCE:WEIGHT` of `mix`, on the domain's ranks, each read by
+    a loader of its own with `num_workers` workers: maskstream sources checked against the domain's
+    vocabulary, text sources tokenized by `tokenizer` at the domain's max length. The domain is masked
+    with `strategy`, every other source with random masking.
 
     `follow` (--follow-latest) follows the domain's root (with `domain_follower`) and each maskstream
     source's, polled once per domain epoch's worth of steps. `lease` is the domain's (rank 0); rank 0
@@ -583,14 +564,17 @@ def build_mixture(domain: StreamingSequenceDataset, domain_loader: Any, mix: Seq
     entries = [MixSource.parse(entry) for entry in mix]
     rank, world_size = domain.rank, domain.world_size
 
+    def loader_of(dataset: StreamingSequenceDataset) -> Any:
+        return build_dataloader(dataset, batch_size=batch_size, num_workers=num_workers, strategy=None,
+                                masking=None, generator=loader_generator(), collate=False)
+
     def reopen(url: str) -> tuple[StreamingSequenceDataset, Any]:
         dataset = StreamingSequenceDataset(url, seed=seed, rank=rank, world_size=world_size, cache=cache,
                                            shuffle_buffer=domain.shuffle_buffer)
-        return dataset, build_dataloader(dataset, batch_size=batch_size, num_workers=num_workers, strategy=None,
-                                         masking=None, pin_memory=pin_memory, generator=loader_generator())
+        return dataset, loader_of(dataset)
 
     domain_root = domain_follower.root if domain_follower is not None else None
-    sources: list[Any] = [DatasetSource(domain, domain_loader, root=domain_root, reopen=reopen,
+    sources: list[Any] = [DatasetSource(domain, loader_of(domain), root=domain_root, reopen=reopen,
                                         follower=domain_follower if follow else None, lease=lease)]
     max_length = int(domain.manifest.config.get("max_length", 128))  # the build's --max-length
     for entry in entries:

@@ -303,7 +303,7 @@ class TrainingData:
     lease: Any = None  # rank 0's maskstream.schemas.lease.VersionLease on the version read: gc spares it
 
     def __post_init__(self) -> None:
-        self.loader = self._make_loader()
+        self.loader = None if self.config.mix else self._make_loader()  # a mixture has a loader per source
         self.lease = VersionLease(self.dataset.version_url) if self.ranks.is_main else None
         if self.config.sample_log:
             self.sample_log = open(self.config.sample_log, "a", encoding="utf-8")  # noqa: SIM115 (closed by train)
@@ -346,16 +346,9 @@ class TrainingData:
         from maskstream.trainer.loader import build_dataloader
 
         config = self.config
-        # A mixture's loaders keep off the global generator (maskstream.trainer.mixture.loader_generator).
-        generator = None
-        if config.mix:
-            from maskstream.trainer.mixture import loader_generator
-
-            generator = loader_generator()
         return build_dataloader(self.dataset, batch_size=config.batch_size, num_workers=config.num_workers,
                                 strategy=config.strategy, masking=self.masking, seed=config.seed,
-                                mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda",
-                                generator=generator)
+                                mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda")
 
     def _epoch_finished(self) -> bool:
         return self.dataset.state_dict()["samples_consumed"] >= self.dataset.rows_per_rank()
@@ -475,11 +468,10 @@ def open_mixture(data: TrainingData) -> Any:
     # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.mixture import build_mixture
 
-    config, ranks = data.config, data.ranks
+    config = data.config
     try:
-        return build_mixture(data.dataset, data.loader, config.mix, data.tokenizer, strategy=config.strategy,
-                             seed=config.seed, batch_size=config.batch_size, num_workers=config.num_workers,
-                             cache=shard_cache(config), pin_memory=ranks.device.type == "cuda",
+        return build_mixture(data.dataset, config.mix, data.tokenizer, strategy=config.strategy, seed=config.seed,
+                             batch_size=config.batch_size, num_workers=config.num_workers, cache=shard_cache(config),
                              follow=config.follow_latest, domain_follower=data.follower, lease=data.lease)
     except ValueError as e:  # a source that cannot be mixed: say which, in one line
         raise SystemExit(str(e)) from None
