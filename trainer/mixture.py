@@ -1,7 +1,7 @@
 """Weighted mixtures of sources: the domain's dataset version with general text replayed beside it.
 
-`maskstream train --dataset DOMAIN --mix SOURCE:WEIGHT ...` trains on the domain and every SOURCE,
-each SOURCE taking WEIGHT of the samples and the domain the rest. A SOURCE is a maskstream dataset
+`maskstream train --dataset DOMAIN --mix SOURCE:WEIGHT[:STRATEGY] ...` trains on the domain and every
+SOURCE, each SOURCE taking WEIGHT of the samples and the domain the rest. A SOURCE is a maskstream dataset
 version (a root or version folder, local or gs://) or plain text: `.jsonl` / `.parquet` files (a
 file, a folder or a glob) with a `text` field, tokenized on the fly with the run's tokenizer.
 
@@ -16,10 +16,11 @@ Contract:
   any 1,000 consecutive samples (tests/trainer/test_mixture.py: within ±2 %).
 - *Each source keeps its own order and masking*: a maskstream source is a
   `StreamingSequenceDataset` read by its own DataLoader (the module doc of
-  `maskstream.trainer.dataset`: ranks, workers, epochs), masked with the run's `--strategy` for the
-  domain and `random` for every other source (a maskstream version replayed as general text has no
-  domain map); a text source's epoch is its records with a text, in file order, record `p` to rank
-  `p % W`, masked with `random`. A source that reaches the end of an epoch starts its next one. Batches
+  `maskstream.trainer.dataset`: ranks, workers, epochs); a text source's epoch is its records with
+  a text, in file order, record `p` to rank `p % W`, tokenized in the loader workers. The domain is
+  masked with the run's `--strategy`, every other source with its STRATEGY, `random` by default
+  (general text has no domain signal); a text source masked with `difference` gets the domain
+  version's mask map applied as it is read. A source that reaches the end of an epoch starts its next one. Batches
   carry a `source` column (the source's position: 0 is the domain) and an `epoch` column (the
   source's epoch of the row, which keys its masks); `mask_by_source` masks each source's rows.
 - *State*: the mixture's sample count and, per source, its loader state before the batch it is
@@ -57,7 +58,7 @@ from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
 from maskstream.trainer.loader import build_dataloader, samples_as_read
-from maskstream.trainer.masking import MaskingConfig, apply_masking
+from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
 
 log = logging.getLogger("maskstream.mixture")
 
@@ -68,21 +69,26 @@ TEXT_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 @dataclasses.dataclass(frozen=True)
 class MixSource:
-    """One `--mix SOURCE:WEIGHT`."""
+    """One `--mix SOURCE:WEIGHT[:STRATEGY]` (the strategy defaults to random masking)."""
 
     url: str
     weight: float
+    strategy: str = "random"
 
     @classmethod
     def parse(cls, text: str) -> MixSource:
-        url, sep, weight = text.rpartition(":")
+        head, sep, last = text.rpartition(":")
+        strategy = "random"
+        if last in STRATEGIES:
+            strategy, (head, sep, last) = last, head.rpartition(":")
         try:
-            value = float(weight)
+            value = float(last)
         except ValueError:
             value = -1.0
-        if not sep or not url or not 0 < value < 1:
-            raise ValueError(f"--mix {text!r}: expected SOURCE:WEIGHT with 0 < WEIGHT < 1, e.g. general.jsonl:0.2")
-        return cls(url, value)
+        if not sep or not head or not 0 < value < 1:
+            raise ValueError(f"--mix {text!r}: expected SOURCE:WEIGHT[:STRATEGY] with 0 < WEIGHT < 1 and STRATEGY "
+                             f"one of {', '.join(STRATEGIES)}, e.g. general.jsonl:0.2")
+        return cls(head, value, strategy)
 
     @property
     def is_text(self) -> bool:
@@ -178,14 +184,19 @@ def _untaken(records: Iterator[tuple[int, str]], segment: dict[str, Any]) -> Ite
 
 class TextSource:
     """Plain text (JSONL or Parquet `text` fields) tokenized on the fly: samples like a maskstream
-    version's, for random masking (mask probability 0, word ids of the tokenizer's pre-tokenized
-    words). An epoch's order is the records with a text, files sorted;
-    record `p` of what is left of it goes to rank `p % world_size` (no remainder padding: a
-    mixture's ranks take their own counts anyway). `sample_index` is the record's number."""
+    version's (with a mask map, its word ids and mask probabilities; else the tokenizer's words and
+    probability 0). An epoch's order is the records with a text, files sorted; record `p` of what
+    is left of it goes to rank `p % world_size` (no remainder padding: a mixture's ranks take their
+    own counts anyway). `sample_index` is the record's number."""
 
     def __init__(self, url: str, tokenizer: Any, max_length: int, *, batch_size: int, rank: int, world_size: int,
-                 num_workers: int = 0, text_field: str = "text") -> None:
+                 num_workers: int = 0, mask_map: Any = None, text_field: str = "text") -> None:
         self.url, self.tokenizer, self.max_length = url, tokenizer, max_length
+        # The domain's maskstream.MaskMap: word ids and mask probabilities as a build of the text with
+        # the domain's signal would store them (for difference masking); None: the tokenizer's words, 0.
+        self.mask_map = mask_map
+        if mask_map is not None:
+            mask_map.check_tokenizer(tokenizer)
         self.batch_size, self.rank, self.world_size, self.text_field = batch_size, rank, world_size, text_field
         self.num_workers = num_workers  # DataLoader workers that tokenize (0: in this process)
         self.files = self._files(url)
@@ -267,16 +278,24 @@ class TextSource:
             self.ahead = {e: later for e, later in self.ahead.items() if e > self.epoch}
 
     def samples(self, records: list[tuple[int, str]]) -> list[dict[str, Any]]:
-        """The records tokenized, as samples of a maskstream version (mask probability 0)."""
+        """The records tokenized, as samples of a maskstream version: with the mask map's word ids and
+        mask probabilities, or the tokenizer's words and probability 0."""
         texts = [text for _, text in records]
-        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_special_tokens_mask=True)
+        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_special_tokens_mask=True,
+                                 return_offsets_mapping=self.mask_map is not None)
+        if self.mask_map is not None:
+            word_ids, probability, offsets = self.mask_map.token_signal(
+                texts, encoded["offset_mapping"], encoded["special_tokens_mask"], width=self.max_length)
         samples = []
         for i in range(len(texts)):
             ids = np.asarray(encoded["input_ids"][i], dtype=np.int64)
-            words = np.asarray([-1 if w is None else w for w in encoded.word_ids(i)], dtype=np.int64)
-            samples.append({"input_ids": ids, "word_ids": words, "special_tokens_mask":
+            if self.mask_map is not None:
+                words, p = word_ids[offsets[i] : offsets[i + 1]], probability[offsets[i] : offsets[i + 1]]
+            else:
+                words = np.asarray([-1 if w is None else w for w in encoded.word_ids(i)], dtype=np.int64)
+                p = np.zeros(len(ids), dtype=np.float32)
+            samples.append({"input_ids": ids, "word_ids": words, "mask_probability": p, "special_tokens_mask":
                             np.asarray(encoded["special_tokens_mask"][i], dtype=bool),
-                            "mask_probability": np.zeros(len(ids), dtype=np.float32),
                             "sample_index": records[i][0]})  # the key of the row's masks
         return samples
 
@@ -552,15 +571,17 @@ def elastic_state(saved: Sequence[dict[str, Any]], positions: Sequence[dict[str,
 
 def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenizer: Any, *, strategy: str,
                   seed: int, batch_size: int, num_workers: int = 0, cache: Any = None, follow: bool = False,
-                  domain_follower: Any = None, lease: Any = None) -> Mixture:
+                  domain_follower: Any = None, lease: Any = None, mask_map_of: Any = None) -> Mixture:
     """The mixture of `domain` and every `SOURCE:WEIGHT` of `mix`, on the domain's ranks, each read by
     a loader of its own with `num_workers` workers: maskstream sources checked against the domain's
     vocabulary, text sources tokenized by `tokenizer` at the domain's max length. The domain is masked
-    with `strategy`, every other source with random masking.
+    with `strategy`, every other source with its own (`SOURCE:WEIGHT:STRATEGY`, random by default).
 
     `follow` (--follow-latest) follows the domain's root (with `domain_follower`) and each maskstream
     source's, polled once per domain epoch's worth of steps. `lease` is the domain's (rank 0); rank 0
-    leases every other maskstream source's version too."""
+    leases every other maskstream source's version too. A text source masked with `difference`
+    (`TEXT:WEIGHT:difference`) takes the domain's signal from `mask_map_of(domain version URL)`
+    (`maskstream.MaskMap.from_version`), applied as the text is read."""
     entries = [MixSource.parse(entry) for entry in mix]
     rank, world_size = domain.rank, domain.world_size
 
@@ -579,8 +600,14 @@ def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenize
     max_length = int(domain.manifest.config.get("max_length", 128))  # the build's --max-length
     for entry in entries:
         if entry.is_text:
+            mask_map = None
+            if entry.strategy == "difference":  # the domain's signal, as a build of this text would store it
+                if mask_map_of is None:
+                    raise ValueError(f"--mix {entry.url}:{entry.weight}:difference needs the domain's mask map "
+                                     "(build_mixture(mask_map_of=maskstream.MaskMap.from_version))")
+                mask_map = mask_map_of(domain.version_url)
             sources.append(TextSource(entry.url, tokenizer, max_length, batch_size=batch_size, rank=rank,
-                                      world_size=world_size, num_workers=num_workers))
+                                      world_size=world_size, num_workers=num_workers, mask_map=mask_map))
             continue
         dataset, loader = reopen(entry.url)
         if dataset.manifest.tokenizer.get("vocab_hash") != domain.manifest.tokenizer.get("vocab_hash"):
@@ -596,6 +623,7 @@ def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenize
                                       in zip(sources, weights, strict=True)))
     # A poll per domain epoch's worth of steps: about when a run without --mix would look (at its epoch ends).
     poll_every = math.ceil(domain.rows_per_rank() / max(1.0, weights[0] * batch_size)) if follow else 0
-    return Mixture(sources, weights, [strategy] + ["random"] * len(entries), seed=seed, batch_size=batch_size,
+    return Mixture(sources, weights, [strategy] + [entry.strategy for entry in entries], seed=seed,
+                   batch_size=batch_size,
                    rank=rank, world_size=world_size, pad_token_id=int(domain.manifest.tokenizer["pad_token_id"]),
                    poll_every=poll_every)

@@ -299,6 +299,7 @@ class TrainingData:
     resume_rng: dict[str, Any] | None = None  # RNG state to restore once the loader has started
     sample_log: Any = None  # --sample-log, open for appending
     mixture: Any = None  # maskstream.trainer.mixture.Mixture with --mix
+    mask_map_of: Any = None  # version URL -> its maskstream.MaskMap (difference-masked text sources)
     loader: Any = None
     lease: Any = None  # rank 0's maskstream.schemas.lease.VersionLease on the version read: gc spares it
 
@@ -417,7 +418,8 @@ class TrainingData:
         return states
 
 
-def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -> TrainingData:
+def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None,
+              mask_map_of: Any = None) -> TrainingData:
     """The dataset (the version --dataset names, or when resuming the one the checkpoint was reading),
     the tokenizer checked against it, the masking, the held-out batches and the follower."""
     from transformers import AutoTokenizer
@@ -460,7 +462,7 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     in_workers = masks_in_loader_workers(ranks.device) and schedule.kind == "constant" and not config.mix
     return TrainingData(config, ranks, started, dataset, model_name, tokenizer, masking, schedule, eval_masking,
                         eval_batches, follower, in_workers,
-                        resume_rng=saved["rng"] if saved is not None else None)
+                        resume_rng=saved["rng"] if saved is not None else None, mask_map_of=mask_map_of)
 
 
 def open_mixture(data: TrainingData) -> Any:
@@ -472,7 +474,8 @@ def open_mixture(data: TrainingData) -> Any:
     try:
         return build_mixture(data.dataset, config.mix, data.tokenizer, strategy=config.strategy, seed=config.seed,
                              batch_size=config.batch_size, num_workers=config.num_workers, cache=shard_cache(config),
-                             follow=config.follow_latest, domain_follower=data.follower, lease=data.lease)
+                             follow=config.follow_latest, domain_follower=data.follower, lease=data.lease,
+                             mask_map_of=data.mask_map_of)
     except ValueError as e:  # a source that cannot be mixed: say which, in one line
         raise SystemExit(str(e)) from None
 
@@ -706,15 +709,17 @@ def save_final(out: Path, step: int, parts: TrainingModel, data: TrainingData, r
     log.info("wrote %s (model/, checkpoints/, metrics.jsonl, tensorboard/, summary.json)", out)
 
 
-def train(config: TrainConfig) -> int:
+def train(config: TrainConfig, mask_map_of: Any = None) -> int:
     """The training loop, top to bottom: set up the ranks, the data and the model (resuming from a
-    checkpoint when asked), train, evaluate and checkpoint on schedule, save the final model."""
+    checkpoint when asked), train, evaluate and checkpoint on schedule, save the final model.
+    `mask_map_of(version_url)` gives a version's mask map (`maskstream.MaskMap.from_version`, which
+    the trainer may not import): what a `--mix TEXT:WEIGHT:difference` source is masked with."""
     import torch.distributed as dist
     from tqdm import tqdm
 
     ranks = setup_ranks(config.seed)
     saved = read_resume_state(config)
-    data = open_data(config, ranks, saved)
+    data = open_data(config, ranks, saved, mask_map_of)
     total_steps, warmup_steps = plan_steps(config, data, saved)
     run_config = run_settings(config, data, total_steps, warmup_steps)
     parts = build_model(config, data, total_steps, warmup_steps, run_config)

@@ -94,15 +94,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "logs the switch and the seeds that changed; with --mix, every maskstream source's root "
                              "is followed and each rank moves on at its own epoch boundary of the source "
                              "(default: off)")
-    parser.add_argument("--mix", action="append", default=None, metavar="SOURCE:WEIGHT",
+    parser.add_argument("--mix", action="append", default=None, metavar="SOURCE:WEIGHT[:STRATEGY]",
                         help="also train on SOURCE, WEIGHT (0-1) of the samples, the domain (--dataset) taking the "
                              "rest; repeatable. SOURCE: a maskstream dataset (root or version), or .jsonl/.parquet "
                              "text (file, folder or glob; a `text` field) tokenized on the fly. The domain is masked "
-                             "with --strategy, every SOURCE with random masking (default: the domain alone)")
+                             "with --strategy, a SOURCE with STRATEGY (default: random); difference masking of text "
+                             "applies the domain version's mask map as it is read (default: the domain alone)")
     parser.add_argument("--sample-log", default=None, metavar="FILE",
                         help="append one JSON line per sample trained (epoch, source, sample_index, step, rank) to "
                              "FILE, every rank to the same file: what a run and its resumes trained (default: off)")
 
 
 def run(args: argparse.Namespace) -> int:
-    return train(config_of(TrainConfig, args))
+    from maskstream.mask_map import MaskMap
+
+    return train(config_of(TrainConfig, args), mask_map_of=MaskMap.from_version)

@@ -341,3 +341,45 @@ def test_a_mixture_resumes_with_the_same_losses(local_dataset, text_file, tiny_b
     shutil.copytree(tmp_path / "run" / "checkpoints" / "step-00000004", resumed_out / "checkpoints" / "step-00000004")
     resumed = train(resumed_out, "--resume", str(resumed_out / "checkpoints" / "step-00000004"))
     assert [resumed[s] for s in range(5, 9)] == [run[s] for s in range(5, 9)]
+
+
+def test_a_text_source_masked_with_difference_takes_the_domains_mask_map(local_dataset, text_file):
+    """`--mix TEXT:WEIGHT:difference`: the text's rows carry the map's word ids and mask probabilities
+    (as `MaskMap.probabilities` gives them for the same text), and difference masking draws the budget."""
+    import pyarrow as pa
+
+    from maskstream.mask_map import MaskMap
+    from maskstream.schemas.words import words
+
+    path, texts = text_file
+    vocabulary = sorted({w for text in texts for w in words(text)})
+    similarity = np.random.default_rng(0).random(len(vocabulary)).astype(np.float32)
+    settings = {"budget": 0.15, "alpha": 1.0, "weighting": "similarity", "sharpness": 1.0, "floor": 0.0,
+                "max_length": 128}
+    mask_map = MaskMap.of_words(pa.array(vocabulary), np.arange(len(vocabulary)), similarity, settings,
+                                factory.tokenizer_entry(), {"url": "test"})
+    assert MixSource.parse(f"{path}:0.2:difference") == MixSource(str(path), 0.2, "difference")
+    with pytest.raises(ValueError, match="STRATEGY"):
+        MixSource.parse(f"{path}:0.2:sometimes")
+
+    from maskstream.trainer.mixture import build_mixture
+
+    domain = StreamingSequenceDataset(local_dataset, seed=0)
+    with pytest.raises(ValueError, match="mask map"):
+        build_mixture(domain, [f"{path}:0.2:difference"], factory.tokenizer(), strategy="difference", seed=0,
+                      batch_size=20)
+    mixture = build_mixture(domain, [f"{path}:0.2:difference"], factory.tokenizer(), strategy="difference", seed=0,
+                            batch_size=20, mask_map_of=lambda url: mask_map)
+    assert mixture.strategies == ["difference", "difference"]
+    batch = mixture.next_batch()
+    text_rows = (batch["source"] == 1).nonzero().flatten().tolist()
+    tokenizer = factory.tokenizer()
+    for row in text_rows:
+        index, length = int(batch["sample_index"][row]), int(batch["attention_mask"][row].sum())
+        (expected,) = mask_map.probabilities([texts[index]], tokenizer, max_length=128)
+        assert np.array_equal(batch["mask_probability"][row, :length].numpy(), expected)
+    assert batch["mask_probability"][text_rows].sum() > 0
+    masked = mask_by_source(batch, mixture.strategies, MaskingConfig.from_manifest(domain.manifest), seed=0)
+    for row in text_rows:  # the budget of each row: round(0.15 x its non-special tokens)
+        tokens = int((~batch["special_tokens_mask"][row]).sum())
+        assert int((masked["labels"][row] != -100).sum()) == round(0.15 * tokens)
