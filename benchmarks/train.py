@@ -10,6 +10,9 @@ AdamW, batch 16 of sequences of exactly 128 tokens made from real Debian descrip
 - maskstream: the sequences written as a dataset version (Parquet shards + manifest), read by
   `StreamingSequenceDataset` + `build_dataloader` with `difference` masking in the loader
   (workers, or the main process with 0 workers), as `maskstream train` does on CPU;
+- maskstream mixture: the same version mixed 0.8/0.2 with the corpus's texts as JSONL, tokenized on
+  the fly (`maskstream train --mix general.jsonl:0.2`: `build_mixture`, then `mask_by_source`, in
+  the wait: difference for the domain's rows, random for the text's);
 - peer: the same token ids in a Hugging Face `datasets.Dataset`, a torch DataLoader (shuffled)
   and `DataCollatorForLanguageModeling` (15%, 80/10/10, pad to a multiple of 8).
 
@@ -28,6 +31,7 @@ its workers, as a `transformers.Trainer` would).
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -101,6 +105,7 @@ def main() -> None:
     from maskstream.trainer.dataset import StreamingSequenceDataset
     from maskstream.trainer.loader import build_dataloader
     from maskstream.trainer.masking import MaskingConfig, apply_masking
+    from maskstream.trainer.mixture import build_mixture, mask_by_source
     from maskstream.trainer.objectives import MaskedLM, load_mlm_model
 
     rows, _ = real_sequences(Path(args.corpus))
@@ -122,6 +127,16 @@ def main() -> None:
                                             strategy="difference", masking=masking, seed=0,
                                             mask_in_workers=not cuda, pin_memory=cuda))
 
+        general = Path(tmp) / "general.jsonl"
+        general.write_text("".join(json.dumps({"text": t}) + "\n" for t in factory.read_texts(args.corpus)))
+
+        def mixture_batches(workers: int):
+            mixture = build_mixture(StreamingSequenceDataset(tmp, seed=0), [f"{general}:0.2"], tokenizer,
+                                    strategy="difference", seed=0, batch_size=args.batch_size, num_workers=workers)
+            for batch in mixture:
+                masked = mask_by_source(batch, mixture.strategies, masking, seed=0)
+                yield {k: masked[k] for k in ("input_ids", "attention_mask", "labels")}
+
         def hf_batches(workers: int):
             return forever(torch.utils.data.DataLoader(hf_dataset, batch_size=args.batch_size, shuffle=True,
                                                        num_workers=workers, collate_fn=collator, pin_memory=cuda,
@@ -131,6 +146,7 @@ def main() -> None:
             return apply_masking(batch, "difference", masking, seed=0, epoch=step)
 
         sides = {"maskstream (difference)": (maskstream_batches, difference_on_device if cuda else None),
+                 "maskstream 0.8/0.2 text mixture": (mixture_batches, None),
                  "HF datasets + collator (random)": (hf_batches, None)}
         results: dict[tuple[str, int], dict[str, float]] = {}
         for _ in range(args.rounds):
