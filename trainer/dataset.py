@@ -182,6 +182,27 @@ class RankPlan:
     def worker_windows(self, worker: int) -> list[tuple[int, int]]:
         return [w for w, owner in zip(self.windows, self.owners, strict=True) if owner == worker]
 
+    def taken_by_worker(self, batch_size: int, *, batches: int | None = None, rows: int | None = None) -> list[int]:
+        """Rows each worker had yielded once the DataLoader's round robin (a batch from each worker
+        in turn, skipping exhausted ones) had handed out `batches` batches, or `rows` rows (the last
+        batch partly; -1: all of them). A worker's batches are full but its last, which may come
+        before other workers are done."""
+        totals = [sum(stop - start for start, stop in self.worker_windows(w)) for w in range(len(self.batches))]
+        if rows is not None and rows < 0:
+            return totals
+        taken, delivered, turn = [0] * len(totals), [0] * len(totals), 0
+        left = batches if batches is not None else rows
+        while left > 0 and sum(delivered) < sum(self.batches):
+            while delivered[turn] >= self.batches[turn]:
+                turn = (turn + 1) % len(totals)
+            size = min(batch_size, totals[turn] - taken[turn])
+            take = size if batches is not None else min(size, left)
+            taken[turn] += take
+            left -= 1 if batches is not None else take
+            delivered[turn] += 1
+            turn = (turn + 1) % len(totals)
+        return taken
+
 
 class StreamingSequenceDataset(IterableDataset):
     """The rows of a dataset version, split across ranks and DataLoader workers (see module doc)."""
@@ -407,15 +428,10 @@ class StreamingSequenceDataset(IterableDataset):
         taken = []
         for rank in range(layout.world_size):
             plan = RankPlan.of(layout, rank, length, self.shuffle_buffer)
-            rows = segment["rows"][rank] if "rows" in segment else segment["batches"] * layout.batch_size
-            rows = math.ceil(length / layout.world_size) if rows < 0 else rows
-            full, part = divmod(rows, layout.batch_size)
-            delivered, turn = round_robin_counts(plan.batches, full)
-            left_of = [count * layout.batch_size for count in delivered]
-            if part and sum(delivered) < sum(plan.batches):  # the first rows of the next worker's batch
-                while delivered[turn] >= plan.batches[turn]:
-                    turn = (turn + 1) % layout.readers
-                left_of[turn] += part
+            if "rows" in segment:
+                left_of = plan.taken_by_worker(layout.batch_size, rows=segment["rows"][rank])
+            else:
+                left_of = plan.taken_by_worker(layout.batch_size, batches=segment["batches"])
             for worker in range(layout.readers):
                 left = left_of[worker]
                 for start, stop in plan.worker_windows(worker):

@@ -105,7 +105,7 @@ class MixtureRows(IterableDataset):
 
 class MixtureCollator:
     """A `data_collator` for `MixtureRows`: pads the rows and masks each with its source's strategy
-    (the mixture's: the domain's, random for the others)."""
+    (the mixture's: the domain's `--strategy`, each other source's own)."""
 
     def __init__(self, mixture: Mixture, masking: MaskingConfig | None = None, seed: int | None = None) -> None:
         self.mixture = mixture

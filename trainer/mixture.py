@@ -31,7 +31,7 @@ Contract:
   rank was in, what the saved ranks took of it (and of the later epochs some had started: each rank
   takes its own number of rows, so ranks cross a source's epoch at different steps) recorded as
   segments of `maskstream.trainer.dataset`'s elastic resume: every row of every source is taken
-  once per epoch across the resume, but for the domain's remainder policy. The sources' DataLoaders
+  once per epoch across the resume, but for the remainder policy of maskstream sources. The sources' DataLoaders
   draw from generators of their own (`loader_generator`), so starting them leaves the model's random
   state alone and a resumed run's dropout continues exactly.
 """
@@ -321,16 +321,19 @@ class TextEpoch(IterableDataset):
 class DatasetSource:
     """A maskstream version read by its own DataLoader (`collate=False`): (epoch, samples) batches.
 
-    With a `follower` (`--follow-latest`), a newer version the mixture's poll found (`pending`)
-    replaces the one read at this rank's next epoch boundary of the source: `reopen(url)` gives the
-    new version's dataset and loader, and `lease` (rank 0: gc spares the version read) moves along."""
+    With a `follower` (`--follow-latest`), a newer version the mixture's poll found (`pending`: its
+    URL and the epoch this rank was in) replaces the one read once this rank has finished that
+    epoch of the source: `reopen(url)` gives the new version's dataset and loader. On rank 0,
+    `leases` (version URL -> `VersionLease`: gc spares them) hold every version a rank reads or is
+    about to read (`Mixture` keeps them in step)."""
 
     def __init__(self, dataset: Any, loader: Any, label: str | None = None, *, root: str | None = None,
                  reopen: Any = None, follower: Any = None, lease: Any = None) -> None:
         self.dataset, self.loader, self.label = dataset, loader, label
         self.root = root if root is not None else dataset_root(dataset.version_url, dataset.version_url)
-        self.reopen, self.follower, self.lease = reopen, follower, lease
-        self.pending: str | None = None  # a newer version to read from the next epoch on
+        self.reopen, self.follower = reopen, follower
+        self.leases = {dataset.version_url: lease} if lease is not None else None
+        self.pending: dict[str, Any] | None = None  # {"url", "after_epoch"}: a newer version to move on to
         self.versions = [(0, self._version_name())]  # (first epoch, version): what --sample-log names
 
     @property
@@ -348,14 +351,32 @@ class DatasetSource:
         self.dataset.load_state_dict(state)
         self.pending = state.get("pending")
 
+    def in_use(self) -> list[str]:
+        """The versions this rank reads or will move on to."""
+        return [self.dataset.version_url] + ([self.pending["url"]] if self.pending else [])
+
+    def hold(self, version_urls: set[str]) -> None:
+        """Rank 0: leases exactly `version_urls` (what any rank reads or will move on to)."""
+        if self.leases is None:
+            return
+        for url in version_urls - set(self.leases):
+            self.leases[url] = VersionLease(url)
+        for url in set(self.leases) - version_urls:
+            self.leases.pop(url).release()
+
+    def release(self) -> None:
+        for lease in (self.leases or {}).values():
+            lease.release()
+        self.leases = {} if self.leases is not None else None
+
     def _open(self, version_url: str) -> None:
         if self.reopen is None:
             raise ValueError(f"{self.name}: cannot open {version_url}, another version than {self.dataset.version_url}")
         self.dataset, self.loader = self.reopen(version_url)
         if self.follower is not None:
             self.follower.version_url, self.follower.manifest = self.dataset.version_url, self.dataset.manifest
-        if self.lease is not None:
-            self.lease.move_to(self.dataset.version_url)
+        if self.leases is not None:  # the old version stays leased until no rank reads it (Mixture)
+            self.hold(set(self.leases) | {self.dataset.version_url})
 
     def _version_name(self) -> str:
         """The domain's version as a run without --mix names it; another source's version URL."""
@@ -364,16 +385,21 @@ class DatasetSource:
     def version_of(self, epoch: int) -> str:
         return [version for first, version in self.versions if first <= epoch][-1]
 
-    def batches(self) -> Iterator[dict[str, torch.Tensor]]:
+    def _switch_due(self) -> bool:
+        state = self.dataset.state_dict()
+        finished = state["samples_consumed"] >= self.dataset.rows_per_rank()
+        return self.pending is not None and finished and state["epoch"] >= self.pending["after_epoch"]
+
+    def batches(self) -> Iterator[tuple[int, list[dict[str, Any]]]]:
         while True:
-            for samples in self.loader:
-                yield self.dataset.epoch, samples
-            if self.pending is not None:  # this rank's epoch of the source ended: the newer version goes on
-                url, self.pending, next_epoch = self.pending, None, self.dataset.epoch + 1
+            if self._switch_due():  # this rank finished the epoch it was in when the newer version was found
+                url, self.pending, next_epoch = self.pending["url"], None, self.dataset.epoch + 1
                 self._open(url)
                 self.dataset.set_epoch(next_epoch)
                 self.versions.append((next_epoch, self._version_name()))
                 log.info("%s: rank %d reads %s from epoch %d", self.name, self.dataset.rank, url, next_epoch)
+            for samples in self.loader:
+                yield self.dataset.epoch, samples
 
     @property
     def layout(self) -> dict[str, int]:
@@ -395,6 +421,7 @@ class Mixture:
         # --follow-latest: every `poll_every` steps (the same steps on every rank) each followed source's
         # root is asked for a newer version; 0: never.
         self.poll_every = poll_every
+        self._hold_first = True  # the leases are brought in step at the first batch (after a resume too)
         self.samples = 0  # mixture samples taken by all ranks before this rank's next batch's step
         self._streams = [source.batches() for source in self.sources]
         self._buffers: list[tuple[int, list[dict[str, Any]]] | None] = [None] * len(self.sources)  # epoch, samples
@@ -420,18 +447,36 @@ class Mixture:
 
     def _poll(self) -> None:
         """Asks each followed source's root for a newer version (decided by rank 0 for every rank); a
-        newer compatible one is read from each rank's next epoch boundary of the source."""
+        newer compatible one is read once each rank has finished the epoch of the source it is in."""
         for source in self.sources:
             if getattr(source, "follower", None) is not None:
                 switch = poll_all_ranks(source.follower, self.world_size)
                 if switch is not None:
-                    source.pending = switch.version_url
+                    source.pending = {"url": switch.version_url, "after_epoch": source.dataset.epoch}
+
+    def _hold_versions(self) -> None:
+        """Rank 0 leases every version any rank reads or will move on to, and no other (ranks move on
+        at their own epoch boundaries: an old version stays leased until the last has left it)."""
+        followed = [source for source in self.sources if getattr(source, "follower", None) is not None]
+        in_use = [source.in_use() for source in followed]
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, in_use)
+            in_use = [[url for rank in gathered for url in rank[i]] for i in range(len(followed))]
+        for source, urls in zip(followed, in_use, strict=True):
+            source.hold(set(urls))
 
     def next_batch(self) -> dict[str, torch.Tensor]:
         """This rank's next batch: the sources' samples in the draw's order (row j is mixture sample
         `first + j`), collated once, with `source` and `epoch` columns (unmasked: `mask_by_source`)."""
-        if self.poll_every and (self.samples // (self.world_size * self.batch_size)) % self.poll_every == 0:
-            self._poll()
+        if self.poll_every and ((self.samples // (self.world_size * self.batch_size)) % self.poll_every == 0
+                                or self._hold_first):
+            if (self.samples // (self.world_size * self.batch_size)) % self.poll_every == 0:
+                self._poll()
+            self._hold_versions()
+            self._hold_first = False
         first = self.samples + self.rank * self.batch_size
         labels = source_schedule(self.seed, self.weights, first, self.batch_size)
         rows: list[Any] = [None] * self.batch_size
@@ -456,8 +501,11 @@ class Mixture:
         states = []
         for source in range(len(self.sources)):
             mid_batch = self._before[source] is not None and self._used[source] < len(self._buffers[source][1])
-            if mid_batch:
-                states.append({"state": self._before[source], "used": self._used[source]})
+            if mid_batch:  # the state before the batch, but a version switch decided since
+                before = dict(self._before[source])
+                if "pending" in before:
+                    before["pending"] = self.sources[source].pending
+                states.append({"state": before, "used": self._used[source]})
             else:  # between batches; or resumed and not read since: the rows to skip are still pending
                 states.append({"state": self.sources[source].state_dict(),
                                "used": self._skip[source] if self._before[source] is None else 0})
@@ -465,13 +513,15 @@ class Mixture:
                 "positions": [self._position(source) for source in range(len(self.sources))]}
 
     def _position(self, source: int) -> dict[str, int]:
-        """The epoch a source's rows are being taken from and the rows taken of it on this rank (of
-        what was left of it, after an elastic resume): what an elastic resume works from."""
+        """The epoch a source's rows are being taken from, the rows taken of it on this rank (of what
+        was left of it, after an elastic resume) and the source's live state (its segments, version
+        and pending switch now, not before the batch in use): what an elastic resume works from."""
         state = self.sources[source].state_dict()
         buffer = self._buffers[source]
         unused = 0 if buffer is None else len(buffer[1]) - self._used[source]
         pending = self._skip[source] if self._before[source] is None else 0
-        return {"epoch": int(state["epoch"]), "rows": self.sources[source].taken(state) - unused + pending}
+        return {"epoch": int(state["epoch"]), "rows": self.sources[source].taken(state) - unused + pending,
+                "live": state}
 
     @property
     def layout(self) -> list[int]:
@@ -496,16 +546,18 @@ class Mixture:
             # The rows already taken from each source's last batch are skipped when it is read again.
             self._skip = [int(saved["used"]) for saved in state["sources"]]
         else:
+            if any("live" not in p for s in states for p in s.get("positions", [{}])):
+                raise ValueError("cannot resume a mixture on another layout from a checkpoint written before "
+                                 "elastic mixtures: resume on its layout")
             if len(states) != state["layout"][0]:
                 raise ValueError(f"cannot resume a mixture on another layout (saved (world size, batch size, workers "
                                  f"per source) {state['layout']}, now {self.layout}) from {len(states)} of its "
                                  f"{state['layout'][0]} ranks' states: an elastic resume needs every rank's")
             for index, source in enumerate(self.sources):
-                saved = [s["sources"][index] for s in states]
-                source.load_state_dict(elastic_state([s["state"] for s in saved],
-                                                     [s["positions"][index] for s in states], source.layout))
+                source.load_state_dict(elastic_state([s["positions"][index] for s in states], source.layout))
             self._skip = [0] * len(self.sources)
         self._streams = [source.batches() for source in self.sources]
+        self._hold_first = True
         self._buffers = [None] * len(self.sources)
         self._before = [None] * len(self.sources)
         self._used = [0] * len(self.sources)
@@ -523,25 +575,26 @@ class Mixture:
     def close(self) -> None:
         """Releases the sources' leases."""
         for source in self.sources:
-            if getattr(source, "lease", None) is not None:
-                source.lease.release()
+            if isinstance(source, DatasetSource):
+                source.release()
 
     def counts(self, batch: dict[str, torch.Tensor]) -> list[int]:
         """Rows of each source in `batch`."""
         return torch.bincount(batch["source"], minlength=len(self.sources)).tolist()
 
 
-def elastic_state(saved: Sequence[dict[str, Any]], positions: Sequence[dict[str, int]],
-                  layout: dict[str, int]) -> dict[str, Any]:
-    """A source's state on `layout` continuing every saved rank's (`saved[r]`, having taken
-    `positions[r]["rows"]` of epoch `positions[r]["epoch"]`): the earliest epoch any rank is in,
+def elastic_state(positions: Sequence[dict[str, Any]], layout: dict[str, int]) -> dict[str, Any]:
+    """A source's state on `layout` continuing every saved rank's (rank `r` having taken
+    `positions[r]["rows"]` of epoch `positions[r]["epoch"]`, with its live state
+    `positions[r]["live"]`): the earliest epoch any rank is in,
     with what the saved ranks took of it (and of the later epochs some had started) recorded as
     segments, so that every row is taken once (maskstream.trainer.dataset's elastic resume)."""
-    versions = {s.get("version") for s in saved}
+    saved = [p["live"] for p in positions]
+    versions = {(s.get("version"), (s.get("pending") or {}).get("url")) for s in saved}
     if len(versions) > 1:
         raise ValueError(f"cannot resume on another layout while the saved ranks read different versions of a "
-                         f"source ({', '.join(sorted(versions))}: a --follow-latest switch was under way); resume "
-                         "on the checkpoint's layout, or from another checkpoint")
+                         f"source ({', '.join(sorted(str(v) for v, _ in versions))}: a --follow-latest switch was "
+                         "under way); resume on the checkpoint's layout, or from another checkpoint")
     epochs = [int(p["epoch"]) for p in positions]
     first, last = min(epochs), max(epochs)
     old = {"world_size": len(saved), "num_workers": int(saved[0].get("num_workers") or 0),
@@ -566,6 +619,8 @@ def elastic_state(saved: Sequence[dict[str, Any]], positions: Sequence[dict[str,
     state.update(layout, epoch=first, samples_consumed=0, batches_consumed=0, records=0,
                  segments=earlier_segments(first) + [taken(first)],
                  ahead={str(e): s for e, s in sorted(later.items())})
+    if state.get("pending"):  # found while the ranks were in different epochs: after the last of them
+        state["pending"] = {**state["pending"], "after_epoch": max(s["pending"]["after_epoch"] for s in saved)}
     return state
 
 
@@ -605,7 +660,11 @@ def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenize
                 if mask_map_of is None:
                     raise ValueError(f"--mix {entry.url}:{entry.weight}:difference needs the domain's mask map "
                                      "(build_mixture(mask_map_of=maskstream.MaskMap.from_version))")
-                mask_map = mask_map_of(domain.version_url)
+                try:
+                    mask_map = mask_map_of(domain.version_url)
+                except (OSError, KeyError, ValueError) as e:
+                    raise ValueError(f"--mix {entry.url}:{entry.weight}:difference: the mask map of "
+                                     f"{domain.version_url} cannot be read ({e})") from None
             sources.append(TextSource(entry.url, tokenizer, max_length, batch_size=batch_size, rank=rank,
                                       world_size=world_size, num_workers=num_workers, mask_map=mask_map))
             continue

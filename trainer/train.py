@@ -566,7 +566,7 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
     if data.mixture is not None:
         try:  # every rank's state: a mixture's ranks take their own rows from each source
             data.mixture.load_state_dict([state["mixture"] for state in saved["loader"]])
-        except ValueError as e:  # another weights or source version: say which, in one line
+        except (ValueError, OSError) as e:  # other weights, a version gone: say which, in one line
             raise SystemExit(f"cannot resume {saved['path']}: {e}") from None
     else:
         data.dataset.load_state_dict(loader_state(saved, data.ranks.rank, data.ranks.world_size))

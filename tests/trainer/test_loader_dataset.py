@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -17,7 +18,7 @@ import torch
 
 from maskstream.schemas.manifest import ManifestError
 from maskstream.schemas.tables import SEQUENCE_SCHEMA
-from maskstream.trainer.dataset import ChecksumMismatch, StreamingSequenceDataset
+from maskstream.trainer.dataset import ChecksumMismatch, Layout, RankPlan, StreamingSequenceDataset
 from maskstream.trainer.loader import build_dataloader
 from maskstream.trainer.masking import MaskingConfig, apply_masking
 from tests.fixtures import sequence_dataset as factory
@@ -340,3 +341,32 @@ def test_reads_from_gcs(local_dataset, gcs_bucket):
     got = [(s["sample_index"], s["input_ids"].tolist()) for s in remote]
     assert got == [(s["sample_index"], s["input_ids"].tolist()) for s in local]
     assert len(got) == 200
+
+
+def test_the_rows_each_worker_had_yielded_follow_the_round_robin():
+    """`RankPlan.taken_by_worker` against the DataLoader's order built by hand (a batch from each
+    worker in turn, skipping exhausted ones), after any number of rows or batches, for layouts where
+    a worker's short last batch comes before other workers are done."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        workers, batch, rows, buffer = (int(v) for v in (rng.integers(1, 4), rng.integers(1, 10),
+                                                          rng.integers(1, 200), rng.integers(1, 60)))
+        plan = RankPlan.of(Layout(1, workers, batch), 0, rows, buffer)
+        streams = []
+        for worker in range(len(plan.batches)):
+            mine = [r for start, stop in plan.worker_windows(worker) for r in range(start, stop)]
+            streams.append([len(mine[i : i + batch]) for i in range(0, len(mine), batch)])
+        order, next_batch, turn = [], [0] * len(streams), 0
+        while any(n < len(s) for n, s in zip(next_batch, streams, strict=True)):
+            while next_batch[turn] >= len(streams[turn]):
+                turn = (turn + 1) % len(streams)
+            order.append((turn, streams[turn][next_batch[turn]]))
+            next_batch[turn], turn = next_batch[turn] + 1, (turn + 1) % len(streams)
+        yielded = [worker for worker, size in order for _ in range(size)]
+        for count in range(len(yielded) + 1):
+            assert plan.taken_by_worker(batch, rows=count) == np.bincount(
+                yielded[:count], minlength=len(streams)).tolist(), (workers, batch, rows, buffer, count)
+        for count in range(len(order) + 1):
+            expected = [sum(size for w, size in order[:count] if w == worker) for worker in range(len(streams))]
+            assert plan.taken_by_worker(batch, batches=count) == expected
+        assert plan.taken_by_worker(batch, rows=-1) == np.bincount(yielded, minlength=len(streams)).tolist()

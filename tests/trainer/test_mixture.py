@@ -383,3 +383,48 @@ def test_a_text_source_masked_with_difference_takes_the_domains_mask_map(local_d
     for row in text_rows:  # the budget of each row: round(0.15 x its non-special tokens)
         tokens = int((~batch["special_tokens_mask"][row]).sum())
         assert int((masked["labels"][row] != -100).sum()) == round(0.15 * tokens)
+
+
+def test_a_version_switch_found_mid_batch_survives_an_exact_resume(tmp_path):
+    """A newer version of a replayed source found while a batch of it is partly used is in the state:
+    the resumed mixture moves on at the same epoch boundary, and rank 0 leases the old version until
+    no rank reads it, then only the new one."""
+    from maskstream.schemas.lease import VersionLease
+    from maskstream.trainer.mixture import build_mixture
+
+    texts = factory.read_texts(limit=120)
+    domain_root, general = tmp_path / "domain", tmp_path / "general"
+    factory.write_dataset(str(domain_root), factory.sequence_rows(texts[:60], max_length=48), shards=1,
+                          row_group_size=8, version="v1")
+    factory.write_dataset(str(general), factory.sequence_rows(texts[60:90], max_length=48), shards=1,
+                          row_group_size=8, version="v1")
+
+    def build(state=None):
+        domain = StreamingSequenceDataset(str(domain_root), seed=0)
+        mixture = build_mixture(domain, [f"{general}/v1:0.3"], factory.tokenizer(), strategy="difference", seed=0,
+                                batch_size=8, follow=True, lease=VersionLease(domain.version_url))
+        mixture.poll_every = 10**6  # polls at the first step only: the switch below comes from the state alone
+        if state is not None:
+            mixture.load_state_dict(state)
+        return mixture
+
+    mixture = build()
+    for _ in range(2):
+        mixture.next_batch()
+    factory.write_dataset(str(general), factory.sequence_rows(texts[90:120], max_length=48), shards=1,
+                          row_group_size=8, version="v2")  # `latest` -> v2
+    mixture._poll()  # the poll of a later step: v2, after the epoch of the source this rank is in
+    state = json.loads(json.dumps(mixture.state_dict()))
+    assert state["sources"][1]["used"] > 0 and state["sources"][1]["state"]["pending"]["url"].endswith("v2")
+    expected = [rows_of(mixture.next_batch()) for _ in range(30)]  # past the source's 30-row epoch
+    first, second = f"{general}/v1", f"{general}/v2"
+    assert mixture.sources[1].versions == [(0, first), (1, second)]
+    resumed = build(state)
+    assert [rows_of(resumed.next_batch()) for _ in range(30)] == expected
+    assert resumed.sources[1].versions == [(0, first), (1, second)]
+    # Leases: both versions while one is still read or pending, then (at the next poll) the new one only.
+    assert set(resumed.sources[1].leases) == {first, second}
+    resumed._hold_versions()
+    assert set(resumed.sources[1].leases) == {second}
+    resumed.close()
+    mixture.close()
