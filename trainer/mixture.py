@@ -414,10 +414,11 @@ class Mixture:
     """Batches of `batch_size` rows drawn from `sources` (0 = the domain) by `source_schedule`."""
 
     def __init__(self, sources: Sequence[Any], weights: Sequence[float], strategies: Sequence[str], *, seed: int,
-                 batch_size: int, rank: int, world_size: int, pad_token_id: int, poll_every: int = 0) -> None:
+                 batch_size: int, rank: int, world_size: int, pad_token_id: int, poll_every: int = 0,
+                 pin_memory: bool = False) -> None:
         self.sources, self.weights, self.strategies = list(sources), list(weights), list(strategies)
         self.seed, self.batch_size, self.rank, self.world_size = seed, batch_size, rank, world_size
-        self.pad_token_id = pad_token_id
+        self.pad_token_id, self.pin_memory = pad_token_id, pin_memory
         # --follow-latest: every `poll_every` steps (the same steps on every rank) each followed source's
         # root is asked for a newer version; 0: never.
         self.poll_every = poll_every
@@ -491,6 +492,8 @@ class Mixture:
         self.samples += self.world_size * self.batch_size
         batch = collate_sequences(rows, self.pad_token_id)
         batch["epoch"], batch["source"] = torch.from_numpy(epochs), torch.from_numpy(labels)
+        if self.pin_memory:  # page-locked, so that the transfer to the GPU can overlap (as a DataLoader's)
+            batch = {name: column.pin_memory() for name, column in batch.items()}
         return batch
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
@@ -626,7 +629,8 @@ def elastic_state(positions: Sequence[dict[str, Any]], layout: dict[str, int]) -
 
 def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenizer: Any, *, strategy: str,
                   seed: int, batch_size: int, num_workers: int = 0, cache: Any = None, follow: bool = False,
-                  domain_follower: Any = None, lease: Any = None, mask_map_of: Any = None) -> Mixture:
+                  domain_follower: Any = None, lease: Any = None, mask_map_of: Any = None,
+                  pin_memory: bool = False) -> Mixture:
     """The mixture of `domain` and every `SOURCE:WEIGHT` of `mix`, on the domain's ranks, each read by
     a loader of its own with `num_workers` workers: maskstream sources checked against the domain's
     vocabulary, text sources tokenized by `tokenizer` at the domain's max length. The domain is masked
@@ -685,4 +689,4 @@ def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenize
     return Mixture(sources, weights, [strategy] + [entry.strategy for entry in entries], seed=seed,
                    batch_size=batch_size,
                    rank=rank, world_size=world_size, pad_token_id=int(domain.manifest.tokenizer["pad_token_id"]),
-                   poll_every=poll_every)
+                   poll_every=poll_every, pin_memory=pin_memory)

@@ -475,7 +475,7 @@ def open_mixture(data: TrainingData) -> Any:
         return build_mixture(data.dataset, config.mix, data.tokenizer, strategy=config.strategy, seed=config.seed,
                              batch_size=config.batch_size, num_workers=config.num_workers, cache=shard_cache(config),
                              follow=config.follow_latest, domain_follower=data.follower, lease=data.lease,
-                             mask_map_of=data.mask_map_of)
+                             mask_map_of=data.mask_map_of, pin_memory=data.ranks.device.type == "cuda")
     except ValueError as e:  # a source that cannot be mixed: say which, in one line
         raise SystemExit(str(e)) from None
 

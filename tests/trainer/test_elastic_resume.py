@@ -36,13 +36,14 @@ def datasets(tmp_path_factory):
 
 
 def train(dataset: str, out: Path, model: str, env: dict[str, str], cwd: Path, *, ranks: int, workers: int,
-          batch: int, resume: Path | None = None, mix: list[str] = ()) -> list[dict]:
+          batch: int, resume: Path | None = None, mix: list[str] = (), extra: list[str] = ()) -> list[dict]:
     """Runs `maskstream train` (under torchrun with more than one rank); returns its sample log."""
     args = ["train", "--dataset", dataset, "--output", str(out), "--model", model, "--batch-size", str(batch),
             "--num-workers", str(workers), "--max-steps", str(STEPS), "--save-every", "3", "--held-out-fraction", "0",
             "--eval-every", "1000", "--log-every", "5", "--sample-log", str(out / "samples.jsonl")]
     for entry in mix:
         args += ["--mix", entry]
+    args += list(extra)
     if resume is not None:
         args += ["--resume", str(resume)]
     out.mkdir(parents=True, exist_ok=True)
@@ -94,15 +95,17 @@ def test_resume_on_another_layout_trains_each_sample_once(case, datasets, tiny_b
 def test_a_mixture_resumes_on_fewer_ranks_taking_each_sample_once(datasets, tiny_bert, tmp_path, subprocess_env,
                                                                   repo_root):
     """2 ranks -> 1 on a 0.8/0.2 mixture of 280 domain rows and 70 text records: by step 21 the ranks
-    have taken about 269 and 67 of them, each its own count, and the 3 steps left finish both epochs."""
+    have taken about 269 and 67 of them, each its own count, and the 3 steps left finish both epochs.
+    With --follow-latest (no newer version comes): the ranks poll and gather their versions together."""
     text = tmp_path / "general.jsonl"
     text.write_text("".join(json.dumps({"text": t}) + "\n" for t in read_texts(limit=350)[280:]))
     dataset, mix = datasets(280), [f"{text}:0.2"]
     first = train(dataset, tmp_path / "first", tiny_bert, subprocess_env, repo_root, ranks=2, workers=0, batch=8,
-                  mix=mix)
+                  mix=mix, extra=["--follow-latest"])
     before = [r for r in first if r["step"] <= RESUMED_AT]
     after = train(dataset, tmp_path / "resumed", tiny_bert, subprocess_env, repo_root, ranks=1, workers=0, batch=8,
-                  mix=mix, resume=tmp_path / "first" / "checkpoints" / f"step-{RESUMED_AT:08d}")
+                  mix=mix, extra=["--follow-latest"],
+                  resume=tmp_path / "first" / "checkpoints" / f"step-{RESUMED_AT:08d}")
     assert min(r["step"] for r in after) == RESUMED_AT + 1 and len(after) == (STEPS - RESUMED_AT) * 8
     names = sorted({r["source"] for r in before + after})
     assert len(names) == 2 and names[0].endswith("general.jsonl")
