@@ -113,7 +113,7 @@ def main() -> None:
                 print(f"| {name} | {'yes' if cached else 'no'} | {workers} | {rates[0]:,.0f} | {rates[1]:,.0f} | "
                       f"{rates[1] / baseline:.2f} |")
 
-        mixture_table(local, tmp, args.batch_size)
+        mixture_table(local, args.batch_size)
         if args.before:
             before_after_table(local, args.before, args.batch_size)
             elastic_rest_table(local, args.batch_size)
@@ -121,14 +121,12 @@ def main() -> None:
             mosaic_table(args.mosaic_python, load_manifest(local)[0], tmp, args.batch_size, ours)
 
 
-def mixture_table(local: str, work: str, batch_size: int) -> None:
+def mixture_table(local: str, batch_size: int) -> None:
     """Samples/s of a 0.8/0.2 mixture (batches drawn, not masked) against the domain's loader alone:
     the second source another maskstream version (the same sequences), or JSONL text tokenized on the
     fly (in the loader workers when there are some). Two epochs' steps each, the three alternating,
     the better of two rounds."""
-    texts = factory.read_texts()
-    text_path = Path(work) / "general.jsonl"
-    text_path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    text_path = factory.SAMPLE_CORPUS  # the shipped corpus's `text` fields, as general text
     cases = (("the domain alone", None), ("0.8 domain + 0.2 maskstream version", f"{local}:0.2"),
              ("0.8 domain + 0.2 JSONL text, tokenized on the fly", f"{text_path}:0.2"))
 

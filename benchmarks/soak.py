@@ -108,10 +108,15 @@ def tree_rss(pid: int) -> int:
         return 0
 
 
+def between(samples: list[tuple[float, int]], start: float, end: float) -> list[int]:
+    """The RSS samples taken from `start` to `end` (a sample of 0: the process was gone)."""
+    return [rss for t, rss in samples if start <= t <= end and rss]
+
+
 def rss_at(samples: list[tuple[float, int]], start: float, end: float) -> float | None:
     """Median RSS (MB) sampled between two times (a version's publication and the next's), or the
     nearest sample before the end when none falls between."""
-    inside = [rss for t, rss in samples if start <= t <= end and rss]
+    inside = between(samples, start, end)
     before = [rss for t, rss in samples if t <= end and rss]
     chosen = inside or before[-1:]
     return statistics.median(chosen) / 2**20 if chosen else None
@@ -120,8 +125,7 @@ def rss_at(samples: list[tuple[float, int]], start: float, end: float) -> float 
 def flat(samples: list[tuple[float, int]], first_window: tuple[float, float], last_window: tuple[float, float]
          ) -> dict[str, Any]:
     """Median RSS over two windows (start and end times); flat when the last is within +15 % and 50 MB."""
-    first = [rss for t, rss in samples if first_window[0] <= t <= first_window[1] and rss]
-    last = [rss for t, rss in samples if last_window[0] <= t <= last_window[1] and rss]
+    first, last = between(samples, *first_window), between(samples, *last_window)
     if not first or not last:
         return {"first_mb": None, "last_mb": None, "ratio": None, "flat": False}
     a, b = statistics.median(first), statistics.median(last)

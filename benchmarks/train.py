@@ -10,7 +10,7 @@ AdamW, batch 16 of sequences of exactly 128 tokens made from real Debian descrip
 - maskstream: the sequences written as a dataset version (Parquet shards + manifest), read by
   `StreamingSequenceDataset` + `build_dataloader` with `difference` masking in the loader
   (workers, or the main process with 0 workers), as `maskstream train` does on CPU;
-- maskstream mixture: the same version mixed 0.8/0.2 with the corpus's texts as JSONL, tokenized on
+- maskstream mixture: the same version mixed 0.8/0.2 with the corpus (JSONL) itself, tokenized on
   the fly (`maskstream train --mix general.jsonl:0.2`: `build_mixture`, then `mask_by_source`, in
   the wait: difference for the domain's rows, random for the text's);
 - peer: the same token ids in a Hugging Face `datasets.Dataset`, a torch DataLoader (shuffled)
@@ -31,7 +31,6 @@ its workers, as a `transformers.Trainer` would).
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -127,11 +126,8 @@ def main() -> None:
                                             strategy="difference", masking=masking, seed=0,
                                             mask_in_workers=not cuda, pin_memory=cuda))
 
-        general = Path(tmp) / "general.jsonl"
-        general.write_text("".join(json.dumps({"text": t}) + "\n" for t in factory.read_texts(args.corpus)))
-
         def mixture_batches(workers: int):
-            mixture = build_mixture(StreamingSequenceDataset(tmp, seed=0), [f"{general}:0.2"], tokenizer,
+            mixture = build_mixture(StreamingSequenceDataset(tmp, seed=0), [f"{args.corpus}:0.2"], tokenizer,
                                     strategy="difference", seed=0, batch_size=args.batch_size, num_workers=workers)
             for batch in mixture:
                 masked = mask_by_source(batch, mixture.strategies, masking, seed=0)

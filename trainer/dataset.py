@@ -97,6 +97,9 @@ LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "m
 # What is read, cast to the contract (so that writers differing only in nullability still concat).
 READ_SCHEMA = pa.schema([SEQUENCE_SCHEMA.field(name) for name in LIST_COLUMNS])
 READ_BATCH_ROWS = 1024  # rows decoded at a time within a row group
+# `_position[:SNAPSHOT]`: epoch, samples, batches and elastic resumes of this rank, live;
+# `_position[SNAPSHOT:]`: the same when the loader last started an iteration (what workers read).
+SNAPSHOT = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +139,22 @@ def round_robin_counts(batches: list[int], consumed: int) -> tuple[list[int], in
         delivered[turn] += 1
         turn = (turn + 1) % len(batches)
     return delivered, turn
+
+
+def announced(ahead: dict[int, list[dict[str, Any]]], epoch: int) -> tuple[list[dict[str, Any]],
+                                                                           dict[int, list[dict[str, Any]]]]:
+    """The segments `ahead` announced for `epoch` (elastic resumes it starts with), and those of the
+    epochs after it."""
+    return ahead.get(epoch, []), {e: later for e, later in ahead.items() if e > epoch}
+
+
+def ahead_state(ahead: dict[int, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """`ahead` as a state holds it (JSON: string keys); `ahead_of_state` reads it back."""
+    return {str(e): [dict(segment) for segment in later] for e, later in ahead.items()}
+
+
+def ahead_of_state(state: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
+    return {int(e): [dict(segment) for segment in later] for e, later in state.get("ahead", {}).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,18 +207,17 @@ class RankPlan:
         batch partly; -1: all of them). A worker's batches are full but its last, which may come
         before other workers are done."""
         totals = [sum(stop - start for start, stop in self.worker_windows(w)) for w in range(len(self.batches))]
-        if rows is not None and rows < 0:
+        if batches is not None:
+            delivered, _ = round_robin_counts(self.batches, batches)
+            return [min(count * batch_size, total) for count, total in zip(delivered, totals, strict=True)]
+        if rows < 0:
             return totals
         taken, delivered, turn = [0] * len(totals), [0] * len(totals), 0
-        left = batches if batches is not None else rows
-        while left > 0 and sum(delivered) < sum(self.batches):
+        while rows > 0 and sum(delivered) < sum(self.batches):
             while delivered[turn] >= self.batches[turn]:
                 turn = (turn + 1) % len(totals)
-            size = min(batch_size, totals[turn] - taken[turn])
-            take = size if batches is not None else min(size, left)
-            taken[turn] += take
-            left -= 1 if batches is not None else take
-            delivered[turn] += 1
+            take = min(batch_size, totals[turn] - taken[turn], rows)
+            taken[turn], delivered[turn], rows = taken[turn] + take, delivered[turn] + 1, rows - take
             turn = (turn + 1) % len(totals)
         return taken
 
@@ -240,7 +258,7 @@ class StreamingSequenceDataset(IterableDataset):
         # [epoch, samples and batches consumed this epoch on this rank, elastic resumes in this
         # epoch, and the four as they were when the loader last started an iteration]; shared with
         # (persistent) workers, which read the latter four: the live counts move while they start.
-        self._position = torch.zeros(8, dtype=torch.int64).share_memory_()
+        self._position = torch.zeros(2 * SNAPSHOT, dtype=torch.int64).share_memory_()
         # Earlier layouts of this epoch (elastic resumes) with the batches each took, and the rest
         # of the epoch's order they left (positions in the order; None: the whole order).
         self._segments: list[dict[str, Any]] = []
@@ -347,13 +365,12 @@ class StreamingSequenceDataset(IterableDataset):
         self._epoch_pinned = True
         # Workers read the snapshot; DataLoaders other than ours (transformers.Trainer's) never call
         # begin_iteration, which otherwise refreshes it.
-        self._position[4:] = self._position[:4].clone()
+        self._position[SNAPSHOT:] = self._position[:SNAPSHOT].clone()
 
     def _start_epoch(self, epoch: int) -> None:
-        segments = self._ahead.get(epoch, [])
-        self._ahead = {e: later for e, later in self._ahead.items() if e > epoch}
+        segments, self._ahead = announced(self._ahead, epoch)
         self._set_segments(epoch, segments)
-        self._position[:4] = torch.tensor([epoch, 0, 0, len(self._segments)])
+        self._position[:SNAPSHOT] = torch.tensor([epoch, 0, 0, len(self._segments)])
 
     def _set_segments(self, epoch: int, segments: list[dict[str, Any]]) -> None:
         self._segments, self._rest, self._rest_epoch = segments, None, epoch
@@ -378,7 +395,7 @@ class StreamingSequenceDataset(IterableDataset):
             "samples_consumed": int(self._position[1]),
             "batches_consumed": int(self._position[2]),
             "segments": [dict(segment) for segment in self._segments],
-            "ahead": {str(e): [dict(segment) for segment in segments] for e, segments in self._ahead.items()},
+            "ahead": ahead_state(self._ahead),
             "version": self.manifest.version,
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -410,13 +427,13 @@ class StreamingSequenceDataset(IterableDataset):
         epoch, samples, batches = int(state["epoch"]), int(state["samples_consumed"]), int(state["batches_consumed"])
         segments = [dict(segment) for segment in state.get("segments", [])]
         saved = Layout(int(state["world_size"]), int(state["num_workers"]), int(state["batch_size"] or 1))
-        self._ahead = {int(e): [dict(s) for s in later] for e, later in state.get("ahead", {}).items()}
+        self._ahead = ahead_of_state(state)
         if saved.reading != self.layout.reading and batches > 0:
             segments.append({"world_size": saved.world_size, "num_workers": saved.num_workers,
                              "batch_size": saved.batch_size, "batches": batches})
             samples = batches = 0
         self._set_segments(epoch, segments)
-        self._position[:4] = torch.tensor([epoch, samples, batches, len(segments)])
+        self._position[:SNAPSHOT] = torch.tensor([epoch, samples, batches, len(segments)])
 
     def _rest_after(self, epoch: int, segment_index: int, segment: dict[str, Any],
                     rest: np.ndarray | None) -> np.ndarray:
@@ -456,7 +473,7 @@ class StreamingSequenceDataset(IterableDataset):
         if int(self._position[1]) >= self.rows_per_rank() and not self._epoch_pinned:
             self._start_epoch(self.epoch + 1)
         self._epoch_pinned = False
-        self._position[4:] = self._position[:4].clone()
+        self._position[SNAPSHOT:] = self._position[:SNAPSHOT].clone()
 
     def count_consumed(self, samples: int) -> None:
         """Called by the loader for every batch it hands out."""
@@ -489,8 +506,6 @@ class StreamingSequenceDataset(IterableDataset):
 
     def _read_ahead(self, shards: list[int]) -> None:
         """Starts downloading `shards` (this worker's next windows') into the cache."""
-        if self.cache is None:
-            return
         entries = self.manifest.shards
         self.cache.read_ahead((self.shard_url(s), entries[s].sha256, entries[s].bytes, entries[s].path)
                               for s in dict.fromkeys(shards))
@@ -539,7 +554,7 @@ class StreamingSequenceDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        snapshot = self._position[:4] if info is None else self._position[4:]
+        snapshot = self._position[:SNAPSHOT] if info is None else self._position[SNAPSHOT:]
         epoch, consumed, consumed_batches, segments = (int(v) for v in snapshot)
         # A persistent worker keeps the rest an elastic resume left while the main process has moved
         # on: the shared epoch and count of resumes say which rest this iteration reads.
@@ -569,10 +584,11 @@ class StreamingSequenceDataset(IterableDataset):
                         skip: int, later: list[tuple[int, int]]) -> Iterator[dict[str, Any]]:
         pieces = self._pieces(epoch, self._positions(rest, start, stop))
         columns = self._read_window(pieces)
-        # The shards of this worker's next windows, downloaded while it trains on this one.
-        current = {block.shard for block, *_ in pieces}
-        self._read_ahead([block.shard for s, e in later for block, *_ in self._pieces(epoch, self._positions(rest, s, e))
-                          if block.shard not in current])
+        if self.cache is not None:  # the shards of this worker's next windows, downloaded while it trains on this one
+            current = {block.shard for block, *_ in pieces}
+            self._read_ahead([block.shard for s, e in later
+                              for block, *_ in self._pieces(epoch, self._positions(rest, s, e))
+                              if block.shard not in current])
         order = self._window_order(epoch, segment, start, stop - start)
         sample_index = columns.pop("sample_index")
         for row in order[skip:]:

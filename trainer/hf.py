@@ -38,16 +38,17 @@ one at a time, batched again by the Trainer with the mixture's batch size, maske
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset
 
 from maskstream.schemas.manifest import load_manifest, safe_relative_path
-from maskstream.trainer.collate import collate_sequences
+from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
-from maskstream.trainer.mixture import Mixture, concat_rows, mask_by_source
+from maskstream.trainer.mixture import Mixture, mask_by_source
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "labels")
 
@@ -87,6 +88,21 @@ class MaskingCollator:
         batch = collate_sequences(samples, self.pad_token_id)
         masked = apply_masking(batch, self.strategy, self.masking, seed=self.seed, epoch=self.dataset.epoch)
         return {name: masked[name] for name in MODEL_INPUTS}
+
+
+def concat_rows(parts: Sequence[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Rows of several collated batches as one, padded to the widest (collate_sequences' padding)."""
+    width = max(part["input_ids"].shape[1] for part in parts)
+    out = {}
+    for name in parts[0]:
+        tensors = [part[name] for part in parts]
+        if tensors[0].dim() == 2:
+            pad = PADDED_COLUMNS[name][1] if name in PADDED_COLUMNS else 0
+            pad = pad_token_id if pad is None else pad
+            tensors = [t if t.shape[1] == width else torch.nn.functional.pad(t, (0, width - t.shape[1]), value=pad)
+                       for t in tensors]
+        out[name] = torch.cat(tensors)
+    return out
 
 
 class MixtureRows(IterableDataset):

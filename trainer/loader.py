@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from maskstream.trainer.collate import collate_sequences
-from maskstream.trainer.dataset import StreamingSequenceDataset
+from maskstream.trainer.dataset import SNAPSHOT, StreamingSequenceDataset
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
 
 
@@ -42,7 +42,7 @@ def _collate_and_mask(
     batch = collate_sequences(samples, pad_token_id)
     if strategy is None:
         return batch
-    return apply_masking(batch, strategy, masking, seed=seed, epoch=int(epoch[4]))
+    return apply_masking(batch, strategy, masking, seed=seed, epoch=int(epoch[SNAPSHOT]))
 
 
 def samples_as_read(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -54,8 +54,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from maskstream.schemas.lease import VersionLease
-from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
-from maskstream.trainer.dataset import StreamingSequenceDataset
+from maskstream.trainer.collate import collate_sequences
+from maskstream.trainer.dataset import StreamingSequenceDataset, ahead_of_state, ahead_state, announced
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
 from maskstream.trainer.loader import build_dataloader, samples_as_read
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
@@ -127,20 +127,6 @@ def _chunk_labels(seed: int, weights: tuple[float, ...], chunk: int) -> np.ndarr
     before = (np.arange(BLOCK)[None, :, None] >= ends[:, None, :]).sum(axis=2)
     labels = np.where(before < len(others), before + 1, 0)
     return np.random.default_rng([seed, chunk, 0x313C]).permuted(labels, axis=1).ravel()
-
-
-def concat_rows(parts: Sequence[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Rows of several collated batches as one, padded to the widest (collate_sequences' padding)."""
-    width = max(part["input_ids"].shape[1] for part in parts)
-    out = {}
-    for name in parts[0]:
-        tensors = [part[name] for part in parts]
-        if tensors[0].dim() == 2:
-            pad = PADDED_COLUMNS[name][1] if name in PADDED_COLUMNS else 0
-            pad = pad_token_id if pad is None else pad
-            tensors = [torch.nn.functional.pad(t, (0, width - t.shape[1]), value=pad) for t in tensors]
-        out[name] = torch.cat(tensors)
-    return out
 
 
 def source_seed(seed: int, source: int) -> int:
@@ -244,7 +230,7 @@ class TextSource:
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "records": self.records, "world_size": self.world_size, "url": self.url,
                 "segments": [dict(s) for s in self.segments],
-                "ahead": {str(e): [dict(s) for s in later] for e, later in self.ahead.items()}}
+                "ahead": ahead_state(self.ahead)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if int(state["world_size"]) != self.world_size:
@@ -252,7 +238,7 @@ class TextSource:
                              "(Mixture.load_state_dict with every rank's state)")
         self.epoch, self.records = int(state["epoch"]), int(state["records"])
         self.segments = [dict(s) for s in state.get("segments", [])]
-        self.ahead = {int(e): [dict(s) for s in later] for e, later in state.get("ahead", {}).items()}
+        self.ahead = ahead_of_state(state)
 
     @property
     def layout(self) -> dict[str, int]:
@@ -274,8 +260,7 @@ class TextSource:
             if self.records == 0 and not self.segments:  # a whole epoch without a record for this rank
                 raise ValueError(f"--mix {self.url}: rank {self.rank} has no text to read")
             self.epoch, self.records = self.epoch + 1, 0
-            self.segments = self.ahead.pop(self.epoch, [])
-            self.ahead = {e: later for e, later in self.ahead.items() if e > self.epoch}
+            self.segments, self.ahead = announced(self.ahead, self.epoch)
 
     def samples(self, records: list[tuple[int, str]]) -> list[dict[str, Any]]:
         """The records tokenized, as samples of a maskstream version: with the mask map's word ids and
@@ -472,10 +457,10 @@ class Mixture:
     def next_batch(self) -> dict[str, torch.Tensor]:
         """This rank's next batch: the sources' samples in the draw's order (row j is mixture sample
         `first + j`), collated once, with `source` and `epoch` columns (unmasked: `mask_by_source`)."""
-        if self.poll_every and ((self.samples // (self.world_size * self.batch_size)) % self.poll_every == 0
-                                or self._hold_first):
-            if (self.samples // (self.world_size * self.batch_size)) % self.poll_every == 0:
-                self._poll()
+        poll = self.poll_every and (self.samples // (self.world_size * self.batch_size)) % self.poll_every == 0
+        if poll:
+            self._poll()
+        if poll or (self.poll_every and self._hold_first):
             self._hold_versions()
             self._hold_first = False
         first = self.samples + self.rank * self.batch_size

@@ -249,7 +249,7 @@ def setup_ranks(seed: int) -> Ranks:
     return Ranks(rank, world_size, local_rank, device)
 
 
-def resume_versions(dataset: str, follow_latest: bool, saved: dict[str, Any], rank: int) -> tuple[str, str]:
+def resume_versions(dataset: str, follow_latest: bool, saved: dict[str, Any]) -> tuple[str, str]:
     """(the version the run started on, the version it was reading) for resuming the checkpoint state
     `saved` with `--dataset DATASET`. The held-out rows come from the first, training continues on the
     second: a run that followed newer versions (`--follow-latest`) stops on a later one than it started.
@@ -299,7 +299,6 @@ class TrainingData:
     resume_rng: dict[str, Any] | None = None  # RNG state to restore once the loader has started
     sample_log: Any = None  # --sample-log, open for appending
     mixture: Any = None  # maskstream.trainer.mixture.Mixture with --mix
-    mask_map_of: Any = None  # version URL -> its maskstream.MaskMap (difference-masked text sources)
     loader: Any = None
     lease: Any = None  # rank 0's maskstream.schemas.lease.VersionLease on the version read: gc spares it
 
@@ -308,8 +307,6 @@ class TrainingData:
         self.lease = VersionLease(self.dataset.version_url) if self.ranks.is_main else None
         if self.config.sample_log:
             self.sample_log = open(self.config.sample_log, "a", encoding="utf-8")  # noqa: SIM115 (closed by train)
-        if self.config.mix:
-            self.mixture = open_mixture(self)
 
     @property
     def source_names(self) -> list[str]:
@@ -407,10 +404,11 @@ class TrainingData:
         """Every rank's dataset state, so a resumed run (same world size) can restore each."""
         import torch.distributed as dist
 
-        state = self.dataset.state_dict()
         if self.mixture is not None:
             mixture = self.mixture.state_dict()
             state = {**mixture["sources"][0]["state"], "mixture": mixture}
+        else:
+            state = self.dataset.state_dict()
         if self.ranks.world_size == 1:
             return [state]
         states: list[Any] = [None] * self.ranks.world_size
@@ -418,8 +416,7 @@ class TrainingData:
         return states
 
 
-def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None,
-              mask_map_of: Any = None) -> TrainingData:
+def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -> TrainingData:
     """The dataset (the version --dataset names, or when resuming the one the checkpoint was reading),
     the tokenizer checked against it, the masking, the held-out batches and the follower."""
     from transformers import AutoTokenizer
@@ -432,7 +429,7 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None,
 
     url = config.dataset
     if saved is not None:
-        started, url = resume_versions(config.dataset, config.follow_latest, saved, ranks.rank)
+        started, url = resume_versions(config.dataset, config.follow_latest, saved)
     dataset = StreamingSequenceDataset(url, seed=config.seed, rank=ranks.rank, world_size=ranks.world_size,
                                        cache=shard_cache(config))
     if saved is None:
@@ -462,11 +459,12 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None,
     in_workers = masks_in_loader_workers(ranks.device) and schedule.kind == "constant" and not config.mix
     return TrainingData(config, ranks, started, dataset, model_name, tokenizer, masking, schedule, eval_masking,
                         eval_batches, follower, in_workers,
-                        resume_rng=saved["rng"] if saved is not None else None, mask_map_of=mask_map_of)
+                        resume_rng=saved["rng"] if saved is not None else None)
 
 
-def open_mixture(data: TrainingData) -> Any:
-    """The --mix mixture around the domain's dataset and (unmasked) loader."""
+def open_mixture(data: TrainingData, mask_map_of: Any) -> Any:
+    """The --mix mixture around the domain's dataset, each source read by a loader of its own;
+    `mask_map_of` gives the map a text source masked with difference needs."""
     # heavy: imports torch; only here, where it is needed
     from maskstream.trainer.mixture import build_mixture
 
@@ -475,7 +473,7 @@ def open_mixture(data: TrainingData) -> Any:
         return build_mixture(data.dataset, config.mix, data.tokenizer, strategy=config.strategy, seed=config.seed,
                              batch_size=config.batch_size, num_workers=config.num_workers, cache=shard_cache(config),
                              follow=config.follow_latest, domain_follower=data.follower, lease=data.lease,
-                             mask_map_of=data.mask_map_of, pin_memory=data.ranks.device.type == "cuda")
+                             mask_map_of=mask_map_of, pin_memory=data.ranks.device.type == "cuda")
     except ValueError as e:  # a source that cannot be mixed: say which, in one line
         raise SystemExit(str(e)) from None
 
@@ -483,16 +481,11 @@ def open_mixture(data: TrainingData) -> Any:
 def plan_steps(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | None) -> tuple[int, int]:
     """(total steps, warm-up steps): --max-steps, or --epochs of the version the run started on, or
     when resuming without --max-steps the checkpoint's."""
-    # heavy: imports torch; only here, where it is needed
-    from maskstream.trainer.dataset import StreamingSequenceDataset
-
-    first = data.dataset
-    if first.version_url != data.started_on:
-        first = StreamingSequenceDataset(data.started_on, rank=data.ranks.rank, world_size=data.ranks.world_size)
     if saved is not None and not config.max_steps:
         # A resumed run keeps the schedule it planned, whatever its world size and batch size now.
         return saved["config"]["total_steps"], saved["config"]["warmup_steps"]
-    total_steps = config.max_steps or max(1, int(config.epochs * first.steps_per_epoch(config.batch_size)
+    # Not resuming, the dataset is the version the run starts on.
+    total_steps = config.max_steps or max(1, int(config.epochs * data.dataset.steps_per_epoch(config.batch_size)
                                                  / config.grad_accumulation))
     return total_steps, math.ceil(config.warmup_ratio * total_steps)
 
@@ -553,6 +546,7 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
     """Restores weights, optimizer, schedule and loader position; returns the step to continue from."""
     # heavy: imports safetensors and torch; only here, where it is needed
     from maskstream.trainer.checkpoint import restore_checkpoint
+    from maskstream.trainer.dataset import Layout
 
     was = {k: saved["config"].get(k, RESUME_DEFAULTS.get(k)) for k in RESUME_CRITICAL}
     changed = {k: (was[k], run_config[k]) for k in RESUME_CRITICAL if was[k] != run_config[k]}
@@ -572,8 +566,8 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
         data.dataset.load_state_dict(loader_state(saved, data.ranks.rank, data.ranks.world_size))
     log.info("resumed from %s at step %d", saved["path"], saved["step"])
     before = saved["loader"][0]
-    if (before["world_size"], before["batch_size"], before["num_workers"]) != (
-            data.ranks.world_size, data.config.batch_size, data.config.num_workers):
+    if Layout(before["world_size"], before["num_workers"], before["batch_size"]).reading != Layout(
+            data.ranks.world_size, data.config.num_workers, data.config.batch_size).reading:
         log.info("elastic resume: the checkpoint's %d rank(s) x %d worker(s) x batch %d continue as %d x %d x %d; "
                  "the %d samples left of epoch %d are dealt to the new layout", before["world_size"],
                  before["num_workers"], before["batch_size"], data.ranks.world_size, data.config.num_workers,
@@ -655,19 +649,18 @@ def window_record(window: dict[str, Any], parts: TrainingModel, ranks: Ranks, ep
     import torch.distributed as dist
 
     elapsed = time.perf_counter() - window["start"]
-    totals = torch.stack([torch.as_tensor(window[k], dtype=torch.float64, device=ranks.device)
-                          for k in ("tokens", "correct", "masked")])
+    # One all-reduce: tokens, correct, masked, then (a mixture) the samples of each source.
+    totals = torch.cat([torch.stack([torch.as_tensor(window[k], dtype=torch.float64, device=ranks.device)
+                                     for k in ("tokens", "correct", "masked")]),
+                        torch.tensor(window.get("sources", []), dtype=torch.float64, device=ranks.device)])
     if ranks.world_size > 1:
         dist.all_reduce(totals)
-    tokens, correct, masked = totals.tolist()
+    (tokens, correct, masked), counts = totals[:3].tolist(), totals[3:].tolist()
     record = {"loss": float(window["loss"]) / window["micro"], "masked_accuracy": correct / max(masked, 1),
               "learning_rate": parts.scheduler.get_last_lr()[0], "tokens_per_second": tokens / elapsed,
               "data_wait_share": window["wait"] / elapsed, "epoch": epoch}
     if "sources" in window:  # a mixture: samples trained from each source, all ranks
-        counts = torch.tensor(window["sources"], dtype=torch.float64, device=ranks.device)
-        if ranks.world_size > 1:
-            dist.all_reduce(counts)
-        record["samples_by_source"] = dict(zip(names, (int(c) for c in counts.tolist()), strict=True))
+        record["samples_by_source"] = dict(zip(names, (int(c) for c in counts), strict=True))
     return record
 
 
@@ -719,7 +712,9 @@ def train(config: TrainConfig, mask_map_of: Any = None) -> int:
 
     ranks = setup_ranks(config.seed)
     saved = read_resume_state(config)
-    data = open_data(config, ranks, saved, mask_map_of)
+    data = open_data(config, ranks, saved)
+    if config.mix:
+        data.mixture = open_mixture(data, mask_map_of)
     total_steps, warmup_steps = plan_steps(config, data, saved)
     run_config = run_settings(config, data, total_steps, warmup_steps)
     parts = build_model(config, data, total_steps, warmup_steps, run_config)
