@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.fixtures.gcs_emulator import gcs_emulator as emulator
@@ -42,10 +43,19 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     path = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=128)
-    BertForMaskedLM(config).save_pretrained(path)
+    model = BertForMaskedLM(config)
+    # BERT's initialization (weights N(0, 0.02), biases 0, LayerNorm 1 and 0) drawn by numpy, not torch:
+    # torch's normal_ takes another kernel on AVX-512 than on AVX2 and draws other numbers, so the
+    # same seed gave another model, and other output bytes, on an Intel machine (issue 51).
+    rng = np.random.default_rng(0)
+    with torch.no_grad():
+        for name, parameter in sorted(model.named_parameters()):
+            if parameter.dim() > 1 and "LayerNorm" not in name:
+                parameter.copy_(torch.from_numpy(rng.normal(0.0, config.initializer_range, parameter.shape)))
+        model.bert.embeddings.word_embeddings.weight[config.pad_token_id] = 0.0
+    model.save_pretrained(path)
     AutoTokenizer.from_pretrained(minilm_path).save_pretrained(path)
     return str(path)
 
