@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "gc": ("maskstream.cli.gc", "remove old dataset versions and cache entries no kept version uses", False),
     "train": ("maskstream.cli.train", "continued MLM pretraining on a dataset's streamed shards", False),
     "finetune": ("maskstream.cli.finetune", "fine-tune a classifier with TMR, evaluate, zero-shot transfer", False),
+    "evaluate": ("maskstream.cli.evaluate", "does a masking strategy beat random masking? TAPT + probe on every labeled text", False),
 }
 
 

@@ -1,4 +1,4 @@
-"""Seed-level paired statistics: the unit of replication is the seed, not the test example.
+"""The evaluation's statistics: paired by seed, and resampled over seeds and texts together.
 
 For an arm A and the baseline B run with the same seeds, d_s = metric(A, s) - metric(B, s):
 
@@ -11,7 +11,12 @@ For an arm A and the baseline B run with the same seeds, d_s = metric(A, s) - me
 - Holm's step-down adjustment of the secondary comparisons' p-values (one family);
 - a bootstrap over test texts: the seeds' mean macro-F1 difference recomputed on resamples of the
   test set (the same resample for every seed and both arms), so the report can say how much a
-  result owes to this one test set and not only to the seeds.
+  result owes to this one test set and not only to the seeds;
+- TOST (two one-sided paired t-tests) for equivalence within a margin;
+- the number of seeds a paired t-test needs for a given power;
+- the hierarchical bootstrap of the cross-fitted design: seeds and near-duplicate clusters resampled
+  together (seeds and texts are crossed: every seed is scored on every text, so one cluster draw
+  serves every seed of a resample), and the share of its variance that comes from each.
 """
 
 from __future__ import annotations
@@ -131,4 +136,81 @@ def bootstrap_difference(truth: list[str], arm: dict[int, list[str]], base: dict
     diffs /= len(seeds)
     out["mean"] = observed / len(seeds)
     out["ci"] = [float(np.quantile(diffs, alpha / 2)), float(np.quantile(diffs, 1 - alpha / 2))]
+    return out
+
+
+def tost(diffs: list[float] | np.ndarray, margin: float, alpha: float = ALPHA) -> dict[str, float]:
+    """Two one-sided paired t-tests of H0: mean <= -margin and H0: mean >= +margin; p is the larger of
+    the two. Equivalence at `alpha` when p < alpha, i.e. the (1 - 2 alpha) t-interval lies inside
+    (-margin, +margin)."""
+    from scipy import stats
+
+    d = np.asarray(diffs, dtype=np.float64)
+    n = len(d)
+    if n < 2 or not d.std(ddof=1) > 0:
+        return {"p": math.nan, "p_lower": math.nan, "p_upper": math.nan, "ci90": [math.nan, math.nan]}
+    se = d.std(ddof=1) / math.sqrt(n)
+    p_lower = float(stats.t.sf((d.mean() + margin) / se, n - 1))
+    p_upper = float(stats.t.cdf((d.mean() - margin) / se, n - 1))
+    half = stats.t.ppf(1 - alpha, n - 1) * se
+    return {"p": max(p_lower, p_upper), "p_lower": p_lower, "p_upper": p_upper,
+            "ci90": [float(d.mean() - half), float(d.mean() + half)]}
+
+
+def seeds_for_power(effect: float, sd: float, power: float = POWER, alpha: float = ALPHA, low: int = 2,
+                    cap: int = 10_000) -> int:
+    """The fewest seeds (>= low, <= cap) at which the two-sided paired t-test finds `effect` with `power`."""
+    for n in range(max(low, 2), cap + 1):
+        if paired_t_power(effect, sd, n, alpha) >= power:
+            return n
+    return cap
+
+
+def crossed_bootstrap(truth: list[np.ndarray], clusters: list[np.ndarray], arm: dict[int, list[np.ndarray]],
+                      base: dict[int, list[np.ndarray]], resamples: int, seed: int = 0, alpha: float = ALPHA
+                      ) -> dict[str, Any]:
+    """Mean over paired seeds of score(arm) - score(base), a seed's score being the mean over folds of
+    macro-F1 on the fold's texts, and its percentile interval under three resampling schemes:
+    `hierarchical` (seeds with replacement and, in each fold, near-duplicate clusters with replacement),
+    `seeds` only (texts fixed) and `texts` only (seeds fixed). The share of the variance from texts
+    is var(texts) / (var(texts) + var(seeds)).
+
+    truth[f], clusters[f]: the integer labels and cluster ids of fold f's texts; arm[s][f], base[s][f]:
+    the integer predictions of seed s on fold f."""
+    rng = np.random.default_rng(seed)
+    seeds = sorted(set(arm) & set(base))
+    out: dict[str, Any] = {"n": len(seeds), "resamples": resamples, "mean": math.nan}
+    if not seeds:
+        return out
+    folds = len(truth)
+    # text weights of each fold under a cluster resample: a text counts as often as its cluster is drawn
+    text_weights = []
+    for f in range(folds):
+        _, cluster_index = np.unique(clusters[f], return_inverse=True)
+        draws = rng.multinomial(cluster_index.max() + 1, np.full(cluster_index.max() + 1, 1 / (cluster_index.max() + 1)),
+                                resamples)
+        text_weights.append(draws[:, cluster_index].astype(np.float64))
+    ones = [np.ones((1, len(t))) for t in truth]
+    # per seed: the difference on each resample of the texts, and on the texts as they are
+    resampled = np.zeros((len(seeds), resamples))
+    observed = np.zeros(len(seeds))
+    for i, s in enumerate(seeds):
+        for f in range(folds):
+            gap = macro_f1_weighted(truth[f], arm[s][f], text_weights[f]) - macro_f1_weighted(
+                truth[f], base[s][f], text_weights[f])
+            resampled[i] += gap / folds
+            observed[i] += float(macro_f1_weighted(truth[f], arm[s][f], ones[f])[0]
+                                 - macro_f1_weighted(truth[f], base[s][f], ones[f])[0]) / folds
+    seed_draws = rng.multinomial(len(seeds), np.full(len(seeds), 1 / len(seeds)), resamples) / len(seeds)
+    schemes = {"hierarchical": (seed_draws * resampled.T).sum(1), "seeds": seed_draws @ observed,
+               "texts": resampled.mean(0)}
+    out["mean"] = float(observed.mean())
+    out["differences"] = observed.tolist()
+    for name, values in schemes.items():
+        out[name] = {"ci": [float(np.quantile(values, alpha / 2)), float(np.quantile(values, 1 - alpha / 2))],
+                     "ci90": [float(np.quantile(values, alpha)), float(np.quantile(values, 1 - alpha))],
+                     "sd": float(values.std(ddof=1))}
+    variance = {name: out[name]["sd"] ** 2 for name in ("seeds", "texts")}
+    total = sum(variance.values())
+    out["share"] = {name: (v / total if total > 0 else math.nan) for name, v in variance.items()}
     return out

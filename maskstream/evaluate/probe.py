@@ -1,10 +1,14 @@
-"""The primary readout: a deterministic probe on frozen features.
+"""The readout: a deterministic probe on frozen features, predicted out of fold for every text.
 
 Features: the model's last hidden states mean-pooled over every token of a text. A text longer than
 the model's length is cut into windows of [CLS] + up to max_length - 2 tokens + [SEP]; each window is
 mean-pooled over its tokens and the windows are averaged weighted by their token counts, so every
 token counts and no position beyond those pretrained is used. The classifier: standardized features,
 scikit-learn's LogisticRegression (lbfgs, balanced class weights); same features, same result.
+
+Every text of an evaluation fold gets a prediction from a probe that did not see it: scikit-learn's
+StratifiedGroupKFold over the fold's texts, grouped by near-duplicate cluster (a text's near-duplicates
+never train the probe that predicts it), the same splits for every arm and seed.
 """
 
 from __future__ import annotations
@@ -14,15 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.effect.configs import PRIMARY_METRIC
+PRIMARY_METRIC = "macro_f1"
 
 
 def features(model_dir: Path | str, texts: list[str], max_length: int, device: str, batch_size: int = 32
              ) -> np.ndarray:
     """(len(texts), hidden size) float64 features of the module docstring."""
     import torch
+    import transformers
     from transformers import AutoModel, AutoTokenizer
 
+    transformers.logging.set_verbosity_error()  # a masked-LM checkpoint loaded as its encoder: the head is unused
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModel.from_pretrained(str(model_dir), add_pooling_layer=False).to(device).eval()
     width = max_length - 2
@@ -68,12 +74,27 @@ def scores(y_true: list[str], y_pred: np.ndarray) -> dict[str, Any]:
             "macro_f1": float(f1_score(y_true, y_pred, average="macro")), "examples": len(y_true)}
 
 
-def choose_c(train_x: np.ndarray, train_y: list[str], val_x: np.ndarray, val_y: list[str], grid: list[float]
+def probe_splits(labels: list[str], groups: list[int], folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, predict) index pairs of the stratified group k-fold, fixed by its seed (0)."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=0)
+    return list(splitter.split(np.zeros(len(labels)), labels, groups))
+
+
+def out_of_fold(x: np.ndarray, labels: list[str], splits: list[tuple[np.ndarray, np.ndarray]], c: float
+                ) -> np.ndarray:
+    """Each text's label predicted by the probe fitted on the other splits' texts."""
+    predicted = np.empty(len(labels), dtype=object)
+    y = np.asarray(labels, dtype=object)
+    for train, held in splits:
+        predicted[held] = fit_predict(x[train], list(y[train]), {"held": x[held]}, c)["held"]
+    return predicted
+
+
+def choose_c(x: np.ndarray, labels: list[str], splits: list[tuple[np.ndarray, np.ndarray]], grid: list[float]
              ) -> tuple[float, list[dict[str, Any]]]:
-    """The C of `grid` with the best validation macro-F1 (the primary metric; ties: the smaller C), and every
-    C's scores."""
-    table = []
-    for c in sorted(grid):
-        table.append({"C": c, **scores(val_y, fit_predict(train_x, train_y, {"v": val_x}, c)["v"])})
+    """The C of `grid` with the best out-of-fold macro-F1 (ties: the smaller C), and every C's scores."""
+    table = [{"C": c, **scores(labels, out_of_fold(x, labels, splits, c))} for c in sorted(grid)]
     best = max(table, key=lambda row: row[PRIMARY_METRIC])  # first max = smallest C among ties
     return best["C"], table

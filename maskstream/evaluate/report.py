@@ -1,0 +1,245 @@
+"""REPORT.md and differences.png of an evaluation, generated from its results.jsonl alone.
+
+Lines are grouped by config hash (the inputs, the settings, the model, the arms' datasets and the TAPT
+passes), so later runs add seeds to their evaluation. Each section below is one function, in the
+order the report shows them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from maskstream.evaluate.design import ARMS, BASELINE, CONTROL, PRIMARY, PRIMARY_METRIC, RESAMPLES
+from maskstream.evaluate.statistics import (
+    ALPHA,
+    crossed_bootstrap,
+    holm,
+    paired_summary,
+    paired_t_power,
+    seeds_for_power,
+    tost,
+)
+
+SCOPE = ("**What the intervals cover.** Seeds (each seed draws its own TAPT data order and masks) and texts (the "
+         "labeled texts, resampled by near-duplicate cluster) for **one** model and **one** task. Neither covers "
+         "another model, another task or another corpus.")
+
+
+def pts(x: float | None) -> str:
+    return "–" if x is None or math.isnan(x) else f"{100 * x:+.2f}"
+
+
+def ci(pair: list[float]) -> str:
+    return "–" if math.isnan(pair[0]) else f"[{100 * pair[0]:+.2f}, {100 * pair[1]:+.2f}]"
+
+
+def num(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def load(results: Path) -> dict[str, list[dict[str, Any]]]:
+    """kind -> lines; of `arm` and `pilot` lines, the last of each (config hash, arm, seed)."""
+    kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    last: dict[tuple, dict[str, Any]] = {}
+    for text in results.read_text(encoding="utf-8").splitlines():
+        if text.strip():
+            line = json.loads(text)
+            if line["kind"] in ("arm", "pilot"):
+                last[line["kind"], line["config_hash"], line["arm"], line["seed"]] = line
+            else:
+                kinds[line["kind"]].append(line)
+    for (kind, *_), line in last.items():
+        kinds[kind].append(line)
+    return kinds
+
+
+def coded(prepared: dict[str, Any], lines: list[dict[str, Any]]) -> tuple[list[np.ndarray], list[np.ndarray],
+                                                                         dict[str, dict[Any, list[np.ndarray]]]]:
+    """(truth per fold, clusters per fold, arm -> seed -> predictions per fold), labels as integers."""
+    codes = {label: i for i, label in enumerate(prepared["labels"])}
+    truth = [np.array([codes[y] for y in fold]) for fold in prepared["truth"]]
+    clusters = [np.array(fold) for fold in prepared["cluster_ids"]]
+    predictions: dict[str, dict[Any, list[np.ndarray]]] = defaultdict(dict)
+    for r in lines:
+        predictions[r["arm"]][r["seed"]] = [np.array([codes.get(p, len(codes)) for p in f["predictions"]])
+                                            for f in sorted(r["folds"], key=lambda f: f["fold"])]
+    return truth, clusters, predictions
+
+
+def compare(prepared: dict[str, Any], lines: list[dict[str, Any]], arm: str, base: str, margin: float,
+            resamples: int) -> dict[str, Any]:
+    """Paired statistics of arm - base over the seeds both have (`none`, seedless, pairs with every seed)."""
+    def scores(name: str) -> dict[Any, float]:
+        return {r["seed"]: r[PRIMARY_METRIC] for r in lines if r["arm"] == name}
+
+    a, b = scores(arm), scores(base)
+    truth, clusters, predictions = coded(prepared, lines)
+    pa, pb = predictions[arm], predictions[base]
+    if None in b:  # `none` has one run: it pairs with every seed of the arm
+        b = {s: b[None] for s in a}
+        pb = {s: pb[None] for s in pa}
+    summary = paired_summary(a, b)
+    summary["tost"] = tost(summary["differences"], margin)
+    summary["power_at_margin"] = paired_t_power(margin, summary["sd"], summary["n"]) if summary["n"] > 1 else math.nan
+    summary["seeds_for_power"] = (seeds_for_power(margin, summary["sd"], cap=1000)
+                                  if summary["n"] > 1 and summary["sd"] > 0 else None)
+    summary["bootstrap"] = crossed_bootstrap(truth, clusters, pa, pb, resamples)
+    return summary
+
+
+def decision(primary: dict[str, Any], control: dict[str, Any] | None, margin: float) -> str:
+    """The pre-registered sentence (docs/evidence.md): superiority needs the paired t-test and the
+    hierarchical interval; equivalence needs TOST, the hierarchical 90 % interval inside the margin and a
+    passing control."""
+    h = primary["bootstrap"]["hierarchical"]
+    mean, n, points = primary["mean"], primary["n"], 100 * margin
+    text = f"{100 * abs(mean):.2f} points {ci(h['ci'])} (probe macro-F1, every labeled text, {n} seeds)"
+    if primary["p_t"] < ALPHA and (h["ci"][0] > 0 or h["ci"][1] < 0):
+        who = "Difference masking beats random masking" if mean > 0 else "Random masking beats difference masking"
+        return f"{who} by {text}."
+    control_passes = control is not None and control["bootstrap"]["hierarchical"]["ci"][0] > 0
+    if (primary["tost"]["p"] < ALPHA and -margin < h["ci90"][0] and h["ci90"][1] < margin and control_passes):
+        return (f"Difference masking is within ±{points:g} point of random masking: {pts(mean)} "
+                f"{ci(h['ci'])} ({n} seeds).")
+    return f"Undecided at {n} seeds: difference − random {pts(mean)} {ci(h['ci'])}."
+
+
+def section_design(prepared: dict[str, Any], selections: list[dict[str, Any]], pilot: dict[str, Any] | None,
+                   lines: list[dict[str, Any]]) -> list[str]:
+    labeled, clusters = prepared["labeled"], prepared["clusters"]
+    settings = prepared["settings"]
+    out = ["## Design", "",
+           f"- Labeled texts: {labeled['read']} read from `{labeled['file']}`, {labeled['kept']} kept, "
+           f"{labeled['rejected']} rejected (WORK/rejects.jsonl says why); {clusters['count']} near-duplicate "
+           f"clusters (largest {clusters['largest']}, {clusters['texts_in_clusters_of_2_or_more']} texts in clusters "
+           "of two or more).",
+           f"- {settings['folds']} folds by cluster, stratified by label: "
+           + "; ".join(f"fold {f}: " + ", ".join(f"{y} {n}" for y, n in c.items())
+                       for f, c in prepared["counts"].items()) + ".",
+           f"- Model: `{prepared['model'].get('name')}`" + (f" (weights sha256 {prepared['model']['sha256'][:16]}…)"
+                                                          if "sha256" in prepared["model"] else "") + ".",
+           f"- TAPT: {settings['batch_size']} x {settings['max_length']} tokens, learning rate "
+           f"{settings['learning_rate']:g}, the same steps, data order and learning rate for every arm of a seed and fold.",
+           f"- Probe: out of fold ({settings['probe_folds']} cluster folds) on each fold's texts; C per fold "
+           + ", ".join(f"fold {s['fold']}: {s['chosen_C']:g}" for s in sorted(selections, key=lambda s: s["fold"]))
+           + " (chosen on `none`).", "", "| corpus | rows | near-duplicates of judged texts removed | kept |",
+           "| --- | ---: | ---: | ---: |"]
+    for name, c in prepared["cleaning"].items():
+        out.append(f"| {name} | {c['rows']} | {c.get('removed', c.get('labeled_texts_with_a_near_duplicate', '–'))} | "
+                   f"{c.get('kept', c['rows'])} |" if isinstance(c, dict) else f"| {name} | {c} | | |")
+    leaks = prepared["leaks_after_cleaning"]
+    out += ["", f"Checked again after cleaning, by the exact join: {sum(leaks.values())} judged texts keep a "
+            "near-duplicate in any corpus an arm reads."]
+    if pilot:
+        out += ["", f"Pilot: {pilot['passes']:g} TAPT passes chosen (gains of random over none: "
+                + ", ".join(f"{k}: {pts(v)}" for k, v in pilot["gains"].items()) + ")."]
+    passes = {r["passes"] for r in lines if r["arm"] != "none"}
+    out += ["", f"TAPT passes: {', '.join(f'{p:g}' for p in sorted(passes)) or '–'}."]
+    return out
+
+
+def section_scores(lines: list[dict[str, Any]]) -> list[str]:
+    out = ["## Scores", "", "| arm | seeds | macro-F1 (mean over seeds) | sd | per fold |", "| --- | ---: | ---: | ---: | --- |"]
+    for arm in [a for a in ARMS if any(r["arm"] == a for r in lines)]:
+        values = [r[PRIMARY_METRIC] for r in lines if r["arm"] == arm]
+        folds = defaultdict(list)
+        for r in lines:
+            if r["arm"] == arm:
+                for f in r["folds"]:
+                    folds[f["fold"]].append(f[PRIMARY_METRIC])
+        sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+        out.append(f"| `{arm}` | {len(values) if arm != 'none' else '– (no seed)'} | {100 * np.mean(values):.2f} | "
+                   f"{num(100 * sd if not math.isnan(sd) else sd, 2)} | "
+                   + ", ".join(f"{f}: {100 * np.mean(v):.2f}" for f, v in sorted(folds.items())) + " |")
+    return out
+
+
+def section_comparisons(prepared: dict[str, Any], lines: list[dict[str, Any]], margin: float, resamples: int
+                        ) -> tuple[list[str], dict[str, Any] | None]:
+    arms = {r["arm"] for r in lines}
+    pairs = [(a, BASELINE) for a in ARMS if a in arms and a not in (BASELINE, "none")]
+    if CONTROL[1] in arms:
+        pairs.append(CONTROL)
+    results = {pair: compare(prepared, lines, *pair, margin, resamples) for pair in pairs}
+    exploratory = {f"{a} − {b}": r["p_t"] for (a, b), r in results.items() if (a, b) not in (PRIMARY, CONTROL)}
+    adjusted = holm(exploratory)
+    out = ["## Comparisons", "", SCOPE, "",
+           "| comparison | role | n | mean | hierarchical 95 % CI | seeds-only CI | texts-only CI | share from texts "
+           f"| p (paired t) | TOST p (±{100 * margin:g}) | power at ±{100 * margin:g} | seeds for 80 % power |",
+           "| --- | --- | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for (a, b), r in results.items():
+        name = f"{a} − {b}"
+        role = "primary" if (a, b) == PRIMARY else "control" if (a, b) == CONTROL else (
+            f"exploratory (Holm p {num(adjusted[name])})")
+        boot = r["bootstrap"]
+        if boot["n"] == 0:
+            continue
+        out.append(f"| `{name}` | {role} | {r['n']} | {pts(r['mean'])} | {ci(boot['hierarchical']['ci'])} | "
+                   f"{ci(boot['seeds']['ci'])} | {ci(boot['texts']['ci'])} | {num(boot['share']['texts'], 2)} | "
+                   f"{num(r['p_t'])} | {num(r['tost']['p'])} | {num(r['power_at_margin'], 2)} | "
+                   f"{r['seeds_for_power'] or '–'} |")
+    primary = results.get(PRIMARY)
+    if primary and primary["n"] > 1:
+        out += ["", "**Decision (the pre-registered rule):** " + decision(primary, results.get(CONTROL), margin)]
+    return out, primary
+
+
+def plot(primary: dict[str, Any] | None, path: Path) -> bool:
+    """The per-seed paired differences of the primary comparison, with their mean and hierarchical interval."""
+    if not primary or primary["n"] == 0:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    diffs = 100 * np.array(primary["differences"])
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.scatter(range(len(diffs)), diffs, s=18, label="seed")
+    low, high = (100 * v for v in primary["bootstrap"]["hierarchical"]["ci"])
+    ax.axhspan(low, high, color="tab:orange", alpha=0.2, label="hierarchical 95 % CI")
+    ax.axhline(100 * primary["mean"], color="tab:orange", label=f"mean {100 * primary['mean']:+.2f}")
+    ax.set_xticks(range(len(diffs)), [str(s) for s in primary["seeds"]], fontsize=7)
+    ax.set_xlabel("seed")
+    ax.set_ylabel("difference − random, macro-F1 points")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_report(results: Path, report: Path, margin: float = 0.01, resamples: int = RESAMPLES) -> None:
+    """REPORT.md (and differences.png beside it) of every evaluation in `results`."""
+    kinds = load(results)
+    sections = ["# Does difference masking beat random masking?", "",
+                f"Generated from `{results.name}` by `maskstream evaluate --report-only`; nothing here is written by "
+                "hand. Design and rules: docs/evidence.md.", ""]
+    for prepared in kinds["prepared"]:
+        base = prepared["base_hash"]
+        by_config: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in kinds["arm"]:
+            if r["base_hash"] == base:
+                by_config[r["config_hash"]].append(r)
+        none = [r for r in kinds["arm"] if r["base_hash"] == base and r["arm"] == "none"]
+        selections = [s for s in kinds["probe_selection"] if s["base_hash"] == base]
+        pilot = next((p for p in kinds["pilot_choice"] if p["base_hash"] == base), None)
+        for chash, lines in by_config.items():
+            if all(r["arm"] == "none" for r in lines):
+                continue
+            lines = lines + [r for r in none if r not in lines]
+            sections += [f"## Evaluation {chash}", ""]
+            sections += section_design(prepared, selections, pilot, lines) + [""]
+            sections += section_scores(lines) + [""]
+            table, primary = section_comparisons(prepared, lines, margin, resamples)
+            sections += table + [""]
+            if plot(primary, report.with_name("differences.png")):
+                sections += ["![per-seed differences](differences.png)", ""]
+    report.write_text("\n".join(sections) + "\n", encoding="utf-8")

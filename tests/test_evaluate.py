@@ -1,0 +1,239 @@
+"""`maskstream evaluate` (issue 50): the exact near-duplicate join against every pair, folds that keep
+clusters whole, out-of-fold probes, the statistics against scipy and scikit-learn, and the whole command
+on a labeled file of one's own, as a new user runs it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from maskstream.evaluate import neardup, statistics
+from maskstream.evaluate.design import EvaluateConfig, assign_folds
+from maskstream.evaluate.experiment import claim, pilot_choice
+from maskstream.evaluate.probe import out_of_fold, probe_splits
+
+REPO = Path(__file__).resolve().parents[1]
+EFFECT = REPO / "benchmarks" / "effect"
+
+
+def shipped_texts(n: int) -> list[str]:
+    lines = (REPO / "data" / "debian-science.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["text"] for line in lines[:n]]
+
+
+def test_the_join_finds_exactly_the_pairs_an_all_pairs_check_finds() -> None:
+    texts = shipped_texts(500)
+    # near-duplicates at the threshold's edge: a text with words appended until it is just above / below 0.5
+    base = texts[0]
+    texts += [base + " and more words here", base.split(".")[0], "short one", "Short  ONE"]
+    shingled = [neardup.views(t) for t in texts]
+    brute = {(i, j) for i, j in itertools.combinations(range(len(texts)), 2)
+             if any(neardup.jaccard(a, b) >= neardup.THRESHOLD for a, b in zip(shingled[i], shingled[j], strict=True))}
+    index = neardup.NearDuplicateIndex(texts)
+    joined = {(i, j) for i, text in enumerate(texts) for j in index.matches(text) if i < j}
+    assert len(brute) > 100 and joined == brute
+    ids = neardup.clusters(texts)
+    assert all(ids[i] == ids[j] for i, j in brute)
+    held = texts[:50]
+    assert neardup.with_near_duplicate(texts, held) == sorted(
+        i for i in range(len(texts)) if any(neardup.near_duplicates(texts[i], h) for h in held))
+
+
+def test_folds_keep_clusters_whole_are_stratified_and_ignore_file_order() -> None:
+    rng = random.Random(0)
+    cluster_of = [i // 3 if i < 60 else i for i in range(300)]  # 20 clusters of three, the rest alone
+    label_of_cluster = {c: rng.choice("aab") for c in set(cluster_of)}
+    labels = [label_of_cluster[c] for c in cluster_of]
+    keys = {c: f"key{c}" for c in set(cluster_of)}
+    folds = assign_folds(labels, cluster_of, keys, 2)
+    for c in set(cluster_of):
+        assert len({folds[i] for i in range(300) if cluster_of[i] == c}) == 1
+    for label in "ab":
+        sizes = [sum(1 for y, f in zip(labels, folds, strict=True) if y == label and f == k) for k in (0, 1)]
+        assert abs(sizes[0] - sizes[1]) <= 3
+    order = list(range(300))
+    rng.shuffle(order)
+    shuffled = assign_folds([labels[i] for i in order], [cluster_of[i] for i in order], keys, 2)
+    assert [shuffled[order.index(i)] for i in range(300)] == folds
+
+
+def test_every_text_is_predicted_once_by_a_probe_that_never_saw_its_cluster() -> None:
+    rng = np.random.default_rng(0)
+    labels = [str(i % 3) for i in range(120)]
+    groups = [i // 4 for i in range(120)]
+    x = rng.normal(size=(120, 8)) + np.eye(3)[[i % 3 for i in range(120)]] @ rng.normal(size=(3, 8))
+    splits = probe_splits(labels, groups, 5)
+    assert sorted(np.concatenate([held for _, held in splits]).tolist()) == list(range(120))
+    for train, held in splits:
+        assert not {groups[i] for i in train} & {groups[i] for i in held}
+    predicted = out_of_fold(x, labels, splits, 1.0)
+    assert len(predicted) == 120 and (predicted == np.array(labels, dtype=object)).mean() > 0.5
+
+
+def test_paired_statistics_tost_and_power_match_scipy() -> None:
+    from scipy import stats
+
+    arm = {0: 0.71, 1: 0.74, 2: 0.69, 3: 0.73, 4: 0.75, 5: 0.70}
+    base = {0: 0.70, 1: 0.71, 2: 0.70, 3: 0.70, 4: 0.72, 5: 0.71, 9: 0.5}  # seed 9 has no pair
+    summary = statistics.paired_summary(arm, base)
+    diffs = np.array([arm[s] - base[s] for s in range(6)])
+    low, high = stats.t.interval(0.95, 5, loc=diffs.mean(), scale=stats.sem(diffs))
+    assert summary["ci"] == pytest.approx([low, high], abs=1e-12)
+    assert summary["p_wilcoxon"] == pytest.approx(stats.wilcoxon(diffs).pvalue)
+    result = statistics.tost(diffs, 0.03)
+    assert result["p_lower"] == pytest.approx(stats.ttest_1samp(diffs, -0.03, alternative="greater").pvalue)
+    assert result["p_upper"] == pytest.approx(stats.ttest_1samp(diffs, 0.03, alternative="less").pvalue)
+    assert result["p"] == max(result["p_lower"], result["p_upper"])
+    # the seeds the power rule asks for: enough at n, not at n - 1; and simulated tests agree
+    n = statistics.seeds_for_power(0.01, 0.0145)
+    assert statistics.paired_t_power(0.01, 0.0145, n) >= 0.8 > statistics.paired_t_power(0.01, 0.0145, n - 1)
+    draws = np.random.default_rng(0).normal(0.01, 0.0145, size=(20_000, n))
+    assert (stats.ttest_1samp(draws, 0.0, axis=1).pvalue < 0.05).mean() == pytest.approx(0.8, abs=0.02)
+    assert statistics.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": math.nan}) == pytest.approx(
+        {"a": 0.03, "b": 0.06, "c": 0.06, "d": math.nan}, nan_ok=True)
+
+
+def test_the_crossed_bootstrap_matches_scikit_learn_and_splits_its_variance() -> None:
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(1)
+    truth = [rng.integers(0, 3, 80), rng.integers(0, 3, 70)]
+    clusters = [np.arange(80) // 2, np.arange(70)]
+    noisy = {s: [np.where(rng.random(len(t)) < 0.7, t, rng.integers(0, 3, len(t))) for t in truth] for s in range(6)}
+    worse = {s: [np.where(rng.random(len(t)) < 0.6, t, rng.integers(0, 3, len(t))) for t in truth] for s in range(6)}
+    out = statistics.crossed_bootstrap(truth, clusters, noisy, worse, resamples=400)
+    observed = np.mean([np.mean([f1_score(truth[f], noisy[s][f], average="macro")
+                                 - f1_score(truth[f], worse[s][f], average="macro") for f in (0, 1)]) for s in range(6)])
+    assert out["mean"] == pytest.approx(observed, abs=1e-12) and out["n"] == 6
+    h, s, t = (out[k]["ci"] for k in ("hierarchical", "seeds", "texts"))
+    assert h[0] < observed < h[1] and h[1] - h[0] >= max(s[1] - s[0], t[1] - t[0]) * 0.9
+    assert out["share"]["texts"] + out["share"]["seeds"] == pytest.approx(1.0)
+    # the same predictions for every seed: nothing varies over seeds
+    same = statistics.crossed_bootstrap(truth, clusters, {s: noisy[0] for s in range(4)},
+                                        {s: worse[0] for s in range(4)}, resamples=200)
+    assert same["seeds"]["sd"] == pytest.approx(0.0, abs=1e-12) and same["share"]["texts"] == pytest.approx(1.0)
+
+
+def test_pilot_rule_picks_the_largest_gain_ties_to_fewer_passes() -> None:
+    def line(arm: str, seed: int | None, passes: float, score: float) -> dict:
+        return {"arm": arm, "seed": seed, "passes": passes, "macro_f1": score}
+
+    none = [line("none", None, 0, 0.70)]
+    close = none + [line("random", 100, 4, 0.74), line("random", 101, 4, 0.72), line("random", 100, 8, 0.745),
+                    line("random", 101, 8, 0.72)]
+    assert pilot_choice(close, [4, 8], [100, 101])["passes"] == 4  # 8 is within 0.5 points of the best
+    clear = none + [line("random", s, 4, 0.71) for s in (100, 101)] + [line("random", s, 8, 0.75) for s in (100, 101)]
+    assert pilot_choice(clear, [4, 8], [100, 101])["passes"] == 8
+    lost = none + [line("random", s, p, 0.69) for s in (100, 101) for p in (4, 8)]
+    assert pilot_choice(lost, [4, 8], [100, 101])["no_gain"] is True
+
+
+def test_a_claimed_run_is_left_to_its_process(tmp_path: Path) -> None:
+    with claim(tmp_path / "x.lock") as first, claim(tmp_path / "x.lock") as second:
+        assert first and not second
+    with claim(tmp_path / "x.lock") as again:
+        assert again
+
+
+def test_settings_are_checked_on_creation(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="random"):
+        EvaluateConfig(labeled="l.jsonl", output=tmp_path, model="m", arms=("none", "difference"))
+    with pytest.raises(ValueError, match="background"):
+        EvaluateConfig(labeled="l.jsonl", output=tmp_path, model="m", arms=("random", "background_sharpened"))
+    with pytest.raises(ValueError, match="folds"):
+        EvaluateConfig(labeled="l.jsonl", output=tmp_path, model="m", folds=1)
+
+
+def test_no_absolute_path_in_the_committed_files() -> None:
+    pattern = re.compile(r"(?<![\w.~])/(?:work|home|tmp|root|Users|opt|var|mnt)/")
+    offenders = [p.relative_to(REPO).as_posix() for p in EFFECT.rglob("*")
+                 if p.is_file() and p.suffix in (".py", ".md", ".jsonl", ".json") and pattern.search(p.read_text())]
+    assert offenders == []
+
+
+def test_corpora_read_every_format_and_count_what_they_reject(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from maskstream.evaluate.corpora import read_labeled, read_texts
+
+    labeled = tmp_path / "l.jsonl"
+    labeled.write_text('{"t": "good one", "y": "a"}\n{"t": "good two", "y": 2}\nnot json\n{"t": "", "y": "a"}\n'
+                       '{"t": "no label"}\n')
+    rows, rejects = read_labeled(str(labeled), "t", "y")
+    assert rows == [{"text": "good one", "label": "a"}, {"text": "good two", "label": "2"}] and len(rejects) == 3
+    pq.write_table(pa.table({"body": ["p1", "p2"]}), tmp_path / "d.parquet")
+    (tmp_path / "d.txt").write_text("t1\n\nt2\n")
+    texts, rejects = read_texts([str(tmp_path / "d.*")], "body")
+    assert [r["text"] for r in texts] == ["p1", "p2", "t1", "t2"] and rejects == []
+    with pytest.raises(SystemExit, match="matches no file"):
+        read_texts([str(tmp_path / "none*.jsonl")])
+
+
+def labeled_file(path: Path, rows: int = 150) -> list[dict]:
+    """Real Debian descriptions under field names of one's own, plus two malformed lines."""
+    lines = (REPO / "data" / "debian-science.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    random.Random(0).shuffle(records)
+    chosen = records[:rows]
+    with path.open("w", encoding="utf-8") as f:
+        for r in chosen:
+            f.write(json.dumps({"body": r["text"], "topic": r["section"]}) + "\n")
+        f.write('{"body": "unterminated\n{"topic": "math"}\n')
+    return chosen
+
+
+@pytest.mark.slow
+def test_the_command_on_a_labeled_file_of_ones_own(tmp_path: Path, tiny_bert: str) -> None:
+    from maskstream.cli import main
+
+    chosen = labeled_file(tmp_path / "mine.jsonl")
+    args = ["evaluate", "--labeled", str(tmp_path / "mine.jsonl"), "--text-field", "body", "--label-field", "topic",
+            "--model", tiny_bert, "--output", str(tmp_path / "out"), "--passes", "1", "--seeds", "0-1",
+            "--probe-folds", "3", "--batch-size", "8", "--max-length", "64"]
+    assert main(args) == 0
+    results = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    prepared = next(r for r in results if r["kind"] == "prepared")
+    # every document counted: read = kept + rejected, and the rejects say why
+    assert prepared["labeled"] == {"read": 152, "kept": 150, "rejected": 2, "file": "mine.jsonl"}
+    assert len((tmp_path / "out" / "work" / "rejects.jsonl").read_text().splitlines()) == 2
+    # every labeled text is judged once, by fold, and no TAPT corpus holds a near-duplicate of its judged texts
+    judged = [t for fold in prepared["truth"] for t in fold]
+    assert len(judged) == 150 and sorted(judged) == sorted(r["section"] for r in chosen)
+    assert sum(prepared["leaks_after_cleaning"].values()) == 0
+    for fold in (0, 1):
+        tapt = [json.loads(line)["text"] for line in
+                (tmp_path / "out" / "work" / f"fold{fold}" / "tapt.jsonl").read_text().splitlines()]
+        mine = [json.loads(line) for line in (tmp_path / "out" / "work" / "labeled.jsonl").read_text().splitlines()]
+        assert not neardup.with_near_duplicate(tapt, [r["text"] for r in mine if r["fold"] == fold])
+    arms = sorted((r["arm"], r["seed"]) for r in results if r["kind"] == "arm")
+    assert arms == [("difference", 0), ("difference", 1), ("none", None), ("random", 0), ("random", 1)]
+    for r in results:
+        if r["kind"] == "arm":
+            assert [len(f["predictions"]) for f in r["folds"]] == [len(fold) for fold in prepared["truth"]]
+    report = (tmp_path / "out" / "REPORT.md").read_text()
+    assert "`difference − random` | primary | 2 |" in report and "**Decision" in report
+    assert (tmp_path / "out" / "differences.png").stat().st_size > 1000
+    # a rerun finds everything done: prepared data reused, no new line
+    prepared_at = (tmp_path / "out" / "work" / "prepared.json").stat().st_mtime_ns
+    assert main(args) == 0
+    assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == len(results)
+    assert (tmp_path / "out" / "work" / "prepared.json").stat().st_mtime_ns == prepared_at
+
+
+def test_a_general_corpus_holding_a_labeled_text_is_refused(tmp_path: Path, tiny_bert: str) -> None:
+    from maskstream.cli import main
+
+    chosen = labeled_file(tmp_path / "mine.jsonl", rows=40)
+    (tmp_path / "general.jsonl").write_text(json.dumps({"text": chosen[5]["text"] + " Also."}) + "\n")
+    with pytest.raises(SystemExit, match="near-duplicates of 1 labeled texts"):
+        main(["evaluate", "--labeled", str(tmp_path / "mine.jsonl"), "--text-field", "body", "--label-field", "topic",
+              "--model", tiny_bert, "--output", str(tmp_path / "out"), "--general-corpus",
+              str(tmp_path / "general.jsonl")])
