@@ -121,6 +121,28 @@ def test_the_crossed_bootstrap_matches_scikit_learn_and_splits_its_variance() ->
     assert same["seeds"]["sd"] == pytest.approx(0.0, abs=1e-12) and same["share"]["texts"] == pytest.approx(1.0)
 
 
+def test_the_decision_sentence_follows_the_pre_registered_rule() -> None:
+    from maskstream.evaluate.report import decision
+
+    def comparison(mean: float, p: float, low: float, high: float, tost_p: float = 0.5, n: int = 12) -> dict:
+        return {"mean": mean, "n": n, "p_t": p, "tost": {"p": tost_p},
+                "bootstrap": {"hierarchical": {"ci": [low, high], "ci90": [low / 2, high / 2]}}}
+
+    passing = comparison(0.03, 0.001, 0.01, 0.05)
+    assert decision(comparison(0.012, 0.01, 0.002, 0.02), passing, 0.01, 12).startswith(
+        "Difference masking beats random masking by 1.20 points [+0.20, +2.00]")
+    assert decision(comparison(-0.012, 0.01, -0.02, -0.002), passing, 0.01, 12).startswith(
+        "Random masking beats difference masking by 1.20 points")
+    # significant by t but the hierarchical interval crosses zero: no superiority
+    assert decision(comparison(0.012, 0.01, -0.001, 0.02), passing, 0.01, 12).startswith("Undecided at 12 seeds")
+    equivalent = comparison(0.001, 0.6, -0.008, 0.009, tost_p=0.01)
+    assert decision(equivalent, passing, 0.01, 12).startswith("Difference masking is within ±1 point of random")
+    failing = comparison(0.001, 0.6, -0.01, 0.012)
+    assert decision(equivalent, failing, 0.01, 12).startswith("Undecided at 12 seeds")  # no control, no equivalence
+    assert decision(comparison(0.012, 0.01, 0.002, 0.02, n=5), passing, 0.01, 12).startswith(
+        "Undecided at 5 of 12 seeds (interim)")
+
+
 def test_pilot_rule_picks_the_largest_gain_ties_to_fewer_passes() -> None:
     def line(arm: str, seed: int | None, passes: float, score: float) -> dict:
         return {"arm": arm, "seed": seed, "passes": passes, "macro_f1": score}
@@ -203,15 +225,16 @@ def test_the_command_on_a_labeled_file_of_ones_own(tmp_path: Path, tiny_bert: st
     prepared = next(r for r in results if r["kind"] == "prepared")
     # every document counted: read = kept + rejected, and the rejects say why
     assert prepared["labeled"] == {"read": 152, "kept": 150, "rejected": 2, "file": "mine.jsonl"}
-    assert len((tmp_path / "out" / "work" / "rejects.jsonl").read_text().splitlines()) == 2
+    work = next((tmp_path / "out" / "work").glob("*/prepared.json")).parent  # under a hash of the inputs
+    assert len((work / "rejects.jsonl").read_text().splitlines()) == 2
     # every labeled text is judged once, by fold, and no TAPT corpus holds a near-duplicate of its judged texts
     judged = [t for fold in prepared["truth"] for t in fold]
     assert len(judged) == 150 and sorted(judged) == sorted(r["section"] for r in chosen)
     assert sum(prepared["leaks_after_cleaning"].values()) == 0
     for fold in (0, 1):
         tapt = [json.loads(line)["text"] for line in
-                (tmp_path / "out" / "work" / f"fold{fold}" / "tapt.jsonl").read_text().splitlines()]
-        mine = [json.loads(line) for line in (tmp_path / "out" / "work" / "labeled.jsonl").read_text().splitlines()]
+                (work / f"fold{fold}" / "tapt.jsonl").read_text().splitlines()]
+        mine = [json.loads(line) for line in (work / "labeled.jsonl").read_text().splitlines()]
         assert not neardup.with_near_duplicate(tapt, [r["text"] for r in mine if r["fold"] == fold])
     arms = sorted((r["arm"], r["seed"]) for r in results if r["kind"] == "arm")
     assert arms == [("difference", 0), ("difference", 1), ("none", None), ("random", 0), ("random", 1)]
@@ -219,13 +242,15 @@ def test_the_command_on_a_labeled_file_of_ones_own(tmp_path: Path, tiny_bert: st
         if r["kind"] == "arm":
             assert [len(f["predictions"]) for f in r["folds"]] == [len(fold) for fold in prepared["truth"]]
     report = (tmp_path / "out" / "REPORT.md").read_text()
-    assert "`difference − random` | primary | 2 |" in report and "**Decision" in report
-    assert (tmp_path / "out" / "differences.png").stat().st_size > 1000
+    assert "`difference − random` | primary | 2 |" in report
+    assert "**Decision (the pre-registered rule):** Undecided at 2 seeds" in report
+    assert [p.stat().st_size > 1000 for p in (tmp_path / "out").glob("differences-*.png")] == [True]
     # a rerun finds everything done: prepared data reused, no new line
-    prepared_at = (tmp_path / "out" / "work" / "prepared.json").stat().st_mtime_ns
+    [record] = (tmp_path / "out" / "work").glob("*/prepared.json")
+    prepared_at = record.stat().st_mtime_ns
     assert main(args) == 0
     assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == len(results)
-    assert (tmp_path / "out" / "work" / "prepared.json").stat().st_mtime_ns == prepared_at
+    assert record.stat().st_mtime_ns == prepared_at
 
 
 def test_a_general_corpus_holding_a_labeled_text_is_refused(tmp_path: Path, tiny_bert: str) -> None:

@@ -29,8 +29,8 @@ from typing import Any
 from benchmarks.effect.configs import CONFIGS, GENERAL_CORPUS
 from benchmarks.effect.general_model import MODELS, ensure_general_model, file_sha256
 from maskstream.evaluate.design import EvaluateConfig
-from maskstream.evaluate.experiment import evaluate, read_jsonl
-from maskstream.evaluate.report import write_report
+from maskstream.evaluate.experiment import evaluate, read_jsonl, versions
+from maskstream.evaluate.report import load, write_report
 from maskstream.evaluate.statistics import paired_summary, seeds_for_power
 from maskstream.pipelines.dataset.core.tokenizer_facts import cache_root
 
@@ -74,8 +74,11 @@ def general_model(config_name: str = "small") -> Path:
 def seed_plan(variance: Path) -> dict[str, Any]:
     """The pre-registered rule: N = the seeds a two-sided paired t-test needs for 80 % power at +1 point,
     with the sd of difference - random over the variance seeds, at least MIN_SEEDS, at most MAX_SEEDS."""
-    lines = [r for r in read_jsonl(variance / "results.jsonl") if r["kind"] == "arm"]
-    scores = {arm: {r["seed"]: r["macro_f1"] for r in lines if r["arm"] == arm} for arm in ("difference", "random")}
+    kinds = load(variance / "results.jsonl")  # the last line of each (config, arm, seed)
+    if len({r["config_hash"] for r in kinds["arm"]}) != 1:
+        raise SystemExit(f"{variance}: lines of more than one evaluation; the plan needs one")
+    scores = {arm: {r["seed"]: r["macro_f1"] for r in kinds["arm"] if r["arm"] == arm}
+              for arm in ("difference", "random")}
     summary = paired_summary(scores["difference"], scores["random"])
     needed = seeds_for_power(EFFECT, summary["sd"], POWER_TARGET, cap=1000)
     return {"variance_seeds": summary["seeds"], "sd": summary["sd"], "effect": EFFECT, "power": POWER_TARGET,
@@ -98,25 +101,40 @@ def commit(root: Path, paths: list[Path], message: str) -> None:
     print(f"could not commit {names}: {done.stderr.strip()}", flush=True)
 
 
-def phase(root: Path, name: str, seeds: tuple[int, ...], common: dict[str, Any]) -> bool:
-    """One phase, every finished (arm, seed) committed with its report; True once all of it is in."""
+def phase(root: Path, name: str, seeds: tuple[int, ...], common: dict[str, Any], planned: int | None) -> bool:
+    """One phase, every finished (arm, seed) committed with its report (a decision line only with
+    `planned` seeds); True once all of it is in."""
     output = root / name
     config = EvaluateConfig(output=output, seeds=seeds, **common)
 
     def committed(record: dict[str, Any]) -> None:
-        write_report(output / "results.jsonl", output / "REPORT.md", margin=common["margin"])
-        commit(root, [output / "results.jsonl", output / "REPORT.md", output / "differences.png"],
+        write_report(output / "results.jsonl", output / "REPORT.md", margin=common["margin"], planned=planned)
+        commit(root, [output / "results.jsonl", output / "REPORT.md", *output.glob("differences-*.png")],
                f"evaluate (issue 50, {name}): {record['arm']} seed {record['seed']}, probe macro-F1 "
                f"{100 * record['macro_f1']:.2f} (mean of {len(record['folds'])} folds)")
 
     return evaluate(config, on_result=committed)
 
 
+def check_versions(root: Path) -> None:
+    """A later session must run with the libraries the run started with (requirements-frozen.txt): other
+    versions would make an evaluation of their own, not more seeds of this one."""
+    first = next((r for phase_name in ("variance", "confirmatory") for r in
+                  read_jsonl(root / phase_name / "results.jsonl") if r["kind"] == "prepared"), None)
+    now = versions()
+    if first is not None and {k: v for k, v in first["versions"].items() if k != "maskstream"} != {
+            k: v for k, v in now.items() if k != "maskstream"}:
+        raise SystemExit(f"library versions {now} differ from the run's {first['versions']}: in a fresh venv, "
+                         "pip install torch==2.13.0 && pip install -r benchmarks/effect/requirements-frozen.txt "
+                         "&& pip install --no-deps -e .")
+
+
 def run_ours(root: Path) -> None:
+    check_versions(root)
     common = {"labeled": str(LABELED), "model": str(general_model()),
               "general_corpus": [str(REPO / GENERAL_CORPUS["path"])], "work": cache_root() / "evaluate-small",
               **SETTINGS}
-    while not phase(root, "variance", VARIANCE_SEEDS, common):
+    while not phase(root, "variance", VARIANCE_SEEDS, common, planned=None):
         time.sleep(60)  # another process holds the last variance runs: the plan needs them all
     plan_path = root / "seed_plan.json"
     if not plan_path.exists():
@@ -125,7 +143,7 @@ def run_ours(root: Path) -> None:
         commit(root, [plan_path], f"evaluate (issue 50): the seed plan, {plan['seeds']} confirmatory seeds "
                                   f"(sd {100 * plan['sd']:.2f} points over the variance seeds)")
     plan = json.loads(plan_path.read_text(encoding="utf-8"))
-    phase(root, "confirmatory", tuple(range(plan["seeds"])), common)
+    phase(root, "confirmatory", tuple(range(plan["seeds"])), common, planned=plan["seeds"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ logistic regression on its frozen mean-pooled features, by macro-F1 over every l
 2. pilot: with several --passes, a pilot on --pilot-seeds chooses the TAPT length;
 3. run: per (arm, seed) and fold, `maskstream train` from --model, then the probe's out-of-fold
    predictions on the fold's texts; an (arm, seed)'s score is the mean over folds;
-4. report: OUTPUT/REPORT.md and OUTPUT/differences.png: each arm against random masking, paired by
+4. report: OUTPUT/REPORT.md and OUTPUT/differences-CONFIG.png: each arm against random masking, paired by
    seed, with a hierarchical bootstrap over seeds and clusters, a paired t-test, TOST for equivalence
    within --margin, and the seeds 80 % power would need.
 
@@ -99,6 +99,6 @@ def run(args: argparse.Namespace) -> int:
         evaluate(config_of(EvaluateConfig, args))
     if not results.exists():
         raise SystemExit(f"{results} does not exist: run without --report-only first")
-    write_report(results, report, margin=args.margin)
+    write_report(results, report, margin=args.margin, planned=len(args.seeds))
     print(f"wrote {report}")
     return 0

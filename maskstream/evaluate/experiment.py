@@ -69,9 +69,11 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a JSONL file (a last line another process is still appending is left out)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return [json.loads(line) for line in lines[:-1] if line.strip()]  # after the last "\n": unfinished
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
@@ -100,13 +102,24 @@ def maskstream(args: list[str], log: Path, threads: int) -> float:
     return time.perf_counter() - started
 
 
-def environment(device: str) -> dict[str, Any]:
-    """Versions and hardware, recorded with every result line."""
+def versions() -> dict[str, str]:
+    """The versions that can change a result: part of an evaluation's identity, so a later session with
+    other libraries starts an evaluation of its own instead of pooling with this one."""
     import sklearn
+    import tokenizers
     import torch
     import transformers
 
     from maskstream import __version__
+
+    return {"maskstream": __version__, "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
+            "scikit-learn": sklearn.__version__, "numpy": np.__version__}
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Versions, the code's commit and the hardware, recorded with every result line."""
+    import torch
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     try:  # the code's commit when it runs from a checkout (a frozen clone), else None
@@ -114,9 +127,7 @@ def environment(device: str) -> dict[str, Any]:
                                 text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = None
-    return {"git_commit": commit, "versions": {"maskstream": __version__, "python": platform.python_version(), "torch": torch.__version__,
-                         "transformers": transformers.__version__, "scikit-learn": sklearn.__version__,
-                         "numpy": np.__version__},
+    return {"git_commit": commit, "versions": versions(),
             "hardware": {"machine": platform.machine(), "processor": platform.processor() or None,
                          "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": device,
                          "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
@@ -147,23 +158,24 @@ def prepare(config: EvaluateConfig) -> dict[str, Any]:
     the model as float32, the arms' datasets per fold. Skipped when WORK/prepared.json records the same
     inputs. Refuses a model's pretraining corpus (--general-corpus) that holds a labeled text's
     near-duplicate."""
-    work = config.work
     corpora = {"domain": config.domain_corpus, "background": config.background_corpus,
                "general": config.general_corpus}
     inputs = {"labeled": file_sha256(config.labeled), "settings": config.deciding(),
               "corpora": {name: [file_sha256(p) for pattern in patterns for p in expand(pattern)] if patterns else None
                           for name, patterns in corpora.items()},
               "model": model_identity(config.model), "threshold": neardup.THRESHOLD,
-              "datasets": sorted({ARMS[a].dataset for a in ("random", *config.arms)})}
+              "datasets": sorted({ARMS[a].dataset for a in ("random", *config.arms)}), "versions": versions()}
     inputs = json.loads(json.dumps(inputs))  # as prepared.json holds them (tuples become lists)
+    # everything prepared lives under a hash of its inputs: other inputs never reuse a model, stats or TAPT
+    key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+    work = config.work / key
     record_path = work / "prepared.json"
     if record_path.exists():
-        prepared = json.loads(record_path.read_text(encoding="utf-8"))
-        if prepared["inputs"] == inputs:
-            print(f"prepared already ({record_path})", flush=True)
-            return prepared
+        print(f"prepared already ({record_path})", flush=True)
+        return json.loads(record_path.read_text(encoding="utf-8"))
     started = time.perf_counter()
-    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # a prepare stopped half way
+    work.mkdir(parents=True)
     rows, rejects = read_labeled(config.labeled, config.text_field, config.label_field)
     write_jsonl(work / "rejects.jsonl", [{"file": Path(config.labeled).name, "reason": r} for r in rejects])
     texts, labels = [r["text"] for r in rows], [r["label"] for r in rows]
@@ -188,12 +200,12 @@ def prepare(config: EvaluateConfig) -> dict[str, Any]:
             if source is None:
                 continue
             kept, removed = cleaned(source[0], judged)
-            leaks[f"{name}/fold{fold}"] = len(neardup.with_near_duplicate([r["text"] for r in kept], judged))
+            leaks[f"{name}/fold{fold}"] = neardup.count_by_all_pairs([r["text"] for r in kept], judged)
             files[f"{name}/fold{fold}"] = write_jsonl(folder / f"{name}.jsonl", [{"text": r["text"]} for r in kept])
             cleaning[f"{name}/fold{fold}"] = {"rows": len(source[0]), "removed": removed, "kept": len(kept),
                                               "rejected": source[1]}
         del held
-        datasets[str(fold)] = build_datasets(config, folder)
+        datasets[str(fold)] = build_datasets(config, work, folder)
     if any(leaks.values()):
         raise SystemExit(f"near-duplicates of judged texts left after cleaning: {leaks}")
     counts = {str(f): {y: sum(1 for yy, ff in zip(labels, fold_of, strict=True) if ff == f and yy == y)
@@ -206,9 +218,11 @@ def prepare(config: EvaluateConfig) -> dict[str, Any]:
         "clusters": {"count": int(len(sizes)), "texts_in_clusters_of_2_or_more": int(sizes[sizes > 1].sum()),
                      "largest": int(sizes.max())},
         "cleaning": cleaning, "leaks_after_cleaning": leaks, "model": inputs["model"],
-        "model_dir": model_dir.relative_to(work).as_posix(), "datasets": datasets,
+        "model_dir": model_dir.relative_to(work).as_posix(), "datasets": datasets, "root": key,
         "seconds": time.perf_counter() - started}
-    record_path.write_text(json.dumps(prepared, indent=1) + "\n", encoding="utf-8")
+    tmp = record_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(prepared, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(record_path)  # written last, whole: its presence means prepared
     print(f"prepared: {len(rows)} labeled texts ({len(rejects)} rejected) in {len(sizes)} clusters, "
           f"{config.folds} folds {[sum(c.values()) for c in counts.values()]}; cleaning {cleaning}", flush=True)
     return prepared
@@ -233,12 +247,12 @@ def check_general_corpus(config: EvaluateConfig, texts: list[str]) -> tuple[dict
     return {"general": {"rows": len(rows), "rejected": rejected, "labeled_texts_with_a_near_duplicate": 0}}, {}
 
 
-def build_datasets(config: EvaluateConfig, folder: Path) -> dict[str, Any]:
+def build_datasets(config: EvaluateConfig, work: Path, folder: Path) -> dict[str, Any]:
     """`maskstream stats` of the fold's TAPT corpus, then `seeds` and `build` for every dataset the arms
     train on (arms with stats flags get statistics of their own)."""
     out: dict[str, Any] = {}
     logs = folder / "logs"
-    tokenizer = str(config.work / "model")
+    tokenizer = str(work / "model")
     if not (folder / "stats" / "summary.json").exists():
         maskstream(["stats", "--input", str(folder / "tapt.jsonl"), "--output", str(folder / "stats")],
                    logs / "stats.log", config.threads)
@@ -261,7 +275,7 @@ def build_datasets(config: EvaluateConfig, folder: Path) -> dict[str, Any]:
                     tokenizer, "--max-length", str(config.max_length), "--packing", "pack", *arm.build],
                    logs / f"build-{name}.log", config.threads)
         manifest = json.loads((root / "dataset" / "v1" / "manifest.json").read_text(encoding="utf-8"))
-        out[name] = {"root": (root / "dataset").relative_to(config.work).as_posix(),
+        out[name] = {"root": (root / "dataset").relative_to(work).as_posix(),
                      "seeds": json.loads((root / "seeds.json").read_text(encoding="utf-8"))["seeds"],
                      "rows": manifest["totals"]["rows"], "tokens": manifest["totals"]["tokens"],
                      "flags": {"stats": list(arm.stats), "seeds": list(arm.seeds), "build": list(arm.build)}}
@@ -295,8 +309,9 @@ class Evaluation:
     def __init__(self, config: EvaluateConfig, prepared: dict[str, Any]) -> None:
         self.config, self.prepared = config, prepared
         self.results = config.output / "results.jsonl"
-        self.model = config.work / prepared["model_dir"]
-        rows = read_jsonl(config.work / "labeled.jsonl")
+        self.root = config.work / prepared["root"]
+        self.model = self.root / prepared["model_dir"]
+        rows = read_jsonl(self.root / "labeled.jsonl")
         self.folds = [[r for r in rows if r["fold"] == f] for f in range(config.folds)]
         self.splits = [probe.probe_splits([r["label"] for r in fold], [r["cluster"] for r in fold],
                                           config.probe_folds) for fold in self.folds]
@@ -305,8 +320,6 @@ class Evaluation:
         self.base = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
         self.common = environment(config.device)
         self._none_features: dict[int, np.ndarray] = {}
-        if not self.lines("prepared"):
-            append_line(self.results, {"kind": "prepared", "base_hash": self.base, **self.summary()})
 
     def summary(self) -> dict[str, Any]:
         keep = ("labels", "counts", "labeled", "clusters", "cleaning", "leaks_after_cleaning", "model", "files")
@@ -355,17 +368,17 @@ class Evaluation:
         arm, c = ARMS[arm_name], self.config
         if not arm.pretrain:
             return self.model, None
-        out = c.work / "tapt" / f"passes{passes:g}" / arm_name / f"seed{seed}" / f"fold{fold}"
+        out = self.root / "tapt" / f"passes{passes:g}" / arm_name / f"seed{seed}" / f"fold{fold}"
         steps = self.tapt_steps(fold, passes)
         if not ((out / "model" / "config.json").exists() and (out / "summary.json").exists()):
             shutil.rmtree(out, ignore_errors=True)
-            dataset = c.work / self.prepared["datasets"][str(fold)][arm.dataset]["root"]
+            dataset = self.root / self.prepared["datasets"][str(fold)][arm.dataset]["root"]
             maskstream(["train", "--dataset", str(dataset), "--output", str(out), "--model", str(self.model),
                         *arm.train, "--batch-size", str(c.batch_size), "--max-steps", str(steps),
                         "--learning-rate", str(c.learning_rate), "--seed", str(seed), "--num-workers", "0",
                         "--held-out-fraction", str(HELD_OUT_FRACTION), "--eval-samples", str(EVAL_SAMPLES),
                         "--eval-every", str(steps), "--log-every", str(max(steps // 10, 1)), "--save-every",
-                        str(steps)], c.work / "logs" / f"train-{arm_name}-{seed}-{fold}.log", c.threads)
+                        str(steps)], self.root / "logs" / f"train-{arm_name}-{seed}-{fold}.log", c.threads)
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
         summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
         return out / "model", {"steps": summary["steps"], "passes": passes, "held_out": summary["held_out"],
@@ -490,8 +503,10 @@ def evaluate(config: EvaluateConfig, on_result: Callable[[dict[str, Any]], None]
     if config.device == "cpu":
         torch.set_num_threads(config.threads)  # the probe's features; subprocesses get OMP_NUM_THREADS
     with claim(config.work / "prepare.lock", wait=True):  # a second process waits, then finds it prepared
-        prepared = prepare(config)
-    evaluation = Evaluation(config, prepared)
+        evaluation = Evaluation(config, prepare(config))
+        if not evaluation.lines("prepared"):  # the report shows the data before any arm is done
+            append_line(evaluation.results, {"kind": "prepared", "base_hash": evaluation.base,
+                                             "versions": versions(), **evaluation.summary()})
     passes = chosen_passes(evaluation, on_result)
     if passes is None:
         print("the pilot's other runs are held by another process: run again once it is done", flush=True)

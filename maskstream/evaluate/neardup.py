@@ -115,3 +115,19 @@ def with_near_duplicate(corpus: Sequence[str], held: Sequence[str], threshold: f
     """Indices of `corpus` texts that have a near-duplicate among `held`."""
     index = NearDuplicateIndex(held, threshold)
     return [i for i, text in enumerate(corpus) if index.matches(text)]
+
+
+def count_by_all_pairs(corpus: Sequence[str], judged: Sequence[str], threshold: float = THRESHOLD) -> int:
+    """How many `corpus` texts near-duplicate a `judged` text, by comparing every pair (no index): the
+    check after cleaning that does not rely on the join that cleaned. A size filter skips only pairs whose
+    set sizes alone rule out Jaccard >= threshold (|x & y| <= min(|x|, |y|))."""
+    judged_views = [views(t) for t in judged]
+    found = 0
+    for text in corpus:
+        mine = views(text)
+        for theirs in judged_views:
+            if any(min(len(a), len(b)) >= threshold * max(len(a), len(b)) and jaccard(a, b) >= threshold
+                   for a, b in zip(mine, theirs, strict=True)):
+                found += 1
+                break
+    return found

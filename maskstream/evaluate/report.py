@@ -52,6 +52,8 @@ def load(results: Path) -> dict[str, list[dict[str, Any]]]:
             line = json.loads(text)
             if line["kind"] in ("arm", "pilot"):
                 last[line["kind"], line["config_hash"], line["arm"], line["seed"]] = line
+            elif line["kind"] == "prepared":  # two processes starting together may both have written it
+                last["prepared", line["base_hash"], None, None] = line
             else:
                 kinds[line["kind"]].append(line)
     for (kind, *_), line in last.items():
@@ -93,16 +95,19 @@ def compare(prepared: dict[str, Any], lines: list[dict[str, Any]], arm: str, bas
     return summary
 
 
-def decision(primary: dict[str, Any], control: dict[str, Any] | None, margin: float) -> str:
+def decision(primary: dict[str, Any], control: dict[str, Any] | None, margin: float, planned: int) -> str:
     """The pre-registered sentence (docs/evidence.md): superiority needs the paired t-test and the
-    hierarchical interval; equivalence needs TOST, the hierarchical 90 % interval inside the margin and a
-    passing control."""
+    hierarchical interval on the same side of zero as the mean; equivalence needs TOST, the hierarchical
+    90 % interval inside the margin and a passing control. Before the planned seeds are in, no decision."""
     h = primary["bootstrap"]["hierarchical"]
     mean, n, points = primary["mean"], primary["n"], 100 * margin
+    if n < planned:
+        return f"Undecided at {n} of {planned} seeds (interim): difference − random {pts(mean)} {ci(h['ci'])}."
     text = f"{100 * abs(mean):.2f} points {ci(h['ci'])} (probe macro-F1, every labeled text, {n} seeds)"
-    if primary["p_t"] < ALPHA and (h["ci"][0] > 0 or h["ci"][1] < 0):
-        who = "Difference masking beats random masking" if mean > 0 else "Random masking beats difference masking"
-        return f"{who} by {text}."
+    if primary["p_t"] < ALPHA and h["ci"][0] > 0 and mean > 0:
+        return f"Difference masking beats random masking by {text}."
+    if primary["p_t"] < ALPHA and h["ci"][1] < 0 and mean < 0:
+        return f"Random masking beats difference masking by {text}."
     control_passes = control is not None and control["bootstrap"]["hierarchical"]["ci"][0] > 0
     if (primary["tost"]["p"] < ALPHA and -margin < h["ci90"][0] and h["ci90"][1] < margin and control_passes):
         return (f"Difference masking is within ±{points:g} point of random masking: {pts(mean)} "
@@ -134,8 +139,8 @@ def section_design(prepared: dict[str, Any], selections: list[dict[str, Any]], p
         out.append(f"| {name} | {c['rows']} | {c.get('removed', c.get('labeled_texts_with_a_near_duplicate', '–'))} | "
                    f"{c.get('kept', c['rows'])} |" if isinstance(c, dict) else f"| {name} | {c} | | |")
     leaks = prepared["leaks_after_cleaning"]
-    out += ["", f"Checked again after cleaning, by the exact join: {sum(leaks.values())} judged texts keep a "
-            "near-duplicate in any corpus an arm reads."]
+    out += ["", f"Checked again after cleaning by comparing every pair (not the join that cleaned): "
+            f"{sum(leaks.values())} texts of the corpora the arms read near-duplicate a judged text."]
     if pilot:
         out += ["", f"Pilot: {pilot['passes']:g} TAPT passes chosen (gains of random over none: "
                 + ", ".join(f"{k}: {pts(v)}" for k, v in pilot["gains"].items()) + ")."]
@@ -160,8 +165,8 @@ def section_scores(lines: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def section_comparisons(prepared: dict[str, Any], lines: list[dict[str, Any]], margin: float, resamples: int
-                        ) -> tuple[list[str], dict[str, Any] | None]:
+def section_comparisons(prepared: dict[str, Any], lines: list[dict[str, Any]], margin: float, resamples: int,
+                        planned: int | None) -> tuple[list[str], dict[str, Any] | None]:
     arms = {r["arm"] for r in lines}
     pairs = [(a, BASELINE) for a in ARMS if a in arms and a not in (BASELINE, "none")]
     if CONTROL[1] in arms:
@@ -171,7 +176,8 @@ def section_comparisons(prepared: dict[str, Any], lines: list[dict[str, Any]], m
     adjusted = holm(exploratory)
     out = ["## Comparisons", "", SCOPE, "",
            "| comparison | role | n | mean | hierarchical 95 % CI | seeds-only CI | texts-only CI | share from texts "
-           f"| p (paired t) | TOST p (±{100 * margin:g}) | power at ±{100 * margin:g} | seeds for 80 % power |",
+           f"| p (paired t) | TOST p (±{100 * margin:g}) | power at ±{100 * margin:g} | seeds for 80 % power "
+           "(descriptive) |",
            "| --- | --- | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for (a, b), r in results.items():
         name = f"{a} − {b}"
@@ -185,8 +191,9 @@ def section_comparisons(prepared: dict[str, Any], lines: list[dict[str, Any]], m
                    f"{num(r['p_t'])} | {num(r['tost']['p'])} | {num(r['power_at_margin'], 2)} | "
                    f"{r['seeds_for_power'] or '–'} |")
     primary = results.get(PRIMARY)
-    if primary and primary["n"] > 1:
-        out += ["", "**Decision (the pre-registered rule):** " + decision(primary, results.get(CONTROL), margin)]
+    if primary and primary["n"] > 1 and planned is not None:
+        out += ["", "**Decision (the pre-registered rule):** " + decision(primary, results.get(CONTROL), margin,
+                                                                          planned)]
     return out, primary
 
 
@@ -216,8 +223,10 @@ def plot(primary: dict[str, Any] | None, path: Path) -> bool:
     return True
 
 
-def write_report(results: Path, report: Path, margin: float = 0.01, resamples: int = RESAMPLES) -> None:
-    """REPORT.md (and differences.png beside it) of every evaluation in `results`."""
+def write_report(results: Path, report: Path, margin: float = 0.01, planned: int | None = None,
+                 resamples: int = RESAMPLES) -> None:
+    """REPORT.md (and differences-CONFIG.png beside it) of every evaluation in `results`. With `planned`
+    seeds, the decision line (interim while fewer are in); without, no decision (e.g. variance seeds)."""
     kinds = load(results)
     sections = ["# Does difference masking beat random masking?", "",
                 f"Generated from `{results.name}` by `maskstream evaluate --report-only`; nothing here is written by "
@@ -238,8 +247,8 @@ def write_report(results: Path, report: Path, margin: float = 0.01, resamples: i
             sections += [f"## Evaluation {chash}", ""]
             sections += section_design(prepared, selections, pilot, lines) + [""]
             sections += section_scores(lines) + [""]
-            table, primary = section_comparisons(prepared, lines, margin, resamples)
+            table, primary = section_comparisons(prepared, lines, margin, resamples, planned)
             sections += table + [""]
-            if plot(primary, report.with_name("differences.png")):
-                sections += ["![per-seed differences](differences.png)", ""]
+            if plot(primary, report.with_name(f"differences-{chash}.png")):
+                sections += [f"![per-seed differences](differences-{chash}.png)", ""]
     report.write_text("\n".join(sections) + "\n", encoding="utf-8")

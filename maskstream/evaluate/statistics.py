@@ -159,7 +159,10 @@ def tost(diffs: list[float] | np.ndarray, margin: float, alpha: float = ALPHA) -
 
 def seeds_for_power(effect: float, sd: float, power: float = POWER, alpha: float = ALPHA, low: int = 2,
                     cap: int = 10_000) -> int:
-    """The fewest seeds (>= low, <= cap) at which the two-sided paired t-test finds `effect` with `power`."""
+    """The fewest seeds (>= low, <= cap) at which the two-sided paired t-test finds `effect` with `power`
+    (with no spread at all, two seeds)."""
+    if not sd > 0:
+        return max(low, 2)
     for n in range(max(low, 2), cap + 1):
         if paired_t_power(effect, sd, n, alpha) >= power:
             return n
