@@ -1,38 +1,14 @@
-"""The experiment's settings: configs, arms and the rules written down before anything runs.
+"""Our settings: the general models' configs (`small` trains the committed model), its pinned corpus,
+and the issue-38 run's arms and rules, which its REPORT.md (report.py) prints.
 
-A config is plain data; its values enter the config hash (run.config_hash), so two result lines
-are compared only when every value that decides them is the same.
+A config is plain data; its values enter the general model's key (general_model.general_key).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True)
-class Arm:
-    """One arm: how its dataset is made (extra `maskstream stats` / `seeds` / `build` flags; with
-    stats flags the arm gets statistics of its own) and how its task-adaptive pretraining (TAPT)
-    masks (`maskstream train` flags). `pretrain=False`: the general model as it is."""
-
-    title: str
-    train: tuple[str, ...] = ()
-    seeds: tuple[str, ...] = ()
-    build: tuple[str, ...] = ()
-    stats: tuple[str, ...] = ()
-    pretrain: bool = True
-
-    @property
-    def dataset(self) -> str:
-        """Name of the dataset this arm trains on: `main` without extra stats/seeds/build flags."""
-        if not self.stats and not self.seeds and not self.build:
-            return "main"
-        flags = [self.seeds, self.build] + ([self.stats] if self.stats else [])
-        return "v" + hashlib.sha256(json.dumps(flags).encode()).hexdigest()[:10]
-
+from maskstream.evaluate.design import Arm
 
 SHARPENED_BUILD = ("--sharpness", "8", "--floor", "0.01")
 BACKGROUND = "data/debian-background.jsonl.gz"  # relative to the repository; the flag gets it resolved

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from maskstream.evaluate.experiment import file_sha256
+
 MODELS = Path(__file__).resolve().parent / "models"
 EVAL_SEED = 1234  # the held-out masks: the same for every evaluation
 WEIGHTS = "model.safetensors"
@@ -40,14 +42,6 @@ def general_key(texts_sha256: str, shape: dict[str, Any], settings: dict[str, An
     key = {"texts": texts_sha256, "shape": shape, "settings": settings, "max_length": max_length,
            "tokenizer": tokenizer}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def file_sha256(path: Path | str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def packed_windows(texts: list[str], tokenizer, max_length: int) -> np.ndarray:
