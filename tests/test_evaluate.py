@@ -262,3 +262,22 @@ def test_a_general_corpus_holding_a_labeled_text_is_refused(tmp_path: Path, tiny
         main(["evaluate", "--labeled", str(tmp_path / "mine.jsonl"), "--text-field", "body", "--label-field", "topic",
               "--model", tiny_bert, "--output", str(tmp_path / "out"), "--general-corpus",
               str(tmp_path / "general.jsonl")])
+
+
+def test_the_seed_plan_follows_the_pre_registration(tmp_path: Path) -> None:
+    from benchmarks.effect import ours
+
+    def line(arm: str, seed: int, score: float, chash: str = "c1") -> str:
+        return json.dumps({"kind": "arm", "config_hash": chash, "arm": arm, "seed": seed, "macro_f1": score})
+
+    gaps = {1000: 0.010, 1001: -0.012, 1002: 0.025, 1003: 0.002}
+    lines = [line("random", s, 0.80) for s in gaps] + [line("difference", s, 0.80 + g) for s, g in gaps.items()]
+    lines.append(line("difference", 1003, 0.80 + 0.004))  # a rerun's line: the last one counts
+    (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
+    plan = ours.seed_plan(tmp_path)
+    sd = float(np.std([0.010, -0.012, 0.025, 0.004], ddof=1))
+    assert plan["sd"] == pytest.approx(sd) and plan["variance_seeds"] == [1000, 1001, 1002, 1003]
+    assert plan["seeds"] == min(max(statistics.seeds_for_power(0.01, sd), 8), 24)
+    (tmp_path / "results.jsonl").write_text("\n".join(lines + [line("random", 1000, 0.7, "c2")]) + "\n")
+    with pytest.raises(SystemExit, match="more than one evaluation"):
+        ours.seed_plan(tmp_path)
