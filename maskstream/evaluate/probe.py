@@ -28,9 +28,14 @@ def features(model_dir: Path | str, texts: list[str], max_length: int, device: s
     import transformers
     from transformers import AutoModel, AutoTokenizer
 
-    transformers.logging.set_verbosity_error()  # a masked-LM checkpoint loaded as its encoder: the head is unused
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModel.from_pretrained(str(model_dir), add_pooling_layer=False).to(device).eval()
+    # a masked-LM checkpoint loaded as its encoder: transformers' report of the unused head is noise here
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        model = AutoModel.from_pretrained(str(model_dir), add_pooling_layer=False).to(device).eval()
+    finally:
+        transformers.logging.set_verbosity(verbosity)
     width = max_length - 2
     windows: list[tuple[int, list[int]]] = []  # (text index, window ids)
     for i, ids in enumerate(tokenizer(texts, add_special_tokens=False)["input_ids"]):
