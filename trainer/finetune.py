@@ -19,8 +19,9 @@ import numpy as np
 from maskstream.schemas import default_model
 from maskstream.schemas.alignment import word_ids_of_text
 from maskstream.schemas.pretrained import load_pretrained
+from maskstream.trainer.config import check_ranges
 from maskstream.trainer.metrics import MetricsLogger
-from maskstream.trainer.train import build_optimizer, check_ranges
+from maskstream.trainer.optimizer import build_optimizer
 
 log = logging.getLogger("maskstream.finetune")
 

@@ -83,7 +83,7 @@ def build_dataloader(
     nothing from it) instead of the global generator: a mixture's loaders start at any step without
     moving the model's random state."""
     if strategy is not None and strategy not in STRATEGIES:
-        raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {STRATEGIES}")
+        raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {tuple(STRATEGIES)}")
     if strategy is not None and masking is None:
         raise ValueError("a masking strategy needs a MaskingConfig")
     pad_token_id = dataset.manifest.tokenizer.get("pad_token_id")

@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-STRATEGIES = ("random", "whole_word", "span", "difference", "tmr")
+from maskstream.trainer.strategies import STRATEGIES
 
 _MASK64 = (1 << 64) - 1
 
@@ -459,7 +459,7 @@ def apply_masking(
         masked = torch.where(chosen, torch.full_like(input_ids, config.mask_token_id), input_ids)
         labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
         return {**batch, "input_ids": masked, "labels": labels}
-    raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {STRATEGIES}")
+    raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {tuple(STRATEGIES)}")
 
 
 def expected_span_length(config: MaskingConfig) -> float:

@@ -17,36 +17,34 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+from transformers import AutoTokenizer
 
 from maskstream.schemas import default_model
 from maskstream.schemas.lease import VersionLease
 from maskstream.schemas.manifest import vocab_hash
 from maskstream.schemas.models import display_name
+from maskstream.trainer.checkpoint import (
+    read_training_state,
+    restore_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+)
+from maskstream.trainer.config import RESUME_CRITICAL, RESUME_DEFAULTS, TrainConfig
+from maskstream.trainer.dataset import Layout, StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks, version_exists
+from maskstream.trainer.held_out import collect_held_out, evaluate, held_out, select_rows
+from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.masking import BudgetSchedule, MaskingConfig, apply_masking
 from maskstream.trainer.metrics import MetricsLogger
+from maskstream.trainer.mixture import build_mixture, mask_by_source
+from maskstream.trainer.objectives import OBJECTIVES, load_mlm_model
+from maskstream.trainer.optimizer import build_optimizer
 from maskstream.trainer.shard_cache import ShardCache
 
 log = logging.getLogger("maskstream.train")
-
-STRATEGIES = ("random", "whole_word", "span", "difference")  # tmr is for fine-tuning
-EVAL_SEED = 20_230_523  # fixed: every run masks the held-out rows the same way
-HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: 2^64 / golden ratio
-
-
-# --- held-out split -------------------------------------------------------------------------
-
-
-def held_out(sample_index: np.ndarray, fraction: float) -> np.ndarray:
-    """True for held-out rows: the top 24 bits of (sample_index * 0x9E3779B97F4A7C15 mod 2^64), read as
-    a number in [0, 1), are below `fraction`. Depends on the row's global index only."""
-    hashed = np.asarray(sample_index, dtype=np.uint64) * HASH_MULTIPLIER
-    return (hashed >> np.uint64(40)).astype(np.float64) / float(1 << 24) < fraction
-
-
-def select_rows(batch: dict[str, Any], keep) -> dict[str, Any]:
-    return {k: v[keep] for k, v in batch.items()}
-
 
 def new_window() -> dict[str, Any]:
     """Fresh training-metric sums for one logging window, timed from now."""
@@ -54,144 +52,7 @@ def new_window() -> dict[str, Any]:
             "start": time.perf_counter()}
 
 
-def build_optimizer(module, weight_decay: float, lr: float, warmup_steps: int, total_steps: int,
-                    fused: bool | None = None):
-    """AdamW over `module`'s parameters (no weight decay on biases and norms) and a linear warm-up then
-    linear decay schedule; returns (optimizer, scheduler). `fused` is passed to AdamW as given."""
-    import torch
-    from transformers import get_linear_schedule_with_warmup
-
-    no_decay = ("bias", "LayerNorm.weight", "layernorm.weight", "norm.weight")
-    groups = [
-        {"params": [p for n, p in module.named_parameters() if not n.endswith(no_decay)],
-         "weight_decay": weight_decay},
-        {"params": [p for n, p in module.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0},
-    ]
-    optimizer = torch.optim.AdamW(groups, lr=lr, fused=fused)
-    scheduler = get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
-    return optimizer, scheduler
-
-
-def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id: int, batch_size: int):
-    """The first `limit` held-out rows in dataset order, collated into batches (unmasked)."""
-    # heavy: imports torch; only here, where it is needed
-    from maskstream.trainer.collate import collate_sequences
-    from maskstream.trainer.dataset import StreamingSequenceDataset
-
-    reader = StreamingSequenceDataset(dataset_url, shuffle=False, rank=0, world_size=1)
-    rows = []
-    for sample in reader:
-        if held_out(np.array([sample["sample_index"]]), fraction)[0]:
-            rows.append(sample)
-            if len(rows) >= limit:
-                break
-    return [collate_sequences(rows[i:i + batch_size], pad_token_id=pad_token_id)
-            for i in range(0, len(rows), batch_size)]
-
-
-def evaluate(objective, eval_batches, strategy: str, masking, device) -> dict[str, float]:
-    """Loss (mean over all masked tokens), perplexity = exp(loss) and masked-token accuracy on the
-    held-out batches, masked with the fixed EVAL_SEED."""
-    import torch
-
-    # heavy: imports torch; only here, where it is needed
-    from maskstream.trainer.masking import apply_masking
-
-    was_training = objective.training
-    objective.eval()
-    total_nll, correct, masked = 0.0, 0, 0
-    with torch.no_grad():
-        for batch in eval_batches:
-            batch = apply_masking({k: v.to(device) for k, v in batch.items()}, strategy, masking,
-                                  seed=EVAL_SEED, epoch=0)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                out = objective(batch["input_ids"], batch["attention_mask"], batch["labels"])
-            total_nll += float(out["nll"])
-            correct += int(out["correct"])
-            masked += int(out["masked"])
-    objective.train(was_training)
-    loss = total_nll / max(masked, 1)
-    return {"loss": loss, "perplexity": math.exp(min(loss, 50.0)), "accuracy": correct / max(masked, 1),
-            "masked_tokens": masked}
-
-
 # --- the run ---------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """The settings of one `maskstream train` run: the CLI flags (see `add_arguments` for each one's
-    meaning), checked on construction."""
-
-    dataset: str
-    output: str
-    model: str | None = None
-    objective: str = "mlm"
-    exlm_states: int = 4
-    exlm_token_budget: int = 0
-    strategy: str = "difference"
-    whole_word: bool = False
-    mask_budget: float = 0.15
-    mask_budget_schedule: str = "constant"  # maskstream.trainer.masking.BudgetSchedule
-    batch_size: int = 32
-    grad_accumulation: int = 1
-    epochs: float = 1.0
-    max_steps: int = 0
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.06
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    num_workers: int = 2
-    held_out_fraction: float = 0.02
-    eval_samples: int = 512
-    eval_strategy: str = "random"
-    eval_every: int = 500
-    log_every: int = 10
-    save_every: int = 1000
-    resume: str | None = None  # a checkpoint folder, or "latest": the newest in OUTPUT/checkpoints
-    compile: bool = False
-    follow_latest: bool = False
-    cache_dir: str | None = None  # a local cache of the shards (maskstream.trainer.shard_cache)
-    cache_limit: int = 0  # its size in bytes; required with cache_dir
-    sample_log: str | None = None  # a JSON-lines file: one line per sample trained
-    mix: list[str] | None = None  # SOURCE:WEIGHT entries (maskstream.trainer.mixture)
-
-    def __post_init__(self) -> None:
-        # heavy: imports torch; only here, where it is needed
-        from maskstream.trainer.masking import BudgetSchedule
-        from maskstream.trainer.objectives import OBJECTIVES
-
-        check_ranges(("--batch-size", self.batch_size, self.batch_size >= 1),
-                     ("--grad-accumulation", self.grad_accumulation, self.grad_accumulation >= 1),
-                     ("--held-out-fraction", self.held_out_fraction, 0 <= self.held_out_fraction < 1),
-                     ("--warmup-ratio", self.warmup_ratio, 0 <= self.warmup_ratio <= 1),
-                     ("--max-steps", self.max_steps, self.max_steps >= 0),
-                     ("--log-every", self.log_every, self.log_every >= 1),
-                     ("--eval-every", self.eval_every, self.eval_every >= 1),
-                     ("--save-every", self.save_every, self.save_every >= 1),
-                     ("--exlm-states", self.exlm_states, self.exlm_states >= 1),
-                     ("--exlm-token-budget", self.exlm_token_budget, self.exlm_token_budget >= 0))
-        BudgetSchedule.parse(self.mask_budget_schedule, self.mask_budget)  # a bad schedule fails here
-        if self.mix:
-            from maskstream.trainer.mixture import MixSource, mixture_weights
-
-            mixture_weights([MixSource.parse(entry) for entry in self.mix])  # bad entries and sums fail here
-        if self.cache_dir and self.cache_limit < 1:
-            raise ValueError("--cache-dir needs --cache-limit BYTES, the most the cache may hold")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"unknown --objective {self.objective!r}; choose one of {sorted(OBJECTIVES)}")
-        for flag, strategy in (("--strategy", self.strategy), ("--eval-strategy", self.eval_strategy)):
-            if strategy not in STRATEGIES:
-                raise ValueError(f"unknown {flag} {strategy!r}; choose one of {STRATEGIES}")
-
-
-
-def check_ranges(*checks: tuple[str, Any, bool]) -> None:
-    """Raises ValueError naming the first (option, value, in_range) check that fails."""
-    for name, value, ok in checks:
-        if not ok:
-            raise ValueError(f"{name} {value} is out of range (see --help)")
 
 
 def shard_cache(config: TrainConfig) -> ShardCache | None:
@@ -204,16 +65,6 @@ def shard_cache(config: TrainConfig) -> ShardCache | None:
 def masks_in_loader_workers(device) -> bool:
     """On CPU the loader workers draw the masks; on a GPU the device does, after the transfer."""
     return device.type == "cpu"
-
-
-# Settings that must be the same to continue a run. The dataset is checked on its own
-# (`resume_versions`): a run that followed newer versions resumes on the one it was reading. The
-# world size, batch size and worker count may change: the loader continues the epoch elastically
-# (maskstream.trainer.dataset), and the schedule keeps its planned steps.
-RESUME_CRITICAL = ("model", "objective", "strategy", "mask_budget", "mask_budget_schedule", "whole_word",
-                   "grad_accumulation", "total_steps", "seed", "held_out_fraction")
-# What a checkpoint written before a setting existed meant by leaving it out.
-RESUME_DEFAULTS = {"mask_budget_schedule": "constant"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,8 +83,6 @@ class Ranks:
 
 def setup_ranks(seed: int) -> Ranks:
     """Device and process group (torchrun sets RANK, LOCAL_RANK and WORLD_SIZE); seeds torch."""
-    import torch
-    import torch.distributed as dist
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -340,9 +189,6 @@ class TrainingData:
         return self.dataset.manifest.tokenizer["pad_token_id"]
 
     def _make_loader(self):
-        # heavy: imports torch; only here, where it is needed
-        from maskstream.trainer.loader import build_dataloader
-
         config = self.config
         return build_dataloader(self.dataset, batch_size=config.batch_size, num_workers=config.num_workers,
                                 strategy=config.strategy, masking=self.masking, seed=config.seed,
@@ -353,9 +199,6 @@ class TrainingData:
 
     def _follow(self) -> None:
         """At an epoch boundary, moves on to the version `latest` names if it is newer and compatible."""
-        # heavy: imports torch; only here, where it is needed
-        from maskstream.trainer.dataset import StreamingSequenceDataset
-
         switch = poll_all_ranks(self.follower, self.ranks.world_size)
         if switch is not None:
             next_epoch = self.dataset.epoch + 1
@@ -367,15 +210,11 @@ class TrainingData:
             self.loader = self._make_loader()
 
     def _restore_rng(self) -> None:
-        # heavy: imports safetensors and torch; only here, where it is needed
-        from maskstream.trainer.checkpoint import set_rng_state
-
         if self.resume_rng is not None:
             set_rng_state(self.resume_rng)
             self.resume_rng = None
 
     def batches(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        import torch
 
         if self.mixture is not None:
             self._restore_rng()
@@ -402,7 +241,6 @@ class TrainingData:
 
     def loader_states(self) -> list[dict[str, Any]]:
         """Every rank's dataset state, so a resumed run (same world size) can restore each."""
-        import torch.distributed as dist
 
         if self.mixture is not None:
             mixture = self.mixture.state_dict()
@@ -419,13 +257,6 @@ class TrainingData:
 def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -> TrainingData:
     """The dataset (the version --dataset names, or when resuming the one the checkpoint was reading),
     the tokenizer checked against it, the masking, the held-out batches and the follower."""
-    from transformers import AutoTokenizer
-
-    # heavy: imports torch; only here, where it is needed
-    from maskstream.trainer.dataset import StreamingSequenceDataset
-
-    # heavy: imports torch; only here, where it is needed
-    from maskstream.trainer.masking import BudgetSchedule, MaskingConfig
 
     url = config.dataset
     if saved is not None:
@@ -465,9 +296,6 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
 def open_mixture(data: TrainingData, mask_map_of: Any) -> Any:
     """The --mix mixture around the domain's dataset, each source read by a loader of its own;
     `mask_map_of` gives the map a text source masked with difference needs."""
-    # heavy: imports torch; only here, where it is needed
-    from maskstream.trainer.mixture import build_mixture
-
     config = data.config
     try:
         return build_mixture(data.dataset, config.mix, data.tokenizer, strategy=config.strategy, seed=config.seed,
@@ -516,9 +344,6 @@ def build_model(config: TrainConfig, data: TrainingData, total_steps: int, warmu
                 run_config: dict[str, Any]) -> TrainingModel:
     """The model in its objective, AdamW (no weight decay on biases and norms) and the schedule.
     ExLM's expansion settings are recorded in `run_config`."""
-    # heavy: imports torch; only here, where it is needed
-    from maskstream.trainer.objectives import OBJECTIVES, load_mlm_model
-
     device = data.ranks.device
     mlm_model = load_mlm_model(data.model_name)
     options = {}
@@ -534,9 +359,6 @@ def build_model(config: TrainConfig, data: TrainingData, total_steps: int, warmu
 
 def read_resume_state(config: TrainConfig) -> dict[str, Any] | None:
     """The checkpoint state to continue from (--resume), None when starting fresh."""
-    # heavy: imports safetensors and torch; only here, where it is needed
-    from maskstream.trainer.checkpoint import read_training_state
-
     if not config.resume:
         return None
     return read_training_state(Path(config.output) / "checkpoints" if config.resume == "latest" else config.resume)
@@ -544,10 +366,6 @@ def read_resume_state(config: TrainConfig) -> dict[str, Any] | None:
 
 def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_config: dict[str, Any]) -> int:
     """Restores weights, optimizer, schedule and loader position; returns the step to continue from."""
-    # heavy: imports safetensors and torch; only here, where it is needed
-    from maskstream.trainer.checkpoint import restore_checkpoint
-    from maskstream.trainer.dataset import Layout
-
     was = {k: saved["config"].get(k, RESUME_DEFAULTS.get(k)) for k in RESUME_CRITICAL}
     changed = {k: (was[k], run_config[k]) for k in RESUME_CRITICAL if was[k] != run_config[k]}
     if changed:
@@ -590,7 +408,6 @@ def loader_state(saved: dict[str, Any], rank: int, world_size: int) -> dict[str,
 
 def wrap_model(parts: TrainingModel, config: TrainConfig, ranks: Ranks) -> None:
     """DDP across ranks, torch.compile if asked: what the loop calls."""
-    import torch
 
     if ranks.world_size > 1:
         parts.model = torch.nn.parallel.DistributedDataParallel(
@@ -603,11 +420,6 @@ def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dic
                window: dict[str, Any], masking: Any) -> int:
     """One optimizer step over --grad-accumulation micro-batches masked with `masking` (unless the
     loader workers masked them), their sums added to `window`; returns the epoch of its last batch."""
-    import torch
-
-    # heavy: imports torch; only here, where it is needed
-    from maskstream.trainer.masking import apply_masking
-    from maskstream.trainer.mixture import mask_by_source
 
     config, device = data.config, data.ranks.device
     for micro in range(config.grad_accumulation):
@@ -645,8 +457,6 @@ def window_record(window: dict[str, Any], parts: TrainingModel, ranks: Ranks, ep
                   names: list[str]) -> dict[str, Any]:
     """The logged training metrics of one window (tokens, correct and masked summed over ranks; with a
     mixture, samples by source)."""
-    import torch
-    import torch.distributed as dist
 
     elapsed = time.perf_counter() - window["start"]
     # One all-reduce: tokens, correct, masked, then (a mixture) the samples of each source.
@@ -677,9 +487,6 @@ def evaluate_and_checkpoint(step: int, total_steps: int, parts: TrainingModel, d
                             run_config: dict[str, Any]) -> dict[str, float] | None:
     """Every --eval-every steps and at the end, the held-out metrics (rank 0; returned, else None);
     every --save-every steps and at the end, a checkpoint."""
-    # heavy: imports safetensors and torch; only here, where it is needed
-    from maskstream.trainer.checkpoint import save_checkpoint
-
     config, last = data.config, step == total_steps
     held = None
     if data.ranks.is_main and data.eval_batches and (step % config.eval_every == 0 or last):
@@ -707,8 +514,6 @@ def train(config: TrainConfig, mask_map_of: Any = None) -> int:
     checkpoint when asked), train, evaluate and checkpoint on schedule, save the final model.
     `mask_map_of(version_url)` gives a version's mask map (`maskstream.MaskMap.from_version`, which
     the trainer may not import): what a `--mix TEXT:WEIGHT:difference` source is masked with."""
-    import torch.distributed as dist
-    from tqdm import tqdm
 
     ranks = setup_ranks(config.seed)
     saved = read_resume_state(config)

@@ -29,7 +29,8 @@ from __future__ import annotations
 import argparse
 
 from maskstream.cli.config import config_of
-from maskstream.trainer.train import STRATEGIES, TrainConfig, train
+from maskstream.trainer.config import TrainConfig
+from maskstream.trainer.strategies import PRETRAINING_STRATEGIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exlm-token-budget", type=int, default=0,
                         help="with --objective exlm: most expanded tokens per forward pass; a larger batch runs "
                              "in checkpointed chunks, same loss and gradients (default: 0, no limit)")
-    parser.add_argument("--strategy", default="difference", choices=STRATEGIES,
+    parser.add_argument("--strategy", default="difference", choices=PRETRAINING_STRATEGIES,
                         help="masking strategy; `difference` draws from the dataset's mask probabilities "
                              "(default: difference)")
     parser.add_argument("--whole-word", action="store_true",
@@ -78,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="share of rows held out for evaluation, never trained on (default: 0.02)")
     parser.add_argument("--eval-samples", type=int, default=512,
                         help="held-out rows evaluated, the first in dataset order (default: 512)")
-    parser.add_argument("--eval-strategy", default="random", choices=STRATEGIES,
+    parser.add_argument("--eval-strategy", default="random", choices=PRETRAINING_STRATEGIES,
                         help="masking of the held-out rows, same for every run (default: random)")
     parser.add_argument("--eval-every", type=int, default=500, help="evaluate every N steps and at the end (default: 500)")
     parser.add_argument("--log-every", type=int, default=10, help="log training metrics every N steps (default: 10)")
@@ -106,6 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # heavy (torch, transformers): loaded when the command runs, not for `maskstream --help`
     from maskstream.mask_map import MaskMap
+    from maskstream.trainer.train import train
 
     return train(config_of(TrainConfig, args), mask_map_of=MaskMap.from_version)

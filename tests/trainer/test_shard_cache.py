@@ -101,7 +101,7 @@ def test_a_corrupted_shard_is_refused_and_not_cached(local_dataset, gcs_bucket, 
 
 
 def test_a_cache_needs_a_limit(tmp_path):
-    from maskstream.trainer.train import TrainConfig
+    from maskstream.trainer.config import TrainConfig
 
     with pytest.raises(ValueError, match="--cache-limit"):
         TrainConfig(dataset="d", output="o", cache_dir=str(tmp_path))

@@ -13,8 +13,8 @@ import torch
 
 from maskstream.cli import main
 from maskstream.trainer import train as train_module
+from maskstream.trainer.held_out import held_out
 from maskstream.trainer.metrics import read_metrics
-from maskstream.trainer.train import held_out
 from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
 
 
@@ -151,8 +151,8 @@ def test_train_config_checks_itself_and_the_cli_defaults_build_one():
     from maskstream.cli import finetune as finetune_command
     from maskstream.cli.config import config_of
     from maskstream.cli.train import add_arguments
+    from maskstream.trainer.config import TrainConfig
     from maskstream.trainer.finetune import FinetuneConfig
-    from maskstream.trainer.train import TrainConfig
 
     with pytest.raises(ValueError, match=r"--batch-size 0 is out of range"):
         TrainConfig(dataset="d", output="o", batch_size=0)
