@@ -9,6 +9,8 @@ import logging
 import time
 from typing import Any
 
+import fsspec
+
 from maskstream.pipelines.dataflow_job import is_dry_run, job_size
 from maskstream.pipelines.dataset.build_steps import BuildConfig, manifest_fields, pipeline_counters
 from maskstream.pipelines.dataset.storage.dataset_writer import (
@@ -25,8 +27,6 @@ LOG = logging.getLogger("maskstream.build")
 
 def check_word_stats(stats_dir: str) -> None:
     """Refuses a stats folder without word statistics (a listing: no word is read here)."""
-    import fsspec
-
     fs, path = fsspec.core.url_to_fs(stats_dir)
     if not fs.glob(f"{path.rstrip('/')}/word_stats-*.parquet"):
         raise FileNotFoundError(f"{stats_dir} holds no word_stats-*.parquet; run `maskstream stats` first")
@@ -42,8 +42,6 @@ def warn_if_seeds_from_another_corpus(version_url: str, seeds_content: dict[str,
 
 def read_seeds(seeds_json: str) -> tuple[list[str], bytes, dict[str, Any]]:
     """(seed words best first, the file's bytes, its parsed content)."""
-    import fsspec
-
     with fsspec.open(seeds_json, "rb") as f:
         raw = f.read()
     try:
@@ -120,7 +118,6 @@ def build_version(config: BuildConfig, inputs: list[str], text_field: str, txt_m
 
 
 def manifest_exists(version_url: str) -> bool:
-    import fsspec
 
     fs, path = fsspec.core.url_to_fs(f"{version_url}/{MANIFEST_NAME}")
     return fs.exists(path)
@@ -128,8 +125,6 @@ def manifest_exists(version_url: str) -> bool:
 
 def first_rejects(version_url: str, count: int = 5) -> list[str]:
     """The first `count` lines of the version's rejects (read line by line, not whole)."""
-    import fsspec
-
     fs, path = fsspec.core.url_to_fs(version_url)
     lines: list[str] = []
     for name in sorted(fs.glob(f"{path}/rejects-*.jsonl")):

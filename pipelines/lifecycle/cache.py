@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -134,8 +135,6 @@ def count_and_tokenize_file(path: str, key: str, documents: list, rejects: list[
     {"documents", "tokens_across_words"}. Counts words exactly as `maskstream stats`
     (`word_counts_of_texts`) and tokenizes exactly as `maskstream build` (`tokenize_documents`),
     in batches. `counted(words)` is called with the file's word types before it is tokenized."""
-    from collections import Counter
-
     documents = sorted(documents, key=lambda d: natural_key(d.document_id))
     rejects = sorted(rejects, key=lambda r: natural_key(r["location"]))
     tf: Counter = Counter()

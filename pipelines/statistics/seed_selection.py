@@ -96,11 +96,3 @@ class SeedRanking:
         return ahead
 
 
-def select_seeds(rows: list[dict[str, Any]], top_k: int, score: str = "tf_icf",
-                 **filters: Any) -> list[dict[str, Any]]:
-    """The seeds of `rows` (all in memory), best first: `SeedRanking` fed one batch."""
-    ranking = SeedRanking(top_k, score, **filters)
-    ranking.add(rows)
-    return ranking.seeds
-
-

@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 from maskstream.pipelines.corpus import Document
 from maskstream.pipelines.dataset.beam.tokenize_to_windows import TokenizeToWindows
 from maskstream.pipelines.dataset.build_steps import vocabulary_index
-from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities
+from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities_flat
 from maskstream.pipelines.dataset.core.sequences import cut_points
 from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 from maskstream.schemas.alignment import align_tokens_to_words
@@ -33,6 +33,15 @@ def documents(sample_corpus) -> list[Document]:
     with open(sample_corpus, encoding="utf-8") as f:
         lines = [json.loads(line)["text"] for _, line in zip(range(120), f, strict=False)]
     return [Document(f"{sample_corpus}:line {i + 1}", str(sample_corpus), text) for i, text in enumerate(lines)]
+
+
+def mask_probabilities(word_ids, word_index, special_tokens_mask, similarity, **options) -> list[np.ndarray]:
+    """`mask_probabilities_flat` for a list of sequences, one array per sequence (as the build calls it on a
+    batch's flat arrays)."""
+    offsets = np.concatenate([[0], np.cumsum([len(a) for a in word_ids])]).astype(np.int64)
+    flat = [np.concatenate(a) if len(a) else np.zeros(0) for a in (word_ids, word_index, special_tokens_mask)]
+    p = mask_probabilities_flat(*flat, offsets, similarity, **options)
+    return [p[offsets[i] : offsets[i + 1]] for i in range(len(word_ids))]
 
 
 def test_word_ids_follow_the_tokenizers_own_word_boundaries(sample_corpus, minilm_path):

@@ -32,8 +32,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
+import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from maskstream.pipelines.dataset.beam.embeddings import EmbedWords, NearestSeedRowsFn, WordEncoderHandler
 from maskstream.pipelines.dataset.beam.tokenize_to_windows import TokenizeToWindows
@@ -79,8 +81,6 @@ WORD_STATS_BATCH_ROWS = 65_536  # word-stats rows a worker reads at once
 
 def read_word_stats_file(readable) -> Iterator[pa.Table]:
     """One word_stats-*.parquet (a `fileio.ReadableFile`) -> its (word, tf) rows, in record batches."""
-    import pyarrow.parquet as pq
-
     with readable.open() as f:
         for batch in pq.ParquetFile(f).iter_batches(batch_size=WORD_STATS_BATCH_ROWS, columns=["word", "tf"]):
             yield pa.Table.from_batches([batch])
@@ -244,14 +244,12 @@ def part_path(version_url: str, shard: int, first_sequence_id: int) -> str:
 
 
 def write_part(table: pa.Table, url: str) -> None:
-    import fsspec
 
     with fsspec.open(url, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
         writer.write_table(table)
 
 
 def read_part(url: str) -> pa.Table:
-    import fsspec
 
     with fsspec.open(url, "rb") as f:
         return pa.ipc.open_file(pa.BufferReader(f.read())).read_all()
@@ -457,8 +455,6 @@ def finalize(_, root: str, fields: dict[str, Any], shards: list[ShardEntry], doc
              fingerprint: dict[str, Any], extra_files: list, written: list) -> str | None:
     """Runs once, after every shard and file is written (`written`): the manifest, then `latest`.
     Writes no manifest when no document gave a sequence (the caller reports it)."""
-    import fsspec
-
     version_url = join(root, fields["version"])
     fs, parts = fsspec.core.url_to_fs(join(version_url, PARTS_DIR))
     if fs.exists(parts):  # every shard is written: the windows and rows waiting for them can go

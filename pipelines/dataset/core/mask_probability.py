@@ -34,8 +34,6 @@ For one sequence with non-special tokens T (n = |T|):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 WEIGHTINGS = ("similarity", "rank")
@@ -113,20 +111,6 @@ def scale_to_budget(q: np.ndarray, valid: np.ndarray, budget: float) -> np.ndarr
             break
         clipped |= over
     return np.minimum(p, 1.0)
-
-
-def mask_probabilities(
-    word_ids: Sequence[np.ndarray],
-    word_index: Sequence[np.ndarray],
-    special_tokens_mask: Sequence[np.ndarray],
-    similarity: np.ndarray,
-    **options,
-) -> list[np.ndarray]:
-    """`mask_probabilities_flat` for a list of sequences; returns one array per sequence."""
-    offsets = np.concatenate([[0], np.cumsum([len(a) for a in word_ids])]).astype(np.int64)
-    flat = [np.concatenate(a) if len(a) else np.zeros(0) for a in (word_ids, word_index, special_tokens_mask)]
-    p = mask_probabilities_flat(*flat, offsets, similarity, **options)
-    return [p[offsets[i] : offsets[i + 1]] for i in range(len(word_ids))]
 
 
 def mask_probabilities_flat(

@@ -20,7 +20,11 @@ import os
 import tempfile
 from typing import Any
 
+import fsspec
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
 from maskstream.pipelines.dataset.inspect.signal import GROUP_LABELS, plot_histograms, plot_report
@@ -49,11 +53,6 @@ def sample_ids(total: int, count: int) -> np.ndarray:
 
 def read_sample(version_url: str, manifest: Any, ids: np.ndarray) -> list[dict[str, Any]]:
     """The SEQUENCE_SCHEMA rows of `ids`, in id order, read shard by shard."""
-    import fsspec
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     wanted = pa.array(ids)
     rows: list[dict[str, Any]] = []
     for shard in manifest.shards:
@@ -151,7 +150,6 @@ def seed_rows(seeds_json: dict[str, Any] | None, manifest_seeds: list[str]) -> l
 
 
 def read_seeds_json(version_url: str) -> dict[str, Any] | None:
-    import fsspec
 
     try:
         with fsspec.open(join(version_url, SEEDS_NAME), "r", encoding="utf-8") as f:
@@ -250,8 +248,6 @@ def write_page(path: str, version_url: str, manifest: Any, *, tokenizer: Any, wo
                reports: dict[str, dict[str, Any]], probabilities: np.ndarray, rates: list[float],
                verified: bool, sequences: int = DEFAULT_SEQUENCES) -> dict[str, Any]:
     """Writes the page to `path` (local or remote); returns {"bytes", "sequences", "requested"}."""
-    import fsspec
-
     if sequences < 1:
         raise ValueError(f"--html-sequences must be at least 1, not {sequences}")
     built_name, built = next(iter(reports.items()))

@@ -23,10 +23,13 @@ tally and the word table into the figures users read:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import fsspec
 import numpy as np
+import pyarrow as pa
 
 from maskstream.pipelines.dataset.core.mask_probability import (
     PAPER_SHARPNESS,
@@ -135,8 +138,6 @@ def map_tallies(rows: Any, similarity: np.ndarray, config: dict[str, Any],
     """Tallies of SEQUENCE_SCHEMA rows of a dataset of `total_sequences`: of their stored
     probabilities (`built_name`, first), and of each `comparison_maps` map recomputed from their
     words and `similarity`, on the rows `comparison_stride` picks (the same ones whoever reads them)."""
-    import pyarrow as pa
-
     budget = config.get("budget", 0.15)
 
     def flat(table, name):
@@ -384,8 +385,6 @@ def same_figures(recomputed: dict[str, Any], stored: dict[str, Any]) -> bool:
     """Do a recomputed report and a stored one (a manifest's diagnostics or one of its comparison
     entries) give the same lifts, shares, entropy ratio and budget error? Sums over batches and over
     shards differ in float rounding only."""
-    import math
-
     def close(a: Any, b: Any) -> bool:
         return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-9)
 
@@ -461,7 +460,6 @@ def plot_histograms(probabilities: Any, rates: Any, path: str, title: str) -> No
 def plot_report(report: dict[str, Any], path: str, title: str) -> None:
     """PNG: token vs mask shares per group, the probability histogram, the most masked words and
     the frequent words masked least. Every y axis starts at zero; word labels are rotated."""
-    import fsspec
     import matplotlib
 
     matplotlib.use("Agg")
