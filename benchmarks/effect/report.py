@@ -26,6 +26,7 @@ from benchmarks.effect.configs import (
     PRIMARY_COMPARISON,
     PRIMARY_METRIC,
 )
+from maskstream.evaluate.report import ci, num, pts
 from maskstream.evaluate.statistics import ALPHA, POWER, bootstrap_difference, holm, mean_sd, paired_summary
 
 ARM_ORDER = list(ARMS)
@@ -37,22 +38,12 @@ SCOPE = ("**What the intervals cover.** The t-intervals, Wilcoxon and Holm p-val
          "owes to this test set. Neither covers another general model, another task or another corpus.")
 
 
-def pts(x: float | None) -> str:
-    """A fraction as percentage points with sign."""
-    return "–" if x is None or math.isnan(x) else f"{100 * x:+.2f}"
-
-
 def pct(x: float | None) -> str:
     return "–" if x is None or math.isnan(x) else f"{100 * x:.2f}"
 
 
 def interval(c: dict[str, Any]) -> str:
-    low, high = c["ci"]
-    return "–" if math.isnan(low) else f"[{100 * low:+.2f}, {100 * high:+.2f}]"
-
-
-def num(x: float | None, digits: int = 3) -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+    return ci(c["ci"])
 
 
 def load(results: Path) -> dict[str, list[dict[str, Any]]]:
