@@ -127,7 +127,7 @@ def section_design(prepared: dict[str, Any], selections: list[dict[str, Any]], p
            f"- {settings['folds']} folds by cluster, stratified by label: "
            + "; ".join(f"fold {f}: " + ", ".join(f"{y} {n}" for y, n in c.items())
                        for f, c in prepared["counts"].items()) + ".",
-           f"- Model: `{prepared['model'].get('name')}`" + (f" (weights sha256 {prepared['model']['sha256'][:16]}…)"
+           f"- Model: `{prepared['model'].get('name')}`" + (f" (sha256 of its weights and config {prepared['model']['sha256'][:16]}…)"
                                                           if "sha256" in prepared["model"] else "") + ".",
            f"- TAPT: {settings['batch_size']} x {settings['max_length']} tokens, learning rate "
            f"{settings['learning_rate']:g}, the same steps, data order and learning rate for every arm of a seed and fold.",
