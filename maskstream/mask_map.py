@@ -67,7 +67,14 @@ class TokenizerMismatch(ValueError):
 
 class MaskMap:
     """Word type -> similarity (as sorted 64-bit hashes), plus the settings that turn similarities into
-    per-token mask probabilities and the identity of the version and tokenizer they came from."""
+    per-token mask probabilities and the identity of the version and tokenizer they came from.
+
+    Made by `from_version` (or `of_words`) rather than by hand. lookup: the WordLookup from a word to
+    its word_index. similarity: each word_index's similarity to its nearest seed. settings: the build's
+    probability settings (budget, alpha, weighting, sharpness, floor). tokenizer: the manifest's
+    tokenizer entry (its vocabulary hash is checked against the tokenizer a text is masked with).
+    identity: where the map came from (version, manifest digest), for logs and reports.
+    """
 
     def __init__(self, lookup: WordLookup, similarity: np.ndarray, settings: dict[str, Any],
                  tokenizer: dict[str, Any], identity: dict[str, Any]) -> None:

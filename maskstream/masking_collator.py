@@ -57,7 +57,16 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "labels")
 
 
 class DifferenceMaskingCollator:
-    """Rows of text or token ids -> `input_ids`, `attention_mask`, `labels` for a masked-LM forward."""
+    """Rows of text or token ids -> `input_ids`, `attention_mask`, `labels` for a masked-LM forward.
+
+    mask_map: the version's MaskMap (`MaskMap.from_version`), which gives each word its probability.
+    tokenizer: a fast Hugging Face tokenizer with a pad token, the version's own unless
+    allow_other_tokenizer (its vocabulary hash is checked). strategy: a masking strategy name
+    (default `difference`). max_length: tokens per row (default: the version's). masking: the
+    budget and 80/10/10 (default: from the tokenizer, the version's budget). seed: the masks' seed.
+    text_column: the field of a row that holds its text. pad_to_multiple_of: pad each batch's length
+    to a multiple of this (None: to the longest row).
+    """
 
     def __init__(
         self,
@@ -73,7 +82,7 @@ class DifferenceMaskingCollator:
         allow_other_tokenizer: bool = False,
     ) -> None:
         if strategy not in STRATEGIES:
-            raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {STRATEGIES}")
+            raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {tuple(STRATEGIES)}")
         if not getattr(tokenizer, "is_fast", False):
             raise ValueError(f"tokenizer {tokenizer.name_or_path} is not a fast tokenizer: words are found from the "
                              "character offsets only a fast (Rust) tokenizer gives")

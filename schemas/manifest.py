@@ -102,7 +102,16 @@ class ShardEntry:
 @dataclasses.dataclass(frozen=True)
 class Manifest:
     """What `manifest.json` holds. `tokenizer` carries what the trainer needs without loading it:
-    name, vocab_hash, vocab_size, pad/mask/cls/sep/unk token ids and all_special_ids."""
+    name, vocab_hash, vocab_size, pad/mask/cls/sep/unk token ids and all_special_ids.
+
+    version: the version folder's name. created_at: when the build finished (UTC, ISO 8601).
+    encoder: the model that embedded the words, its pooling and dtype. seeds: the seed words.
+    formulas: the name and version of each formula used (word rule, TF-ICF, mask probability).
+    config: the BuildConfig and inputs the version was built with. source_fingerprint: the input
+    files (paths, sizes, sha256) and the documents read, accepted and rejected. shards: each shard's
+    path, rows, bytes, sha256 and tokens. word_table / word_table_format: where the word table is and
+    its layout. schema_version: the manifest format. diagnostics and vocabulary: below.
+    """
 
     version: str
     created_at: str

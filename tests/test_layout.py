@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -215,3 +216,22 @@ def test_circles_are_found_by_this_test() -> None:
     """The circle finder itself: a two-module circle and a chain."""
     assert circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_public_names_document_every_argument() -> None:
+    """Each callable `maskstream` exports names every one of its arguments in its docstring (issue 51)."""
+    import inspect
+
+    import maskstream
+
+    undocumented = {}
+    for name in maskstream.__all__:
+        value = getattr(maskstream, name)
+        if not callable(value) or isinstance(value, type) and issubclass(value, BaseException):
+            continue
+        parameters = [p for p in inspect.signature(value).parameters if p not in ("self", "args", "kwargs")]
+        doc = inspect.getdoc(value) or ""
+        missing = [p for p in parameters if not re.search(rf"\b{p}\b", doc)]
+        if missing:
+            undocumented[name] = missing
+    assert undocumented == {}

@@ -223,7 +223,15 @@ class RankPlan:
 
 
 class StreamingSequenceDataset(IterableDataset):
-    """The rows of a dataset version, split across ranks and DataLoader workers (see module doc)."""
+    """The rows of a dataset version, split across ranks and DataLoader workers (see module doc).
+
+    dataset: a dataset root (its `latest` version) or a version folder, local or gs://. seed: the
+    shuffle's seed (with the epoch, all the order depends on). shuffle: read in the seeded global
+    order (False: dataset order). shuffle_buffer: rows shuffled together within a block.
+    verify_checksums: check each shard's sha256 against the manifest as it is read. rank and
+    world_size: this process's place among the ranks (default: torch.distributed's, else 0 of 1).
+    cache: a ShardCache that keeps the shards on local disk (default: read them where they are).
+    """
 
     def __init__(
         self,

@@ -74,7 +74,7 @@ class MaskingCollator:
         seed: int = 0,
     ) -> None:
         if strategy not in STRATEGIES:
-            raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {STRATEGIES}")
+            raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {tuple(STRATEGIES)}")
         pad_token_id = dataset.manifest.tokenizer.get("pad_token_id")
         if pad_token_id is None:
             raise ValueError(f"manifest tokenizer entry lacks pad_token_id; it has {sorted(dataset.manifest.tokenizer)}")

@@ -81,7 +81,12 @@ def build_dataloader(
     hands out each batch's samples as a list instead, for a caller that draws rows from several
     loaders (`maskstream.trainer.mixture`). A `generator` gives the workers' base seed (they draw
     nothing from it) instead of the global generator: a mixture's loaders start at any step without
-    moving the model's random state."""
+    moving the model's random state.
+
+    batch_size: samples per batch on this rank. num_workers: DataLoader worker processes (0: in this
+    process; the dataset splits its rows between them). masking and seed: the MaskingConfig and the
+    seed of `apply_masking`. pin_memory: page-locked batches, for a fast copy to a GPU.
+    prefetch_factor: batches each worker keeps ready (with num_workers > 0)."""
     if strategy is not None and strategy not in STRATEGIES:
         raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {tuple(STRATEGIES)}")
     if strategy is not None and masking is None:

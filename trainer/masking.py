@@ -125,7 +125,16 @@ def _positions(batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class MaskingConfig:
-    """How much to mask and with what. Token ids come from the dataset's tokenizer."""
+    """How much to mask and with what. Token ids come from the dataset's tokenizer (`from_manifest`).
+
+    mask_token_id: the tokenizer's [MASK] id. vocab_size: the vocabulary's size (random replacements
+    are drawn from it). special_token_ids: ids never masked and never drawn as replacements. budget:
+    the share of a sequence's maskable tokens to mask (0.15). mask_replace / random_replace: the
+    shares of chosen tokens that become [MASK] / a random token, the rest staying as they are
+    (0.8 / 0.1, BERT's 80/10/10). span_p / span_max: `span`'s geometric span-length parameter and
+    longest span in words (0.2 / 10, SpanBERT). tmr_probability: `tmr`'s chance of [MASK] per token
+    (0.1). whole_word: with `difference`, mask every token of each chosen word.
+    """
 
     mask_token_id: int
     vocab_size: int
@@ -441,6 +450,9 @@ def apply_masking(
 
     `batch` is what `collate_sequences` returns (on any device); its `sample_index` keys the
     randomness, so a sample gets the same mask in any batch, on any rank, worker or device.
+    `strategy`: a name of maskstream.trainer.strategies.STRATEGIES; `config`: the budget and the
+    token ids (MaskingConfig); `seed` and `epoch`: with the sample index, all the mask depends on (a
+    fresh mask each epoch, the same one on a rerun).
     """
     keys = sample_keys(batch["sample_index"], seed, epoch)
     if strategy == "random":

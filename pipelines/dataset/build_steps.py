@@ -70,7 +70,23 @@ REJECTS_PREFIX = "rejects"  # VERSION/rejects-SSSSS-of-NNNNN.jsonl, as `maskstre
 
 @dataclasses.dataclass(frozen=True)
 class BuildConfig:
-    """Everything that decides a dataset version's content; stored in its manifest."""
+    """Everything that decides a dataset version's content; stored in its manifest. Each field is the
+    `maskstream build` flag of the same name (`--help` and docs/building.md say more):
+
+    tokenizer / encoder: the model names or paths that tokenize the text / embed the words.
+    max_length: tokens per sequence, specials included (8-512). packing: `truncate` (each document
+    into windows) or `pack` (documents joined, cut into full windows); pack_group_size: documents
+    packed together. pooling: how a word's token states become its embedding (`mean`, `pooler`).
+    reduce: a word's similarity to the seeds (`max`: the nearest seed, `mean`, `centroid`).
+    weighting: `similarity` or `rank` (the reference's N - r weights). sharpness / floor: the map's
+    exponent on the weights and its least probability of a maskable token. alpha: the share of the
+    similarity weights mixed with uniform ones. budget: the expected share of tokens masked.
+    num_shards (0: by shard_rows) / shard_rows / row_group_rows: how rows are cut into Parquet
+    shards and row groups. tokenize_batch_size / embed_batch_size: documents / words per batch.
+    encoder_threads / encoder_device / encoder_dtype: where and how the encoder runs.
+    min_word_count: rarer word types are not encoded. write_embeddings: keep the word embeddings
+    in the version.
+    """
 
     tokenizer: str
     encoder: str
