@@ -116,3 +116,10 @@ def build_dataloader(
         drop_last=False,
         generator=generator,
     )
+
+
+def loader_generator() -> torch.Generator:
+    """The generator of a mixture source's DataLoader: starting one (at any source's epoch boundary,
+    or all at once after a resume) then leaves the global random state, the model's dropout, alone.
+    Its draws seed only the workers' own generators, which the readers do not use."""
+    return torch.Generator().manual_seed(0)

@@ -40,31 +40,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import json
 import logging
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import fsspec
 import numpy as np
-import pyarrow.parquet as pq
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from maskstream.schemas.lease import VersionLease
 from maskstream.trainer.collate import collate_sequences
-from maskstream.trainer.dataset import StreamingSequenceDataset, ahead_of_state, ahead_state, announced
+from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
-from maskstream.trainer.loader import build_dataloader, samples_as_read
+from maskstream.trainer.loader import build_dataloader, loader_generator
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+from maskstream.trainer.text_source import TEXT_SUFFIXES, TextSource
 
 log = logging.getLogger("maskstream.mixture")
 
 BLOCK = 20  # samples per block of the draw: within a block, any source is off its share by at most 5
 CHUNK_BLOCKS = 64  # blocks drawn at a time
-TEXT_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,158 +145,6 @@ def mask_by_source(batch: dict[str, torch.Tensor], strategies: Sequence[str], ma
         masked["input_ids"][rows] = done["input_ids"]
         masked["labels"][rows] = done["labels"]
     return masked
-
-
-def loader_generator() -> torch.Generator:
-    """The generator of a mixture source's DataLoader: starting one (at any source's epoch boundary,
-    or all at once after a resume) then leaves the global random state, the model's dropout, alone.
-    Its draws seed only the workers' own generators, which the readers do not use."""
-    return torch.Generator().manual_seed(0)
-
-
-def _untaken(records: Iterator[tuple[int, str]], segment: dict[str, Any]) -> Iterator[tuple[int, str]]:
-    """The records an earlier layout left: it dealt record `p` of `records` to rank `p % W`, and
-    rank `r` took its first `segment["rows"][r]` (-1: all of them)."""
-    world_size, rows = segment["world_size"], segment["rows"]
-    for position, record in enumerate(records):
-        taken = rows[position % world_size]
-        if 0 <= taken <= position // world_size:
-            yield record
-
-
-class TextSource:
-    """Plain text (JSONL or Parquet `text` fields) tokenized on the fly: samples like a maskstream
-    version's (with a mask map, its word ids and mask probabilities; else the tokenizer's words and
-    probability 0). An epoch's order is the records with a text, files sorted; record `p` of what
-    is left of it goes to rank `p % world_size` (no remainder padding: a mixture's ranks take their
-    own counts anyway). `sample_index` is the record's number."""
-
-    def __init__(self, url: str, tokenizer: Any, max_length: int, *, batch_size: int, rank: int, world_size: int,
-                 num_workers: int = 0, mask_map: Any = None, text_field: str = "text") -> None:
-        self.url, self.tokenizer, self.max_length = url, tokenizer, max_length
-        # The domain's maskstream.MaskMap: word ids and mask probabilities as a build of the text with
-        # the domain's signal would store them (for difference masking); None: the tokenizer's words, 0.
-        self.mask_map = mask_map
-        if mask_map is not None:
-            mask_map.check_tokenizer(tokenizer)
-        self.batch_size, self.rank, self.world_size, self.text_field = batch_size, rank, world_size, text_field
-        self.num_workers = num_workers  # DataLoader workers that tokenize (0: in this process)
-        self.files = self._files(url)
-        if not self.files:
-            raise ValueError(f"--mix {url}: no .jsonl or .parquet file there")
-        self.epoch, self.records = 0, 0  # records of this rank consumed in the epoch
-        # Elastic resumes of the epoch (earlier layouts and the records each rank took) and of later
-        # epochs, as in maskstream.trainer.dataset.
-        self.segments: list[dict[str, Any]] = []
-        self.ahead: dict[int, list[dict[str, Any]]] = {}
-        self.name = url
-
-    @staticmethod
-    def _files(url: str) -> list[str]:
-        """The text files `url` names (a file, a folder or a glob; fsspec expands globs), sorted."""
-        fs, _, paths = fsspec.get_fs_token_paths(url)
-        found = [p for path in paths for p in (fs.find(path) if fs.isdir(path) else [path])]
-        return sorted(fs.unstrip_protocol(p) for p in found if p.endswith(TEXT_SUFFIXES))
-
-    def _all_texts(self) -> Iterator[str]:
-        """The epoch's order: every record's text, in file order (records without one are skipped,
-        as a build rejects them)."""
-        for path in self.files:
-            if path.endswith(".parquet"):
-                with fsspec.open(path, "rb") as f:
-                    for batch in pq.ParquetFile(f).iter_batches(columns=[self.text_field]):
-                        yield from (text for text in batch.column(0).to_pylist() if isinstance(text, str))
-            else:
-                with fsspec.open(path, "rt", encoding="utf-8") as f:
-                    for line in f:
-                        try:
-                            text = json.loads(line).get(self.text_field)
-                        except (json.JSONDecodeError, AttributeError):
-                            continue
-                        if isinstance(text, str):
-                            yield text
-
-    def _texts(self, segments: Sequence[dict[str, Any]]) -> Iterator[tuple[int, str]]:
-        """This rank's (record number, text) of the epoch, in order: what `segments` left, dealt."""
-        left: Iterator[tuple[int, str]] = enumerate(self._all_texts())
-        for segment in segments:
-            left = _untaken(left, segment)
-        return (record for position, record in enumerate(left) if position % self.world_size == self.rank)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "records": self.records, "world_size": self.world_size, "url": self.url,
-                "segments": [dict(s) for s in self.segments],
-                "ahead": ahead_state(self.ahead)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if int(state["world_size"]) != self.world_size:
-            raise ValueError(f"--mix {self.url}: a text source resumes on another world size only elastically "
-                             "(Mixture.load_state_dict with every rank's state)")
-        self.epoch, self.records = int(state["epoch"]), int(state["records"])
-        self.segments = [dict(s) for s in state.get("segments", [])]
-        self.ahead = ahead_of_state(state)
-
-    @property
-    def layout(self) -> dict[str, int]:
-        return {"world_size": self.world_size, "num_workers": 0, "batch_size": 1}
-
-    def taken(self, state: dict[str, Any]) -> int:
-        return int(state["records"])
-
-    def batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        """(epoch, samples) of `batch_size` records, forever: the next epoch starts where one ends.
-        The records taken are counted here, as batches are handed out (the workers read ahead)."""
-        while True:
-            epoch = TextEpoch(self, self.epoch, self.records, list(self.segments))
-            loader = DataLoader(epoch, batch_size=None, num_workers=self.num_workers, collate_fn=samples_as_read,
-                                prefetch_factor=2 if self.num_workers else None, generator=loader_generator())
-            for samples in loader:
-                self.records += len(samples)
-                yield self.epoch, samples
-            if self.records == 0 and not self.segments:  # a whole epoch without a record for this rank
-                raise ValueError(f"--mix {self.url}: rank {self.rank} has no text to read")
-            self.epoch, self.records = self.epoch + 1, 0
-            self.segments, self.ahead = announced(self.ahead, self.epoch)
-
-    def samples(self, records: list[tuple[int, str]]) -> list[dict[str, Any]]:
-        """The records tokenized, as samples of a maskstream version: with the mask map's word ids and
-        mask probabilities, or the tokenizer's words and probability 0."""
-        texts = [text for _, text in records]
-        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_special_tokens_mask=True,
-                                 return_offsets_mapping=self.mask_map is not None)
-        if self.mask_map is not None:
-            word_ids, probability, offsets = self.mask_map.token_signal(
-                texts, encoded["offset_mapping"], encoded["special_tokens_mask"], width=self.max_length)
-        samples = []
-        for i in range(len(texts)):
-            ids = np.asarray(encoded["input_ids"][i], dtype=np.int64)
-            if self.mask_map is not None:
-                words, p = word_ids[offsets[i] : offsets[i + 1]], probability[offsets[i] : offsets[i + 1]]
-            else:
-                words = np.asarray([-1 if w is None else w for w in encoded.word_ids(i)], dtype=np.int64)
-                p = np.zeros(len(ids), dtype=np.float32)
-            samples.append({"input_ids": ids, "word_ids": words, "mask_probability": p, "special_tokens_mask":
-                            np.asarray(encoded["special_tokens_mask"][i], dtype=bool),
-                            "sample_index": records[i][0]})  # the key of the row's masks
-        return samples
-
-
-class TextEpoch(IterableDataset):
-    """A text source's batches of one epoch on one rank, from its record `skip` on: batch `k` is
-    tokenized by DataLoader worker `k % num_workers`, so that the DataLoader's round robin hands them
-    out in order, whatever the number of workers."""
-
-    def __init__(self, source: TextSource, epoch: int, skip: int, segments: list[dict[str, Any]]) -> None:
-        super().__init__()
-        self.source, self.epoch, self.skip, self.segments = source, epoch, skip, segments
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        info = get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        texts = itertools.islice(self.source._texts(self.segments), self.skip, None)
-        for k, chunk in enumerate(iter(lambda: list(itertools.islice(texts, self.source.batch_size)), [])):
-            if k % workers == worker:
-                yield self.source.samples(chunk)
 
 
 class DatasetSource:

@@ -256,6 +256,7 @@ def test_a_mixture_follows_each_maskstream_source_and_resumes_exactly(text_file,
     source (given as its v1) each move on to v2 at their own epoch boundary; a run resumed from a
     checkpoint taken between the two switches trains the same rows."""
     from maskstream.trainer import checkpoint
+    from maskstream.trainer import train as train_loop
 
     texts = factory.read_texts(limit=200)
     domain, general = tmp_path / "domain", tmp_path / "general"
@@ -267,7 +268,8 @@ def test_a_mixture_follows_each_maskstream_source_and_resumes_exactly(text_file,
                           row_group_size=8, version="v1")
     factory.write_dataset(str(general), factory.sequence_rows(texts[118:148], max_length=48), shards=1,
                           row_group_size=8, version="v2")
-    monkeypatch.setattr(checkpoint, "save_checkpoint", functools.partial(checkpoint.save_checkpoint, keep=0))
+    # the loop saves through its own name for it (imported at the top of train.py)
+    monkeypatch.setattr(train_loop, "save_checkpoint", functools.partial(checkpoint.save_checkpoint, keep=0))
 
     def train(out, *extra):
         assert main(["train", "--dataset", str(domain / "v1"), "--follow-latest", "--mix", f"{general / 'v1'}:0.25",
@@ -326,8 +328,10 @@ def test_a_mixture_resumes_with_the_same_losses(local_dataset, text_file, tiny_b
     """The model's random state (dropout) continues exactly: the sources' loaders, started again after
     the resume, draw from generators of their own."""
     from maskstream.trainer import checkpoint
+    from maskstream.trainer import train as train_loop
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", functools.partial(checkpoint.save_checkpoint, keep=0))
+    # the loop saves through its own name for it (imported at the top of train.py)
+    monkeypatch.setattr(train_loop, "save_checkpoint", functools.partial(checkpoint.save_checkpoint, keep=0))
 
     def train(out, *extra):
         out.mkdir(exist_ok=True)

@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 
 from maskstream.cli import main
 from maskstream.trainer import checkpoint
+from maskstream.trainer import train as train_loop
 from maskstream.trainer.metrics import read_metrics
 from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
 
@@ -37,7 +38,7 @@ def followed(tmp_path_factory, tiny_bert: str) -> tuple[Path, Path]:
     write_dataset(str(root), rows[48:], shards=2, row_group_size=8, version="v2")
     out = tmp_path_factory.mktemp("uninterrupted")
     with pytest.MonkeyPatch.context() as patch:  # keep every checkpoint, not the newest two
-        patch.setattr(checkpoint, "save_checkpoint", functools.partial(checkpoint.save_checkpoint, keep=0))
+        patch.setattr(train_loop, "save_checkpoint", functools.partial(checkpoint.save_checkpoint, keep=0))
         train(root / "v1", out, tiny_bert, "--follow-latest", "--save-every", "1")
     return root, out
 
