@@ -223,15 +223,11 @@ class RankPlan:
 
 
 class StreamingSequenceDataset(IterableDataset):
-    """The rows of a dataset version, split across ranks and DataLoader workers (see module doc).
-
-    dataset: a dataset root (its `latest` version) or a version folder, local or gs://. seed: the
-    shuffle's seed (with the epoch, all the order depends on). shuffle: read in the seeded global
-    order (False: dataset order). shuffle_buffer: rows shuffled together within a block.
-    verify_checksums: check each shard's sha256 against the manifest as it is read. rank and
-    world_size: this process's place among the ranks (default: torch.distributed's, else 0 of 1).
-    cache: a ShardCache that keeps the shards on local disk (default: read them where they are).
-    """
+    """The rows of a dataset version, split across ranks and DataLoader workers (see module doc). dataset: a
+    root (its `latest`) or version folder, local or gs://; seed: the order's seed (with the epoch); shuffle:
+    the seeded global order, else dataset order; shuffle_buffer: rows shuffled together; verify_checksums:
+    each shard's sha256 checked as read; rank, world_size: default torch.distributed's, else 0 of 1;
+    cache: a ShardCache keeping the shards on local disk."""
 
     def __init__(
         self,
