@@ -223,11 +223,9 @@ class RankPlan:
 
 
 class StreamingSequenceDataset(IterableDataset):
-    """The rows of a dataset version, split across ranks and DataLoader workers (see module doc). dataset: a
-    root (its `latest`) or version folder, local or gs://; seed: the order's seed (with the epoch); shuffle:
-    the seeded global order, else dataset order; shuffle_buffer: rows shuffled together; verify_checksums:
-    each shard's sha256 checked as read; rank, world_size: default torch.distributed's, else 0 of 1;
-    cache: a ShardCache keeping the shards on local disk."""
+    """Rows of a dataset version split across ranks and workers (module doc). dataset: root or version folder,
+    local or gs://; seed: the order's; shuffle: seeded global order, else dataset order; shuffle_buffer: rows
+    shuffled together; verify_checksums: sha256 checked as read; rank, world_size; cache: a ShardCache."""
 
     def __init__(
         self,
