@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TAPT passes over the fold's text; several (10,20,40) run a pilot first (default: 20)")
     parser.add_argument("--pilot-seeds", type=numbers, default=(100, 101), help="the pilot's seeds (default: 100,101)")
     parser.add_argument("--output", type=Path, required=True,
-                        help="results.jsonl, REPORT.md and differences.png go here; rerun to continue")
+                        help="results.jsonl, REPORT.md and differences-CONFIG.png go here; rerun to continue")
     parser.add_argument("--work", type=Path, default=None, help="scratch: datasets, TAPT models, logs (default: OUTPUT/work)")
     parser.add_argument("--batch-size", type=int, default=32, help="TAPT batch size (default: 32)")
     parser.add_argument("--learning-rate", type=float, default=3e-4, help="TAPT peak learning rate (default: 3e-4)")

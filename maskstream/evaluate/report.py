@@ -1,4 +1,4 @@
-"""REPORT.md and differences.png of an evaluation, generated from its results.jsonl alone.
+"""REPORT.md and differences-CONFIG.png of an evaluation, generated from its results.jsonl alone.
 
 Lines are grouped by config hash (the inputs, the settings, the model, the arms' datasets and the TAPT
 passes), so later runs add seeds to their evaluation. Each section below is one function, in the
