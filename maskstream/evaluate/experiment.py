@@ -180,8 +180,10 @@ def prepare(config: EvaluateConfig) -> dict[str, Any]:
     write_jsonl(work / "rejects.jsonl", [{"file": Path(config.labeled).name, "reason": r} for r in rejects])
     texts, labels = [r["text"] for r in rows], [r["label"] for r in rows]
     cluster_of = neardup.clusters(texts)
-    keys = {c: neardup.cluster_key(texts[i] for i in range(len(texts)) if cluster_of[i] == c)
-            for c in set(cluster_of)}
+    members: dict[int, list[str]] = {}
+    for text, cluster in zip(texts, cluster_of, strict=True):
+        members.setdefault(cluster, []).append(text)
+    keys = {c: neardup.cluster_key(group) for c, group in members.items()}  # one pass, not one per cluster
     fold_of = assign_folds(labels, cluster_of, keys, config.folds)
     labeled_sha = write_jsonl(work / "labeled.jsonl", [{"text": t, "label": y, "cluster": c, "fold": f} for t, y, c, f
                                                        in zip(texts, labels, cluster_of, fold_of, strict=True)])
