@@ -337,18 +337,24 @@ def test_cli_and_trainer_start_with_only_the_trainer_stages_packages(subprocess_
     trainer_modules = sorted(f"maskstream.trainer.{p.stem}" for p in (ROOT / "trainer").glob("*.py") if p.stem != "__init__")
     commands = [name for name, (_, _, passes_beam) in COMMANDS.items() if not passes_beam]
     code = f"""
-import importlib, importlib.abc, sys
+import importlib, importlib.machinery, sys
 
-class OnlyTheStagesPackages(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
+class OnlyTheStagesPackages(importlib.machinery.PathFinder):
+    # Replaces the path finder, so a module the stage lacks is simply not installed: `import` raises
+    # ModuleNotFoundError and importlib.util.find_spec answers None (transformers asks it about optional
+    # packages such as mlx, and must hear "absent", not an error).
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
         top = name.split(".")[0]
         # _sysconfigdata_*: the interpreter's own build settings (sysconfig), not in stdlib_module_names
         if ("." not in name and top not in sys.stdlib_module_names and top not in {allowed!r}
                 and not top.startswith("_sysconfigdata")):
-            raise ModuleNotFoundError(f"No module named {{name!r}} (not in the trainer image)", name=name)
-        return None
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, path, target)
 
-sys.meta_path.insert(0, OnlyTheStagesPackages())
+sys.meta_path[:] = [OnlyTheStagesPackages if finder is importlib.machinery.PathFinder else finder
+                    for finder in sys.meta_path]
+assert OnlyTheStagesPackages in sys.meta_path
 for name in {trainer_modules!r}:
     importlib.import_module(name)
 from maskstream.cli import build_parser
