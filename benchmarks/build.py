@@ -90,8 +90,8 @@ def tokenizer_with_offsets(texts: list[str], model: str) -> tuple[int, float]:
 def measure(work: Path, corpus: Path, lines: list[str], texts: list[str], repeat: int, min_word_count: int,
             env: dict[str, str]) -> dict:
     """One build of the corpus repeated `repeat` times, beside the tokenizer alone and with offsets."""
+    from maskstream.models import default_model
     from maskstream.schemas.manifest import load_manifest
-    from maskstream.schemas.models import default_model
 
     path = corpus if repeat == 1 else work / f"corpus-x{repeat}.jsonl"
     if not path.exists():

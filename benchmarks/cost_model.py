@@ -155,8 +155,8 @@ def measure_third(third: int, lines: list[str], work: Path, env: dict[str, str],
     """The first `third` thirds of the corpus: read and count rates, the vocabulary, and with `build`
     the stats, seeds and build runs (their stage counters) beside the HF tokenizer alone."""
     from benchmarks.build import tokenizer_alone  # the peer, as benchmarks/build.py runs it
+    from maskstream.models import default_model
     from maskstream.schemas.manifest import load_manifest
-    from maskstream.schemas.models import default_model
 
     part = work / f"corpus-x{third}.jsonl"
     part.write_text("".join(lines[: len(lines) * third // 3]), encoding="utf-8")
@@ -187,8 +187,8 @@ def measure_third(third: int, lines: list[str], work: Path, env: dict[str, str],
 def measure_encoders(whole: Path) -> tuple[int, str, list[dict]]:
     """(word types, the build's runtime choice here, runtimes compared) over every word type of `whole`."""
     from benchmarks.encoder_runtime import compare_runtimes, vocabulary_and_seeds
+    from maskstream.models import default_model
     from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
-    from maskstream.schemas.models import default_model
 
     vocabulary, seeds = vocabulary_and_seeds(whole)
     chosen = "torch bfloat16 autocast" if resolve_encoder_dtype("cpu", "auto") == "bfloat16" else "torch float32"

@@ -63,8 +63,8 @@ def batches(vocabulary: list[str], model: str) -> list[list[str]]:
 
 
 def inputs_of(batch: list[str], model: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    from maskstream.models import MAX_WORD_TOKENS
     from maskstream.pipelines.dataset.core.word_encoder import load_word_tokenizer
-    from maskstream.schemas.models import MAX_WORD_TOKENS
 
     encodings = load_word_tokenizer(model, MAX_WORD_TOKENS).encode_batch(batch)
     own = np.array([e.attention_mask for e in encodings]) * (1 - np.array([e.special_tokens_mask for e in encodings]))
@@ -188,8 +188,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads for every runtime (default: 1)")
     args = parser.parse_args()
 
+    from maskstream.models import default_model
     from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
-    from maskstream.schemas.models import default_model
 
     vocabulary, seeds = vocabulary_and_seeds(args.corpus)
     print(f"{len(vocabulary)} word types of {args.corpus.name}; seeds: {', '.join(seeds)}")

@@ -152,7 +152,7 @@ def worker(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from maskstream.schemas.models import default_model
+    from maskstream.models import default_model
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=default_model(), help="masked LM name or path (default: offline MiniLM)")

@@ -82,8 +82,8 @@ def main() -> int:
 
     import logging
 
+    from maskstream.models import default_model
     from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
-    from maskstream.schemas.models import default_model
 
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     work = Path(tempfile.mkdtemp(prefix="maskstream-small-update-"))

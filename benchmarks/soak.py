@@ -59,7 +59,7 @@ def tiny_bert(path: Path) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-    from maskstream.schemas.models import default_model
+    from maskstream.models import default_model
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

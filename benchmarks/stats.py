@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.tokenizer_pass:  # the peer's own process, its threads limited by the environment
         from benchmarks.build import tokenizer_alone
-        from maskstream.schemas.models import default_model
+        from maskstream.models import default_model
 
         texts = [json.loads(line)["text"] for line in args.tokenizer_pass.open(encoding="utf-8")]
         from transformers import AutoTokenizer

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.masking import real_sequences  # (sequences of exactly 128 tokens)
-from maskstream.schemas import default_model
+from maskstream.models import default_model
 from tests.fixtures import sequence_dataset as factory  # (the test fixture's dataset writer)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -73,7 +73,7 @@ def main() -> None:
                         help="timings per threshold, interleaved; the fastest is kept (default: 2)")
     args = parser.parse_args()
 
-    from maskstream.schemas.models import default_model
+    from maskstream.models import default_model
     from maskstream.schemas.words import words
 
     model = default_model()

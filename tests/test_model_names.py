@@ -1,5 +1,5 @@
-"""Models named by what they are (maskstream.schemas.models), older manifests still read, and transformers'
-load report said in maskstream's words only where what it reports is expected (maskstream.schemas.pretrained)."""
+"""Models named by what they are (maskstream.models), older manifests still read, and transformers'
+load report said in maskstream's words only where what it reports is expected (maskstream.models)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from maskstream.schemas.manifest import Manifest
-from maskstream.schemas.models import (
+from maskstream.models import (
     HUB_MINILM,
     default_model,
     display_name,
     manifest_model_name,
     model_entry,
 )
+from maskstream.schemas.manifest import Manifest
 
 FOREIGN_VENV = "/home/someone/project/.venv/lib/python3.11/site-packages"
 
@@ -103,7 +103,7 @@ def test_a_missing_mlm_head_is_one_line_in_our_words(tiny_encoder, transformers_
 def test_a_missing_classification_head_is_one_line_too(tiny_bert, transformers_output, caplog):
     from transformers import AutoModelForSequenceClassification
 
-    from maskstream.schemas.pretrained import load_pretrained
+    from maskstream.models import load_pretrained
 
     with caplog.at_level(logging.INFO, logger="maskstream"):
         load_pretrained(AutoModelForSequenceClassification, tiny_bert, "classification head",

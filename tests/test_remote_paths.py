@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from maskstream.schemas.remote_paths import remote_urls
+from maskstream.storage.remote_paths import remote_urls
 from tests.conftest import run_cli
 
 

@@ -30,6 +30,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from maskstream.storage.publish import move_into_place, write_atomically
+
 MODEL_FILE = "model.safetensors"
 OBJECTIVE_FILE = "objective.safetensors"
 STATE_FILE = "training_state.pt"
@@ -146,10 +148,8 @@ def save_checkpoint(
         partial / STATE_FILE,
     )
     shutil.rmtree(final, ignore_errors=True)
-    partial.rename(final)
-    pointer = root / f".{LATEST}.partial"
-    pointer.write_text(name + "\n", encoding="utf-8")
-    pointer.replace(root / LATEST)
+    move_into_place(str(partial), str(final))
+    write_atomically(str(root / LATEST), (name + "\n").encode("utf-8"))  # what a resume follows
     for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final

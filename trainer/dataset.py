@@ -87,8 +87,8 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from maskstream.schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
-from maskstream.schemas.retry import retry_read
 from maskstream.schemas.tables import SEQUENCE_SCHEMA, check_schema
+from maskstream.storage.retry import retry_read
 from maskstream.trainer.shard_cache import ChecksumMismatch, ShardCache
 
 __all__ = ["ChecksumMismatch", "StreamingSequenceDataset"]
@@ -539,7 +539,7 @@ class StreamingSequenceDataset(IterableDataset):
         """The rows of `pieces` as (flat values, offsets) per list column, plus sample indices."""
         tables, indices = [], []
         for block, lo, hi, rows in pieces:
-            # Transient errors: the block is read again on a fresh handle (maskstream.schemas.retry).
+            # Transient errors: the block is read again on a fresh handle (maskstream.storage.retry).
             read = functools.partial(self._read_rows, block, lo, hi)
             table = retry_read(read, self.shard_url(block.shard), on_retry=self._close)
             tables.append(table if rows is None else table.take(rows))

@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from maskstream.schemas import default_model
+from maskstream.models import default_model, load_pretrained
 from maskstream.schemas.alignment import word_ids_of_text
-from maskstream.schemas.pretrained import load_pretrained
 from maskstream.trainer.config import check_ranges
 from maskstream.trainer.metrics import MetricsLogger
 from maskstream.trainer.optimizer import build_optimizer

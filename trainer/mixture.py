@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from maskstream.schemas.lease import VersionLease
+from maskstream.storage.lease import VersionLease
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks

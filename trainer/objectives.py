@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from maskstream.schemas.pretrained import load_pretrained
+from maskstream.models import load_pretrained
 from maskstream.trainer.exlm import HEAD_ATTRIBUTES, ExLMForMaskedLM
 
 log = logging.getLogger("maskstream.train")

@@ -34,6 +34,7 @@ from typing import BinaryIO
 import fsspec
 
 from maskstream.schemas.manifest import ManifestError
+from maskstream.storage.publish import open_atomically
 
 LOG = logging.getLogger("maskstream.train")
 
@@ -142,18 +143,15 @@ class ShardCache:
         """`url` -> `path`, through a partial file, kept only if its sha256 is the manifest's."""
         digest = hashlib.sha256()
         partial = self.folder / PARTIAL_DIR / f"{path.name}.{uuid.uuid4().hex}"
-        try:
-            with fsspec.open(url, "rb") as source, open(partial, "wb") as target:
-                while chunk := source.read(CHUNK_BYTES):
-                    digest.update(chunk)
-                    target.write(chunk)
+        # Written in the partial folder (counted against the limit while it grows), published only if whole.
+        with fsspec.open(url, "rb") as source, open_atomically(str(path), aside=str(partial)) as target:
+            while chunk := source.read(CHUNK_BYTES):
+                digest.update(chunk)
+                target.write(chunk)
             if digest.hexdigest() != sha256:
                 raise ChecksumMismatch(f"shard {name} ({url}): sha256 {digest.hexdigest()} does not match the "
                                        f"manifest's {sha256}")
-            self.bytes_downloaded += partial.stat().st_size
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
+            self.bytes_downloaded += target.tell()
 
     def read_ahead(self, shards: Iterable[tuple[str, str, int, str]]) -> None:
         """Starts fetching the first `read_ahead_shards` of `shards` ((url, sha256, size, name), in the

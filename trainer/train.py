@@ -22,10 +22,9 @@ import torch.distributed as dist
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
-from maskstream.schemas import default_model
-from maskstream.schemas.lease import VersionLease
+from maskstream.models import default_model, display_name
 from maskstream.schemas.manifest import vocab_hash
-from maskstream.schemas.models import display_name
+from maskstream.storage.lease import VersionLease
 from maskstream.trainer.checkpoint import (
     read_training_state,
     restore_checkpoint,
@@ -149,7 +148,7 @@ class TrainingData:
     sample_log: Any = None  # --sample-log, open for appending
     mixture: Any = None  # maskstream.trainer.mixture.Mixture with --mix
     loader: Any = None
-    lease: Any = None  # rank 0's maskstream.schemas.lease.VersionLease on the version read: gc spares it
+    lease: Any = None  # rank 0's maskstream.storage.lease.VersionLease on the version read: gc spares it
 
     def __post_init__(self) -> None:
         self.loader = None if self.config.mix else self._make_loader()  # a mixture has a loader per source

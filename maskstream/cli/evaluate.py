@@ -31,7 +31,7 @@ from maskstream.cli.config import config_of
 from maskstream.evaluate.design import ARMS, EvaluateConfig
 from maskstream.evaluate.experiment import evaluate
 from maskstream.evaluate.report import write_report
-from maskstream.schemas import default_model
+from maskstream.models import default_model
 
 
 def numbers(text: str) -> tuple[int, ...]:

@@ -6,7 +6,7 @@ Keeps, of the complete versions (those with a manifest):
   - every version that was `latest` within the last --grace-minutes: a version stops being
     `latest` when the next newer one is published, so a reader that opened it then (and cannot
     write a lease) has that long to finish with it;
-  - every version a process holds a live lease on (ROOT/_leases/*.json, `schemas/lease.py`:
+  - every version a process holds a live lease on (ROOT/_leases/*.json, `maskstream/storage/lease.py`:
     `maskstream train` holds one on the version it streams, `update` and `watch` on the version
     they are building; while a build holds one, the cache is left alone too).
 Removes:

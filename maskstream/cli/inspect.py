@@ -25,6 +25,7 @@ import sys
 
 import numpy as np
 
+from maskstream.models import manifest_model_name
 from maskstream.pipelines.dataset.inspect import inspect_html
 from maskstream.pipelines.dataset.inspect.signal import (
     inspect_lines,
@@ -35,7 +36,6 @@ from maskstream.pipelines.dataset.inspect.signal import (
 from maskstream.pipelines.dataset.inspect.version_contents import mark_tokens, read_version_contents
 from maskstream.pipelines.dataset.storage.dataset_writer import verify_shard
 from maskstream.schemas.manifest import Manifest, ManifestError, load_manifest
-from maskstream.schemas.models import manifest_model_name
 from maskstream.schemas.tables import SchemaMismatch
 
 

@@ -40,6 +40,7 @@ from maskstream.evaluate.design import (
     EvaluateConfig,
     assign_folds,
 )
+from maskstream.storage.publish import move_into_place
 
 PILOT_RULE = (
     "With several --passes, a pilot on seeds outside the main run (--pilot-seeds) trains the `random` arm for "
@@ -297,7 +298,7 @@ def float32_model(model: str, work: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     AutoModelForMaskedLM.from_pretrained(model, dtype=torch.float32).save_pretrained(tmp)
     AutoTokenizer.from_pretrained(model).save_pretrained(tmp)
-    tmp.rename(out)
+    move_into_place(str(tmp), str(out))
     return out
 
 

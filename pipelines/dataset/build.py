@@ -17,10 +17,10 @@ from maskstream.pipelines.dataset.storage.dataset_writer import (
     join,
     new_version_name,
     prepare_version,
-    write_atomically,
 )
 from maskstream.schemas.manifest import MANIFEST_NAME, SEEDS_NAME, load_manifest
 from maskstream.schemas.words import WORD_NORMALIZATION, words
+from maskstream.storage.publish import write_atomically
 
 LOG = logging.getLogger("maskstream.build")
 

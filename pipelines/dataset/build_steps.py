@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from maskstream.models import MAX_WORD_TOKENS, model_entry
 from maskstream.pipelines.dataset.core.sequences import natural_key
 from maskstream.pipelines.dataset.core.tokenizer_facts import tokenizer_facts
 from maskstream.pipelines.dataset.core.vocabulary import (
@@ -62,7 +63,6 @@ from maskstream.schemas.manifest import (
     read_word_table,
     word_table_shard_name,
 )
-from maskstream.schemas.models import MAX_WORD_TOKENS, model_entry
 from maskstream.schemas.tables import WORD_TABLE_SCHEMA
 
 REJECTS_PREFIX = "rejects"  # VERSION/rejects-SSSSS-of-NNNNN.jsonl, as `maskstream stats` writes its rejects

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from maskstream.models import MAX_WORD_TOKENS
 from maskstream.pipelines.corpus import Document, FileParser
 from maskstream.pipelines.dataset.build_steps import vocabulary_index
 from maskstream.pipelines.dataset.core.sequences import TOKENIZED_SCHEMA, natural_key, tokenize_documents
@@ -47,13 +48,11 @@ from maskstream.pipelines.dataset.core.word_encoder import DEFAULT_EMBED_BATCH_S
 from maskstream.pipelines.dataset.storage.dataset_writer import (
     embeddings_table,
     join,
-    open_atomically,
-    write_atomically,
     write_parquet,
 )
 from maskstream.pipelines.statistics.counting import word_counts_of_texts
-from maskstream.schemas.models import MAX_WORD_TOKENS
 from maskstream.schemas.words import WORD_NORMALIZATION
+from maskstream.storage.publish import open_atomically, write_atomically
 
 LOG = logging.getLogger("maskstream.update")
 

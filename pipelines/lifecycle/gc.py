@@ -10,8 +10,8 @@ import posixpath
 from typing import Any
 
 from maskstream.pipelines.lifecycle.cache import CACHE_DIR, EMBEDDINGS_DIR, FILES_DIR, entry_key
-from maskstream.schemas.lease import LEASES_DIR, LeaseError, ReaderLease, parse_time
 from maskstream.schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest, ManifestError
+from maskstream.storage.lease import LEASES_DIR, LeaseError, ReaderLease, parse_time
 
 LOG = logging.getLogger("maskstream.gc")
 

@@ -90,8 +90,8 @@ from maskstream.pipelines.lifecycle.merged_statistics import (
 )
 from maskstream.pipelines.lifecycle.options import UpdateOptions
 from maskstream.pipelines.statistics.seeds import write_seeds_json
-from maskstream.schemas.lease import VersionLease
 from maskstream.schemas.manifest import SEEDS_NAME, Manifest
+from maskstream.storage.lease import VersionLease
 
 LOG = logging.getLogger("maskstream.update")
 
@@ -115,7 +115,7 @@ def update(options: UpdateOptions) -> dict[str, Any]:
 
 
 def leased_update(options: UpdateOptions) -> dict[str, Any]:
-    """`update(options)` holding a lease (schemas/lease.py) on the version it writes, so `maskstream gc`
+    """`update(options)` holding a lease (maskstream/storage/lease.py) on the version it writes, so `maskstream gc`
     leaves the incomplete version, and the cache it fills, alone however long it takes."""
     options = dataclasses.replace(options, version=options.version or new_version_name())
     lease = VersionLease(join(options.root, options.version))

@@ -17,6 +17,7 @@ from maskstream.pipelines.dataflow_job import is_dry_run, job_size
 from maskstream.schemas.formulas import FORMULA_VERSIONS
 from maskstream.schemas.formulas import TF_ICF_UNSEEN_COUNT as DEFAULT_UNSEEN_COUNT
 from maskstream.schemas.tables import WORD_STATS_BACKGROUND_SCHEMA, WORD_STATS_SCHEMA
+from maskstream.storage.publish import move_into_place
 
 LOGGER = logging.getLogger(__name__)
 SUMMARY_NAME = "summary.json"
@@ -165,7 +166,8 @@ def publish(staging: str, output: str) -> None:
     old = _matching([f"{output}/{name}" for name in names])
     if old:
         FileSystems.delete(old)
-    FileSystems.rename(new, [f"{output}/{path.rsplit('/', 1)[1]}" for path in new])
+    for path in new:
+        move_into_place(path, f"{output}/{path.rsplit('/', 1)[1]}")
 
 
 def _summarize(args: StatsConfig, staging: str) -> dict[str, Any]:

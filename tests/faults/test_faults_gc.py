@@ -1,6 +1,6 @@
 """`maskstream gc` keeps the right versions and never removes one a reader is using: it orders
 versions by their manifest's `created_at`, keeps versions that were `latest` within
---grace-minutes, and keeps versions a reader holds a live lease on (`schemas/lease.py`), which
+--grace-minutes, and keeps versions a reader holds a live lease on (`maskstream/storage/lease.py`), which
 `maskstream train` does on the version it streams (`trainer/lease.py`)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from maskstream.pipelines.lifecycle.gc import collect_garbage
-from maskstream.schemas.lease import LEASES_DIR, ReaderLease, VersionLease, format_time, utc_now
 from maskstream.schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
+from maskstream.storage.lease import LEASES_DIR, ReaderLease, VersionLease, format_time, utc_now
 from tests.conftest import REPO_ROOT, run_cli
 from tests.fixtures import sequence_dataset as factory
 

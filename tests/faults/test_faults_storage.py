@@ -1,6 +1,6 @@
 """Transient object-store errors are retried with backoff, then reported with the path.
 
-The retry lives in `schemas/retry.py` (`retry_read`), around each whole read of the trainer's
+The retry lives in `maskstream/storage/retry.py` (`retry_read`), around each whole read of the trainer's
 shard reader and of the manifest helpers: opening and reading a manifest or `latest`, a shard's
 footer, a block of rows, a checksum pass. Faults are injected by an fsspec filesystem
 (`flaky://`, local files underneath) that fails the first N opens or reads of the shards, and,
@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-import maskstream.schemas.retry
+import maskstream.storage.retry
 from maskstream.schemas.manifest import load_manifest
-from maskstream.schemas.retry import ReadError, retry_read
+from maskstream.storage.retry import ReadError, retry_read
 from maskstream.trainer.dataset import StreamingSequenceDataset
 
 
@@ -84,7 +84,7 @@ def flaky(monkeypatch: pytest.MonkeyPatch) -> type[FlakyFileSystem]:
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The backoff waits, recorded instead of slept."""
     waits: list[float] = []
-    monkeypatch.setattr(maskstream.schemas.retry.time, "sleep", waits.append)
+    monkeypatch.setattr(maskstream.storage.retry.time, "sleep", waits.append)
     return waits
 
 
@@ -94,7 +94,7 @@ def rows(dataset: StreamingSequenceDataset) -> list[tuple[int, list[int]]]:
 
 def test_transient_open_and_read_errors_are_retried_with_backoff(flaky, sleeps, dataset_copy: Path, caplog) -> None:
     expected = rows(StreamingSequenceDataset(str(dataset_copy), shuffle=False))
-    caplog.set_level(logging.WARNING, logger="maskstream.schemas.retry")
+    caplog.set_level(logging.WARNING, logger="maskstream.storage.retry")
     flaky.open_faults = 2
     dataset = StreamingSequenceDataset(f"flaky://{dataset_copy}", shuffle=False)  # footers: 2 failed opens
     flaky.read_faults = 3  # the checksum pass and the row reads: 3 failed reads

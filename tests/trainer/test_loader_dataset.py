@@ -289,7 +289,7 @@ def test_a_sample_gets_the_same_mask_on_any_number_of_ranks_and_workers(local_da
 def test_masking_config_from_the_manifest(local_dataset):
     from transformers import AutoTokenizer
 
-    from maskstream.schemas.models import default_model
+    from maskstream.models import default_model
 
     ds = StreamingSequenceDataset(local_dataset)
     tok = AutoTokenizer.from_pretrained(default_model())

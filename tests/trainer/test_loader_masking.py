@@ -12,7 +12,7 @@ import torch
 from scipy import stats
 from transformers import DataCollatorForLanguageModeling
 
-from maskstream.schemas.models import default_model
+from maskstream.models import default_model
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.masking import (
     STRATEGIES,

@@ -393,7 +393,7 @@ def test_a_version_switch_found_mid_batch_survives_an_exact_resume(tmp_path):
     """A newer version of a replayed source found while a batch of it is partly used is in the state:
     the resumed mixture moves on at the same epoch boundary, and rank 0 leases the old version until
     no rank reads it, then only the new one."""
-    from maskstream.schemas.lease import VersionLease
+    from maskstream.storage.lease import VersionLease
     from maskstream.trainer.mixture import build_mixture
 
     texts = factory.read_texts(limit=120)

@@ -28,6 +28,7 @@ from typing import Any
 from maskstream.schemas.alignment import align_tokens_to_words
 from maskstream.schemas.manifest import vocab_hash
 from maskstream.schemas.words import word_boundaries
+from maskstream.storage.publish import write_atomically
 
 LOG = logging.getLogger("maskstream.tokenizer")
 
@@ -69,10 +70,7 @@ def tokenizer_facts(name: str) -> dict[str, Any]:
     facts = compute_tokenizer_facts(name)
     if path is not None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps(facts), encoding="utf-8")
-            os.replace(temporary, path)  # atomic: a concurrent reader sees all of it or nothing
+            write_atomically(str(path), json.dumps(facts).encode("utf-8"))  # a concurrent reader sees all or nothing
         except OSError as e:  # a read-only home only costs the next start the same second
             LOG.info("tokenizer cache not written (%s)", e)
     return facts

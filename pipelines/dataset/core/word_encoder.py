@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from maskstream.models import MAX_WORD_TOKENS, display_name, load_pretrained
 from maskstream.pipelines.dataset.core.encoder_dtype import DTYPES
 from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer, load_tokenizer
-from maskstream.schemas.models import MAX_WORD_TOKENS, display_name
-from maskstream.schemas.pretrained import load_pretrained
 
 POOLINGS = ("mean", "pooler")
 DEFAULT_EMBED_BATCH_SIZE = 256  # words per encoder call, every call padded to it (`--embed-batch-size`)

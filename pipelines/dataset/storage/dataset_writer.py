@@ -9,20 +9,17 @@ half-written folder has no manifest, so readers refuse it.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import hashlib
 import io
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from typing import IO
+from collections.abc import Iterable, Sequence
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from fsspec.implementations.local import LocalFileSystem
 
 from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities_flat
 from maskstream.pipelines.dataset.core.sequences import flat, list_column
@@ -35,6 +32,7 @@ from maskstream.schemas.manifest import (
     shard_name,
 )
 from maskstream.schemas.tables import SEQUENCE_SCHEMA, WORD_TABLE_SCHEMA
+from maskstream.storage.publish import write_atomically
 
 
 def new_version_name() -> str:
@@ -54,38 +52,6 @@ def prepare_version(root: str, version: str) -> str:
         raise FileExistsError(f"dataset version {url} already exists; versions are never overwritten")
     fs.makedirs(path, exist_ok=True)
     return url
-
-
-@contextlib.contextmanager
-def open_atomically(url: str) -> Iterator[IO[bytes]]:
-    """A binary stream to write `url` with: readers see either the old object or the whole new
-    one, and nothing new if the writing fails. Local files are written aside and renamed; an
-    object is uploaded once written (an upload closed by an error would publish half of it)."""
-    fs, path = fsspec.core.url_to_fs(url)
-    if not isinstance(fs, LocalFileSystem):
-        buffer = io.BytesIO()
-        yield buffer
-        fs.pipe_file(path, buffer.getvalue())
-        return
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        with fs.open(tmp, "wb") as f:
-            yield f
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm(tmp)
-        raise
-    fs.mv(tmp, path)
-
-
-def write_atomically(url: str, data: bytes) -> None:
-    """Readers see either the old object or the whole new one."""
-    fs, path = fsspec.core.url_to_fs(url)
-    if isinstance(fs, LocalFileSystem):
-        with open_atomically(url) as f:
-            f.write(data)
-    else:  # object stores: a single-object upload becomes visible all at once
-        fs.pipe_file(path, data)
 
 
 def dataset_rows(windows: pa.Table, sequence_ids: np.ndarray, similarity: np.ndarray, **probability) -> pa.Table:

@@ -32,6 +32,8 @@ from typing import Any
 
 import fsspec
 
+from maskstream.storage.publish import write_atomically
+
 LOG = logging.getLogger("maskstream.lease")
 LEASES_DIR = "_leases"
 LEASE_SCHEMA = "maskstream-reader-lease-v1"
@@ -122,12 +124,7 @@ class VersionLease:
         lease = ReaderLease(self._version, self.reader, format_time(now),
                             format_time(now + datetime.timedelta(seconds=self.ttl_s)))
         try:
-            fs, path = fsspec.core.url_to_fs(self.path)
-            fs.makedirs(path.rpartition("/")[0], exist_ok=True)
-            # Written aside, then moved over the lease: gc never reads half a file.
-            with fs.open(f"{path}.tmp", "w", encoding="utf-8") as f:
-                f.write(lease.to_json())
-            fs.mv(f"{path}.tmp", path)
+            write_atomically(self.path, lease.to_json().encode("utf-8"))  # gc never reads half a lease
         except Exception as e:  # best effort, whatever the storage raises: a lease never fails its holder
             if not self._warned:
                 LOG.warning("cannot write a lease at %s (%s): only gc's --grace-minutes protects version %s while "
