@@ -2,14 +2,22 @@
 
     python -m benchmarks.train [--steps 20] [--batch-size 16] [--workers 0 1]
     python -m benchmarks.train --device cuda --batch-size 256 --workers 2 4 --steps 50
+    python -m benchmarks.train --device cuda --architecture bert-base --batch-size 64 --workers 2 4 --steps 50
 
 The same training step for both sides (MiniLM with its MLM head, `maskstream.trainer.objectives.MaskedLM`,
 AdamW, batch 16 of sequences of exactly 128 tokens made from real Debian descriptions, as in
 `benchmarks/masking.py`), starting from the same weights; only the data path differs:
 
 - maskstream: the sequences written as a dataset version (Parquet shards + manifest), read by
-  `StreamingSequenceDataset` + `build_dataloader` with `difference` masking in the loader
-  (workers, or the main process with 0 workers), as `maskstream train` does on CPU;
+  `StreamingSequenceDataset` + `build_dataloader`, with `difference` masking, in three places
+  (issue 53: where collation and masking happen):
+  - *workers collate and mask*: padded, masked tensors cross from the worker processes (with 0
+    workers, all in the main process), as `maskstream train` does on CPU;
+  - *workers collate, mask on device*: padded tensors cross, the masks are drawn after the
+    transfer (on the GPU; on CPU in the main process), as `maskstream train` does on a GPU;
+  - *samples cross, collate and mask on device*: the workers hand out each batch's rows as numpy
+    arrays (`collate=False`), the main process pads them and the masks are drawn after the
+    transfer;
 - maskstream mixture: the same version mixed 0.8/0.2 with the corpus (JSONL) itself, tokenized on
   the fly (`maskstream train --mix general.jsonl:0.2`: `build_mixture`, then `mask_by_source`, in
   the wait: difference for the domain's rows, random for the text's);
@@ -31,6 +39,7 @@ its workers, as a `transformers.Trainer` would).
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
 import time
 from pathlib import Path
@@ -46,8 +55,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def measure(objective, optimizer, batches, warmup: int, steps: int, device: torch.device,
             mask_on_device=None) -> dict[str, float]:
-    """Runs warmup + steps training steps; returns tokens/s and the data-wait share of the measured
-    ones. `mask_on_device(batch)` masks a batch after its transfer (maskstream on a GPU)."""
+    """Runs warmup + steps training steps; returns tokens/s, samples/s and the data-wait share of the
+    measured ones. `mask_on_device(batch)` masks a batch after its transfer (maskstream on a GPU).
+    Without an `objective` (--data-only) only the batches are drawn, transferred and masked."""
     iterator = iter(batches)
     tokens, wait, start = 0, 0.0, 0.0
     cuda = device.type == "cuda"
@@ -65,16 +75,19 @@ def measure(objective, optimizer, batches, warmup: int, steps: int, device: torc
         if cuda:
             torch.cuda.synchronize()
         wait += time.perf_counter() - t0
+        tokens += batch["attention_mask"].sum()
+        if objective is None:  # --data-only: the data path alone, as fast as it goes
+            continue
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
             out = objective(batch["input_ids"], batch["attention_mask"], batch["labels"])
         out["loss"].backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        tokens += batch["attention_mask"].sum()
     if cuda:
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    return {"tokens_per_second": int(tokens) / elapsed, "data_wait_share": wait / elapsed, "seconds": elapsed}
+    return {"tokens_per_second": int(tokens) / elapsed, "data_wait_share": wait / elapsed, "seconds": elapsed,
+            "samples_per_second": steps * len(batch["input_ids"]) / elapsed}
 
 
 def forever(loader):
@@ -82,7 +95,7 @@ def forever(loader):
         yield from loader
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default=str(REPO / "data" / "debian-science.jsonl"), help="JSONL corpus")
     parser.add_argument("--steps", type=int, default=20, help="measured steps per side and round (default: 20)")
@@ -94,13 +107,25 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
                         help="torch threads for the training step (default: torch's)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    args = parser.parse_args()
+    parser.add_argument("--architecture", choices=["minilm", "bert-base"], default="minilm",
+                        help="the offline MiniLM with an MLM head, or a BERT-base-sized masked LM built from "
+                             "transformers' BertConfig defaults (110 M parameters, random weights, no download; "
+                             "MiniLM's vocabulary): the GPU figures of issue 53 (default: minilm)")
+    parser.add_argument("--data-only", action="store_true",
+                        help="no training step: each data path's samples/s alone, what it can feed a device "
+                             "whose step is faster than this machine's")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
 
     import datasets
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
+    from maskstream.trainer.collate import collate_sequences
     from maskstream.trainer.dataset import StreamingSequenceDataset
     from maskstream.trainer.loader import build_dataloader
     from maskstream.trainer.masking import MaskingConfig, apply_masking
@@ -109,7 +134,13 @@ def main() -> None:
 
     rows, _ = real_sequences(Path(args.corpus))
     tokenizer = AutoTokenizer.from_pretrained(default_model())
-    objective = MaskedLM(load_mlm_model(default_model())).to(device)
+    if args.architecture == "bert-base":
+        from transformers import BertConfig, BertForMaskedLM
+
+        mlm_model = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer)))
+    else:
+        mlm_model = load_mlm_model(default_model())
+    objective = MaskedLM(mlm_model).to(device)
     initial = {k: v.clone() for k, v in objective.state_dict().items()}
     hf_dataset = datasets.Dataset.from_dict({"input_ids": [list(map(int, r["input_ids"])) for r in rows]})
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, pad_to_multiple_of=8)
@@ -120,11 +151,18 @@ def main() -> None:
         cuda = device.type == "cuda"
         masking = MaskingConfig.from_manifest(StreamingSequenceDataset(tmp, seed=0).manifest)
 
-        def maskstream_batches(workers: int):
+        pad_token_id = tokenizer.pad_token_id
+
+        def maskstream_batches(workers: int, *, mask_in_workers: bool = True, collate: bool = True):
             dataset = StreamingSequenceDataset(tmp, seed=0)
-            return forever(build_dataloader(dataset, batch_size=args.batch_size, num_workers=workers,
-                                            strategy="difference", masking=masking, seed=0,
-                                            mask_in_workers=not cuda, pin_memory=cuda))
+            loader = build_dataloader(dataset, batch_size=args.batch_size, num_workers=workers,
+                                      strategy="difference", masking=masking, seed=0, mask_in_workers=mask_in_workers,
+                                      pin_memory=cuda and collate, collate=collate)
+            for batch in forever(loader):
+                if not collate:  # the main process pads the rows; pinned, as the loader would
+                    batch = collate_sequences(batch, pad_token_id)
+                    batch = {k: v.pin_memory() for k, v in batch.items()} if cuda else batch
+                yield batch
 
         def mixture_batches(workers: int):
             mixture = build_mixture(StreamingSequenceDataset(tmp, seed=0), [f"{args.corpus}:0.2"], tokenizer,
@@ -141,7 +179,11 @@ def main() -> None:
         def difference_on_device(batch, step):
             return apply_masking(batch, "difference", masking, seed=0, epoch=step)
 
-        sides = {"maskstream (difference)": (maskstream_batches, difference_on_device if cuda else None),
+        sides = {"workers collate and mask": (maskstream_batches, None),
+                 "workers collate, mask on device": (functools.partial(maskstream_batches, mask_in_workers=False),
+                                                     difference_on_device),
+                 "samples cross, collate+mask on dev": (functools.partial(maskstream_batches, mask_in_workers=False,
+                                                                          collate=False), difference_on_device),
                  "maskstream 0.8/0.2 text mixture": (mixture_batches, None),
                  "HF datasets + collator (random)": (hf_batches, None)}
         results: dict[tuple[str, int], dict[str, float]] = {}
@@ -150,21 +192,22 @@ def main() -> None:
                 for name, (make, mask_on_device) in sides.items():
                     objective.load_state_dict(initial)
                     optimizer = torch.optim.AdamW(objective.parameters(), lr=1e-4)
-                    figures = measure(objective, optimizer, make(workers), args.warmup, args.steps, device,
-                                      mask_on_device)
+                    figures = measure(None if args.data_only else objective, optimizer, make(workers), args.warmup,
+                                      args.steps, device, mask_on_device)
                     best = results.get((name, workers))
                     if best is None or figures["tokens_per_second"] > best["tokens_per_second"]:
                         results[(name, workers)] = figures
 
     where = torch.cuda.get_device_name(device) + ", bf16 autocast" if device.type == "cuda" else "CPU"
-    print(f"\nMiniLM MLM training on {where}, {args.threads} torch thread(s), batch {args.batch_size} x 128 tokens "
+    print(f"\n{'BERT-base-sized' if args.architecture == 'bert-base' else 'MiniLM'} MLM training on {where}, {args.threads} torch thread(s), batch {args.batch_size} x 128 tokens "
           f"({len(rows)} real sequences), {args.steps} measured steps, best of {args.rounds} rounds")
-    print(f"{'data path':<34} {'workers':>7} {'tokens/s':>10} {'data wait':>10} {'vs HF':>7}")
+    print(f"{'data path':<36} {'workers':>7} {'samples/s':>10} {'tokens/s':>10} {'data wait':>10} {'vs HF':>7}")
     for workers in args.workers:
         peer = results[("HF datasets + collator (random)", workers)]["tokens_per_second"]
         for name in sides:
             r = results[(name, workers)]
-            print(f"{name:<34} {workers:>7} {r['tokens_per_second']:>10.0f} {r['data_wait_share']:>9.2%} "
+            print(f"{name:<36} {workers:>7} {r['samples_per_second']:>10.0f} {r['tokens_per_second']:>10.0f} "
+                  f"{r['data_wait_share']:>9.2%} "
                   f"{r['tokens_per_second'] / peer:>6.2f}x")
 
 

@@ -122,12 +122,15 @@ def save_checkpoint(
     step: int,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     loader_state: dict[str, Any],
     config: dict[str, Any],
     keep: int = 2,
+    progress: dict[str, int] | None = None,
 ) -> Path:
-    """Writes `CKPT_DIR/step-NNNNNNNN` atomically, points `latest` at it, keeps the newest `keep`."""
+    """Writes `CKPT_DIR/step-NNNNNNNN` atomically, points `latest` at it, keeps the newest `keep`.
+    `scheduler` is None for a loop that sets its learning rate itself; `progress` is what the run has
+    trained by `step` (`maskstream train`: samples and tokens)."""
     root = Path(checkpoint_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:08d}"
@@ -140,7 +143,8 @@ def save_checkpoint(
         {
             "step": step,
             "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "progress": progress or {},
             "loader": loader_state,
             "rng": rng_state(),
             "config": config,
@@ -189,7 +193,7 @@ def restore_checkpoint(
     _load_weights(model, Path(state["path"]))
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None:
+    if scheduler is not None and state.get("scheduler") is not None:
         scheduler.load_state_dict(state["scheduler"])
 
 

@@ -88,8 +88,8 @@ def check_ranges(*checks: tuple[str, Any, bool]) -> None:
 # Settings that must be the same to continue a run. The dataset is checked on its own
 # (`resume_versions`): a run that followed newer versions resumes on the one it was reading. The
 # world size, batch size and worker count may change: the loader continues the epoch elastically
-# (maskstream.trainer.dataset), and the schedule keeps its planned steps.
+# (maskstream.trainer.dataset), and the plan is worked out again in samples (maskstream.trainer.plan).
 RESUME_CRITICAL = ("model", "objective", "strategy", "mask_budget", "mask_budget_schedule", "whole_word",
-                   "grad_accumulation", "total_steps", "seed", "held_out_fraction")
+                   "grad_accumulation", "seed", "held_out_fraction")
 # What a checkpoint written before a setting existed meant by leaving it out.
 RESUME_DEFAULTS = {"mask_budget_schedule": "constant"}

@@ -219,9 +219,11 @@ class BudgetSchedule:
         """The flag's text, normalized (`linear:0.30:0.15` and `linear:0.3:0.15` are one schedule)."""
         return "constant" if self.kind == "constant" else f"{self.kind}:{self.start:g}:{self.end:g}"
 
-    def at(self, step: int, total_steps: int) -> float:
-        """The budget of step `step` (0 = the first) of `total_steps`."""
-        fraction = min(max(step / max(total_steps - 1, 1), 0.0), 1.0)
+    def at(self, done: int, total: int, unit: int = 1) -> float:
+        """The budget of the step that starts with `done` of `total` trained, a step training `unit`
+        (steps: `at(step, total_steps)`, 0 = the first; samples: the rows of a full step): the start
+        budget at the first step, the end budget at the last."""
+        fraction = min(max(done / max(total - unit, 1), 0.0), 1.0)
         if self.kind == "cosine":
             return self.end + (self.start - self.end) * (1.0 + math.cos(math.pi * fraction)) / 2.0
         return self.start + (self.end - self.start) * fraction  # constant: start == end

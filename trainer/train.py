@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Iterator
@@ -40,7 +39,8 @@ from maskstream.trainer.masking import BudgetSchedule, MaskingConfig, apply_mask
 from maskstream.trainer.metrics import MetricsLogger
 from maskstream.trainer.mixture import build_mixture, mask_by_source
 from maskstream.trainer.objectives import OBJECTIVES, load_mlm_model
-from maskstream.trainer.optimizer import build_optimizer
+from maskstream.trainer.optimizer import adamw, set_learning_rate
+from maskstream.trainer.plan import Plan, Position, fresh_plan, learning_rate_factor, replan
 from maskstream.trainer.shard_cache import ShardCache
 
 log = logging.getLogger("maskstream.train")
@@ -177,11 +177,14 @@ class TrainingData:
         self.sample_log.flush()
 
 
-    def masking_at(self, step: int, total_steps: int) -> Any:
-        """The MaskingConfig of step `step` (0 = the first): the schedule's budget."""
+    def masking_at(self, samples_done: int, plan: Plan) -> Any:
+        """The MaskingConfig of the step that starts with `samples_done` trained: the schedule's budget,
+        from the first step's (0 trained) to the last's (a full step before the planned samples)."""
         if self.budget_schedule.kind == "constant":
             return self.masking
-        return dataclasses.replace(self.masking, budget=self.budget_schedule.at(step, total_steps))
+        step_samples = self.config.batch_size * self.config.grad_accumulation * self.ranks.world_size
+        return dataclasses.replace(self.masking, budget=self.budget_schedule.at(samples_done, plan.total_samples,
+                                                                                 step_samples))
 
     @property
     def pad_token_id(self) -> int:
@@ -213,17 +216,23 @@ class TrainingData:
             set_rng_state(self.resume_rng)
             self.resume_rng = None
 
-    def batches(self) -> Iterator[tuple[int, dict[str, Any]]]:
+    def batches(self) -> Iterator[tuple[int, dict[str, Any], int]]:
+        """(epoch, batch, rows dealt) without end: the rows dealt count the held-out rows dropped from
+        the batch, and those of batches wholly held out, skipped before it (what the plan counts)."""
 
         if self.mixture is not None:
             self._restore_rng()
+            dealt = 0
             for batch in self.mixture:
                 self.dataset = self.mixture.sources[0].dataset  # the domain's version in use (--follow-latest)
                 # Held-out rows are the domain's: other sources are trained on whole.
                 held = held_out(batch["sample_index"].numpy(), self.config.held_out_fraction) & (
                     batch["source"].numpy() == 0)
+                dealt += len(held)
                 if not held.all():
-                    yield self.dataset.epoch, select_rows(batch, ~torch.from_numpy(held))
+                    yield self.dataset.epoch, select_rows(batch, ~torch.from_numpy(held)), dealt
+                    dealt = 0
+        dealt = 0
         while True:
             # Starting an iteration, the DataLoader draws its workers' base seed from the global generator.
             # A run resumed at an epoch's end restores the generators before that, as the run it continues
@@ -235,8 +244,10 @@ class TrainingData:
             for batch in self.loader:
                 self._restore_rng()
                 keep = ~torch.from_numpy(held_out(batch["sample_index"].numpy(), self.config.held_out_fraction))
+                dealt += len(keep)
                 if keep.any():
-                    yield self.dataset.epoch, select_rows(batch, keep)
+                    yield self.dataset.epoch, select_rows(batch, keep), dealt
+                    dealt = 0
 
     def loader_states(self) -> list[dict[str, Any]]:
         """Every rank's dataset state, so a resumed run (same world size) can restore each."""
@@ -305,26 +316,68 @@ def open_mixture(data: TrainingData, mask_map_of: Any) -> Any:
         raise SystemExit(str(e)) from None
 
 
-def plan_steps(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | None) -> tuple[int, int]:
-    """(total steps, warm-up steps): --max-steps, or --epochs of the version the run started on, or
-    when resuming without --max-steps the checkpoint's."""
+def plan_run(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | None, step: int,
+             samples_done: int) -> Plan:
+    """How long the run trains (maskstream.trainer.plan), from the loader's position. A fresh run plans
+    --max-steps or --epochs; a resumed one keeps its checkpoint's plan on the same layout, works it out
+    again on another world size or batch size (its epochs still end where they should), and with
+    --max-steps given now trains to that step."""
+    batch, world = config.batch_size, data.ranks.world_size
+    if data.mixture is not None:  # full batches: the domain's epochs in batches, counted from the start
+        steps_per_epoch = data.dataset.steps_per_epoch(batch)
+        position = Position(0, steps_per_epoch * batch, steps_per_epoch, steps_per_epoch * batch, batch, world)
+    else:
+        position = Position.of(data.dataset, batch, world)
+    accumulation = config.grad_accumulation
+    if saved is None:
+        return fresh_plan(position, epochs=config.epochs, max_steps=config.max_steps,
+                          grad_accumulation=accumulation, warmup_ratio=config.warmup_ratio)
+    was = saved["config"]
+    before = saved["loader"][0]
+    saved_plan = Plan(was["total_steps"], was["warmup_steps"], *saved_samples(saved, "total_samples", "warmup_samples"))
+    if config.max_steps:  # to the step asked now
+        saved_plan = dataclasses.replace(saved_plan, total_steps=config.max_steps)
+    if (before["world_size"], before["batch_size"]) == (world, batch):
+        if config.max_steps:
+            return replan(saved_plan, step, samples_done, position, epochs=None, grad_accumulation=accumulation)
+        return saved_plan  # the same batches: the plan as it was
+    # A run planned in epochs (not --max-steps, not a mixture's) ends them on this layout.
+    epochs = None if config.max_steps or data.mixture is not None else was.get("epochs")
+    plan = replan(saved_plan, step, samples_done, position, epochs=epochs, grad_accumulation=accumulation)
+    steps_before = saved_plan.total_steps - step
+    if epochs is None:
+        log.info("elastic resume: the %d step(s) left now cover %d samples, against %d on the checkpoint's layout",
+                 steps_before, plan.total_samples - samples_done, saved_plan.total_samples - samples_done)
+    else:
+        log.info("elastic resume: %d step(s) (%d samples) finish the run's %g epoch(s) on this layout, where the "
+                 "checkpoint's %d step(s) left would have covered %d samples", plan.total_steps - step, plan.total_samples - samples_done,
+                 epochs, steps_before, position.samples_of(steps_before * accumulation))
+    return plan
+
+
+def saved_samples(saved: dict[str, Any], *keys: str) -> list[int]:
+    """Sample counts a checkpoint's plan records; a checkpoint written before they were counted
+    measured in steps: its steps times the rows of a full step of its layout."""
+    was, before = saved["config"], saved["loader"][0]
+    full_step = before["batch_size"] * before["world_size"] * was["grad_accumulation"]
+    steps = {"total_samples": was["total_steps"], "warmup_samples": was["warmup_steps"], "samples": saved["step"]}
+    progress = {**was, **saved.get("progress", {})}
+    return [int(progress[k]) if k in progress else steps[k] * full_step for k in keys]
+
+
+def run_settings(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | None) -> dict[str, Any]:
+    """What the checkpoints and summary.json record of the run (RESUME_CRITICAL among them; the plan's
+    fields are added once it is made). `epochs` is what the run ends on, None for --max-steps (a
+    resumed run's are its checkpoint's)."""
+    epochs = None if config.max_steps else config.epochs
     if saved is not None and not config.max_steps:
-        # A resumed run keeps the schedule it planned, whatever its world size and batch size now.
-        return saved["config"]["total_steps"], saved["config"]["warmup_steps"]
-    # Not resuming, the dataset is the version the run starts on.
-    total_steps = config.max_steps or max(1, int(config.epochs * data.dataset.steps_per_epoch(config.batch_size)
-                                                 / config.grad_accumulation))
-    return total_steps, math.ceil(config.warmup_ratio * total_steps)
-
-
-def run_settings(config: TrainConfig, data: TrainingData, total_steps: int, warmup_steps: int) -> dict[str, Any]:
-    """What the checkpoints and summary.json record of the run (RESUME_CRITICAL among them)."""
+        epochs = saved["config"].get("epochs")
     return {
         "dataset_version": data.started_on, "model": data.model_name, "objective": config.objective,
         "strategy": config.strategy, "mask_budget": config.mask_budget,
         "mask_budget_schedule": str(data.budget_schedule), "whole_word": config.whole_word,
-        "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation, "total_steps": total_steps,
-        "warmup_steps": warmup_steps, "learning_rate": config.learning_rate, "seed": config.seed,
+        "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation, "epochs": epochs,
+        "learning_rate": config.learning_rate, "seed": config.seed,
         "world_size": data.ranks.world_size, "held_out_fraction": config.held_out_fraction,
         "eval_strategy": config.eval_strategy,
     }
@@ -335,14 +388,12 @@ class TrainingModel:
     mlm_model: Any  # the Hugging Face masked-LM: what model/ and checkpoints hold
     objective: Any  # the objective around it: what is trained, evaluated and checkpointed
     model: Any  # what the loop calls: the objective, wrapped for DDP and compiled if asked
-    optimizer: Any
-    scheduler: Any
+    optimizer: Any  # its learning rate set before each step from the samples trained (`plan`)
 
 
-def build_model(config: TrainConfig, data: TrainingData, total_steps: int, warmup_steps: int,
-                run_config: dict[str, Any]) -> TrainingModel:
-    """The model in its objective, AdamW (no weight decay on biases and norms) and the schedule.
-    ExLM's expansion settings are recorded in `run_config`."""
+def build_model(config: TrainConfig, data: TrainingData, run_config: dict[str, Any]) -> TrainingModel:
+    """The model in its objective and AdamW (no weight decay on biases and norms). ExLM's expansion
+    settings are recorded in `run_config`."""
     device = data.ranks.device
     mlm_model = load_mlm_model(data.model_name)
     options = {}
@@ -351,9 +402,8 @@ def build_model(config: TrainConfig, data: TrainingData, total_steps: int, warmu
                    "mask_token_id": data.tokenizer.mask_token_id, "pad_token_id": data.pad_token_id}
         run_config.update(exlm_states=config.exlm_states, exlm_token_budget=config.exlm_token_budget)
     objective = OBJECTIVES[config.objective](mlm_model, **options).to(device)
-    optimizer, scheduler = build_optimizer(objective, config.weight_decay, config.learning_rate, warmup_steps,
-                                           total_steps, fused=device.type == "cuda")
-    return TrainingModel(mlm_model, objective, objective, optimizer, scheduler)
+    optimizer = adamw(objective, config.weight_decay, config.learning_rate, fused=device.type == "cuda")
+    return TrainingModel(mlm_model, objective, objective, optimizer)
 
 
 def read_resume_state(config: TrainConfig) -> dict[str, Any] | None:
@@ -369,7 +419,7 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
     changed = {k: (was[k], run_config[k]) for k in RESUME_CRITICAL if was[k] != run_config[k]}
     if changed:
         raise SystemExit(f"cannot resume {saved['path']} exactly: settings changed (was, now): {changed}")
-    restore_checkpoint(saved, parts.objective, parts.optimizer, parts.scheduler)
+    restore_checkpoint(saved, parts.objective, parts.optimizer)
     mixed = "mixture" in saved["loader"][0]
     if mixed != (data.mixture is not None):
         raise SystemExit(f"cannot resume {saved['path']}: it was {'' if mixed else 'not '}trained on a mixture; "
@@ -415,15 +465,18 @@ def wrap_model(parts: TrainingModel, config: TrainConfig, ranks: Ranks) -> None:
         parts.model = torch.compile(parts.model)
 
 
-def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any]]], data: TrainingData,
-               window: dict[str, Any], masking: Any) -> int:
+def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any], int]],
+               data: TrainingData, window: dict[str, Any], masking: Any) -> tuple[int, int]:
     """One optimizer step over --grad-accumulation micro-batches masked with `masking` (unless the
-    loader workers masked them), their sums added to `window`; returns the epoch of its last batch."""
+    loader workers masked them), their sums added to `window`; returns the epoch of its last batch
+    and the rows this rank was dealt for it."""
 
     config, device = data.config, data.ranks.device
+    rows_dealt = 0
     for micro in range(config.grad_accumulation):
         wait_start = time.perf_counter()
-        epoch, batch = next(batches)
+        epoch, batch, dealt = next(batches)
+        rows_dealt += dealt
         data.log_samples(step, epoch, batch)
         if data.mixture is not None:
             window["sources"] = [a + b for a, b in zip(window.get("sources", [0] * len(data.mixture.sources)),
@@ -447,9 +500,8 @@ def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dic
         window["micro"] += 1
     torch.nn.utils.clip_grad_norm_(parts.model.parameters(), config.max_grad_norm)
     parts.optimizer.step()
-    parts.scheduler.step()
     parts.optimizer.zero_grad(set_to_none=True)
-    return epoch
+    return epoch, rows_dealt
 
 
 def window_record(window: dict[str, Any], parts: TrainingModel, ranks: Ranks, epoch: int,
@@ -466,8 +518,8 @@ def window_record(window: dict[str, Any], parts: TrainingModel, ranks: Ranks, ep
         dist.all_reduce(totals)
     (tokens, correct, masked), counts = totals[:3].tolist(), totals[3:].tolist()
     record = {"loss": float(window["loss"]) / window["micro"], "masked_accuracy": correct / max(masked, 1),
-              "learning_rate": parts.scheduler.get_last_lr()[0], "tokens_per_second": tokens / elapsed,
-              "data_wait_share": window["wait"] / elapsed, "epoch": epoch}
+              "learning_rate": parts.optimizer.param_groups[0]["lr"], "tokens_per_second": tokens / elapsed,
+              "data_wait_share": window["wait"] / elapsed, "epoch": epoch, "tokens": int(tokens)}
     if "sources" in window:  # a mixture: samples trained from each source, all ranks
         record["samples_by_source"] = dict(zip(names, (int(c) for c in counts), strict=True))
     return record
@@ -483,9 +535,9 @@ def evaluate_held_out(step: int, parts: TrainingModel, data: TrainingData, logge
 
 
 def evaluate_and_checkpoint(step: int, total_steps: int, parts: TrainingModel, data: TrainingData, logger,
-                            run_config: dict[str, Any]) -> dict[str, float] | None:
+                            run_config: dict[str, Any], trained: dict[str, int]) -> dict[str, float] | None:
     """Every --eval-every steps and at the end, the held-out metrics (rank 0; returned, else None);
-    every --save-every steps and at the end, a checkpoint."""
+    every --save-every steps and at the end, a checkpoint (with the samples and tokens `trained`)."""
     config, last = data.config, step == total_steps
     held = None
     if data.ranks.is_main and data.eval_batches and (step % config.eval_every == 0 or last):
@@ -494,16 +546,16 @@ def evaluate_and_checkpoint(step: int, total_steps: int, parts: TrainingModel, d
         loader_states = data.loader_states()
         if data.ranks.is_main:
             save_checkpoint(Path(config.output) / "checkpoints", step, parts.objective, parts.optimizer,
-                            parts.scheduler, loader_states, run_config)
+                            None, loader_states, run_config, progress=dict(trained))
     return held
 
 
 def save_final(out: Path, step: int, parts: TrainingModel, data: TrainingData, run_config: dict[str, Any],
-               held: dict[str, float]) -> None:
+               held: dict[str, float], trained: dict[str, int]) -> None:
     """model/ (save_pretrained + tokenizer) and summary.json."""
     parts.mlm_model.save_pretrained(out / "model")
     data.tokenizer.save_pretrained(out / "model")
-    summary = {"steps": step, "config": run_config, "held_out": held if data.eval_batches else None}
+    summary = {"steps": step, **trained, "config": run_config, "held_out": held if data.eval_batches else None}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     log.info("wrote %s (model/, checkpoints/, metrics.jsonl, tensorboard/, summary.json)", out)
 
@@ -519,42 +571,54 @@ def train(config: TrainConfig, mask_map_of: Any = None) -> int:
     data = open_data(config, ranks, saved)
     if config.mix:
         data.mixture = open_mixture(data, mask_map_of)
-    total_steps, warmup_steps = plan_steps(config, data, saved)
-    run_config = run_settings(config, data, total_steps, warmup_steps)
-    parts = build_model(config, data, total_steps, warmup_steps, run_config)
+    run_config = run_settings(config, data, saved)
+    parts = build_model(config, data, run_config)
     step = resume(saved, parts, data, run_config) if saved is not None else 0
+    # samples and tokens trained, all ranks: what the schedule follows and the records count
+    trained = {"samples": 0, "tokens": 0}
+    if saved is not None:
+        trained = {"samples": saved_samples(saved, "samples")[0], "tokens": saved.get("progress", {}).get("tokens", 0)}
+    plan = plan_run(config, data, saved, step, trained["samples"])
+    run_config.update(plan.record())
     wrap_model(parts, config, ranks)
     out = Path(config.output)
     logger = MetricsLogger(out, resume_step=step if saved is not None else None, enabled=ranks.is_main)
     if ranks.is_main:
-        log.info("training %s on %s: %d steps (%d warm-up), strategy %s, %d rank(s) x batch %d x accumulation %d",
-                 display_name(data.model_name), data.dataset.version_url, total_steps, warmup_steps, config.strategy,
-                 ranks.world_size, config.batch_size, config.grad_accumulation)
+        log.info("training %s on %s: %d steps, %d samples (%d warm-up), strategy %s, %d rank(s) x batch %d x "
+                 "accumulation %d", display_name(data.model_name), data.dataset.version_url, plan.total_steps,
+                 plan.total_samples, plan.warmup_samples, config.strategy, ranks.world_size, config.batch_size,
+                 config.grad_accumulation)
 
     held: dict[str, float] = {}
     if ranks.is_main and data.eval_batches and saved is None:
         held = evaluate_held_out(0, parts, data, logger)
     batches = data.batches()
     parts.model.train()
-    progress = tqdm(total=total_steps, initial=step, disable=not ranks.is_main, desc="train", unit="step")
+    progress = tqdm(total=plan.total_steps, initial=step, disable=not ranks.is_main, desc="train", unit="step")
     window = new_window()
-    while step < total_steps:
-        masking = data.masking_at(step, total_steps)
-        epoch = train_step(step + 1, parts, batches, data, window, masking)
+    set_learning_rate(parts.optimizer, config.learning_rate * learning_rate_factor(trained["samples"], plan))
+    while step < plan.total_steps:
+        masking = data.masking_at(trained["samples"], plan)
+        epoch, rows_dealt = train_step(step + 1, parts, batches, data, window, masking)
         step += 1
+        trained["samples"] += rows_dealt * ranks.world_size  # every rank is dealt as many rows
+        set_learning_rate(parts.optimizer, config.learning_rate * learning_rate_factor(trained["samples"], plan))
         progress.update(1)
-        if step % config.log_every == 0 or step == total_steps:
+        # A checkpoint's step is logged too, so that the tokens it records are all counted.
+        if step % config.log_every == 0 or step % config.save_every == 0 or step == plan.total_steps:
             record = {**window_record(window, parts, ranks, epoch, data.source_names), "mask_budget": masking.budget}
+            trained["tokens"] += record["tokens"]
+            record.update(trained)
             logger.log(step, "train", record)
             progress.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['learning_rate']:.2e}")
             window = new_window()
         paused = time.perf_counter()  # evaluation and checkpoints do not count in tokens/s
-        held = evaluate_and_checkpoint(step, total_steps, parts, data, logger, run_config) or held
+        held = evaluate_and_checkpoint(step, plan.total_steps, parts, data, logger, run_config, trained) or held
         window["start"] += time.perf_counter() - paused
     progress.close()
 
     if ranks.is_main:
-        save_final(out, step, parts, data, run_config, held)
+        save_final(out, step, parts, data, run_config, held, trained)
     logger.close()
     if data.sample_log is not None:
         data.sample_log.close()

@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grad-accumulation", type=int, default=1,
                         help="batches per optimizer step (default: 1)")
     parser.add_argument("--epochs", type=float, default=1.0,
-                        help="passes over the data when --max-steps is 0 (default: 1)")
+                        help="passes over the data when --max-steps is 0; a resume on another layout still ends them (default: 1)")
     parser.add_argument("--max-steps", type=int, default=0,
                         help="optimizer steps to run; 0 derives them from --epochs (default: 0)")
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="peak learning rate (default: 1e-4)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -36,10 +37,13 @@ def datasets(tmp_path_factory):
 
 
 def train(dataset: str, out: Path, model: str, env: dict[str, str], cwd: Path, *, ranks: int, workers: int,
-          batch: int, resume: Path | None = None, mix: list[str] = (), extra: list[str] = ()) -> list[dict]:
-    """Runs `maskstream train` (under torchrun with more than one rank); returns its sample log."""
+          batch: int, resume: Path | None = None, mix: list[str] = (), extra: list[str] = (),
+          epochs: int | None = None) -> list[dict]:
+    """Runs `maskstream train` (under torchrun with more than one rank) for STEPS steps, or `epochs`;
+    returns its sample log."""
+    length = ["--max-steps", str(STEPS)] if epochs is None else ["--epochs", str(epochs)]
     args = ["train", "--dataset", dataset, "--output", str(out), "--model", model, "--batch-size", str(batch),
-            "--num-workers", str(workers), "--max-steps", str(STEPS), "--save-every", "3", "--held-out-fraction", "0",
+            "--num-workers", str(workers), *length, "--save-every", "3", "--held-out-fraction", "0",
             "--eval-every", "1000", "--log-every", "5", "--sample-log", str(out / "samples.jsonl")]
     for entry in mix:
         args += ["--mix", entry]
@@ -90,6 +94,41 @@ def test_resume_on_another_layout_trains_each_sample_once(case, datasets, tiny_b
     per_rank = collections.Counter(r["rank"] for r in epoch0)
     assert len(set(per_rank.values())) == 1 and sum(per_rank.values()) == left + padded
     assert len({r["source"] for r in before + after}) == 1  # the version's name
+
+
+# --epochs 1 on rows the checkpoint's steps do not fit after the resume (issue 53), resumed from the
+# older of the two checkpoints kept: 377 rows on 2 x 8 (24 steps) resumed at step 21 on one rank
+# leave 41 rows, 6 steps where the checkpoint's plan had 3 (24 rows); 201 rows on 1 x 8 (26 steps)
+# resumed at 24 on 2 ranks x 5 leave 9 rows, one step where the checkpoint's plan had 2.
+EPOCH_CASES = {
+    "2 ranks -> 1": ((2, 0, 8), (1, 0, 8), 377),
+    "1 rank -> 2, batch 8 -> 5": ((1, 0, 8), (2, 0, 5), 201),
+}
+
+
+@pytest.mark.parametrize("case", list(EPOCH_CASES))
+def test_a_run_of_one_epoch_resumed_on_another_layout_finishes_the_epoch(case, datasets, tiny_bert, tmp_path,
+                                                                         subprocess_env, repo_root):
+    (ranks, workers, batch), (ranks_after, workers_after, batch_after), rows = EPOCH_CASES[case]
+    dataset = datasets(rows)
+    first = train(dataset, tmp_path / "first", tiny_bert, subprocess_env, repo_root, ranks=ranks, workers=workers,
+                  batch=batch, epochs=1)
+    assert {r["epoch"] for r in first} == {0} and len(first) == ranks * math.ceil(rows / ranks)
+    checkpoint = sorted((tmp_path / "first" / "checkpoints").glob("step-*"))[0]
+    resumed_at = int(checkpoint.name.split("-")[1])
+    after = train(dataset, tmp_path / "resumed", tiny_bert, subprocess_env, repo_root, ranks=ranks_after,
+                  workers=workers_after, batch=batch_after, resume=checkpoint, epochs=1)
+    before = [r for r in first if r["step"] <= resumed_at]
+    left = rows - len(before)
+    assert {r["epoch"] for r in after} == {0}, "trained past the epoch"
+    counts = collections.Counter(r["sample_index"] for r in before + after)
+    assert set(counts) == set(range(rows)), f"skipped: {sorted(set(range(rows)) - set(counts))}"
+    assert len(after) == left + (-left % ranks_after)  # the remainder policy's repeats only
+    summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
+    assert summary["samples"] == len(before) + len(after) == summary["config"]["total_samples"]
+    assert summary["steps"] == resumed_at + math.ceil(math.ceil(left / ranks_after) / batch_after)
+    last = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()][-1]
+    assert last["learning_rate"] == 0.0 and last["samples"] == summary["samples"]
 
 
 def test_a_mixture_resumes_on_fewer_ranks_taking_each_sample_once(datasets, tiny_bert, tmp_path, subprocess_env,
