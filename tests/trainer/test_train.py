@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from maskstream.cli import main
-from maskstream.trainer import train as train_module
+from maskstream.trainer import training_data
 from maskstream.trainer.held_out import held_out
 from maskstream.trainer.metrics import read_metrics
 from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
@@ -89,7 +89,7 @@ def test_resume_continues_exactly_like_the_uninterrupted_run(sample_dataset, tin
     assert epochs[11] == 0 and epochs[20] == 1
 
     # Masks drawn after the transfer (the GPU path) are the ones the workers draw: same losses.
-    monkeypatch.setattr(train_module, "masks_in_loader_workers", lambda device: False)
+    monkeypatch.setattr(training_data, "masks_in_loader_workers", lambda device: False)
     on_device = tmp_path / "masked-on-device"
     _train(sample_dataset, on_device, tiny_bert, *args)
     assert _train_losses(on_device) == expected

@@ -1,0 +1,296 @@
+"""The data side of `maskstream train`: the ranks (torchrun or one process), the version read (or the
+one a checkpoint was reading), the tokenizer checked against it, the loader or the `--mix` mixture,
+the held-out batches, the follower of `latest`, and `TrainingData.batches()`, what the loop trains on."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from transformers import AutoTokenizer
+
+from maskstream.models import default_model
+from maskstream.schemas.manifest import vocab_hash
+from maskstream.storage.lease import VersionLease
+from maskstream.trainer.checkpoint import (
+    set_rng_state,
+)
+from maskstream.trainer.config import TrainConfig
+from maskstream.trainer.dataset import StreamingSequenceDataset
+from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks, version_exists
+from maskstream.trainer.held_out import collect_held_out, held_out, select_rows
+from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.masking import BudgetSchedule, MaskingConfig
+from maskstream.trainer.mixture import build_mixture
+from maskstream.trainer.plan import Plan
+from maskstream.trainer.shard_cache import ShardCache
+
+log = logging.getLogger("maskstream.train")
+
+
+def shard_cache(config: TrainConfig) -> ShardCache | None:
+    """The local shard cache --cache-dir and --cache-limit ask for, or None."""
+    if not config.cache_dir:
+        return None
+    return ShardCache(config.cache_dir, config.cache_limit)
+
+
+def masks_in_loader_workers(device) -> bool:
+    """On CPU the loader workers draw the masks; on a GPU the device does, after the transfer."""
+    return device.type == "cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranks:
+    """This process's place among the torchrun ranks, and its device."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: Any  # torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup_ranks(seed: int) -> Ranks:
+    """Device and process group (torchrun sets RANK, LOCAL_RANK and WORLD_SIZE); seeds torch."""
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if world_size > 1:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    torch.manual_seed(seed)
+    return Ranks(rank, world_size, local_rank, device)
+
+
+def resume_versions(dataset: str, follow_latest: bool, saved: dict[str, Any]) -> tuple[str, str]:
+    """(the version the run started on, the version it was reading) for resuming the checkpoint state
+    `saved` with `--dataset DATASET`. The held-out rows come from the first, training continues on the
+    second: a run that followed newer versions (`--follow-latest`) stops on a later one than it started.
+    DATASET may be their root, the version being read, or (with --follow-latest, as the run was
+    started) the first version; anything else, or a version the root no longer holds, exits saying why."""
+
+    started = saved["config"]["dataset_version"]
+    root = started.rsplit("/", 1)[0]
+    reading = f"{root}/{saved['loader'][0]['version']}"  # every rank reads the same version
+    given = dataset.rstrip("/")
+    where = f"checkpoint {saved['path']} was reading {reading}"
+    if reading != started:
+        where += f" (the run started on {started} and followed the latest version)"
+    if given not in (root, reading, started):
+        raise SystemExit(f"cannot resume: {where}; --dataset {dataset} is neither that version nor its root {root}")
+    if given == started != reading and not follow_latest:
+        raise SystemExit(f"cannot resume: {where}; --dataset {dataset} names the first version: resume with "
+                         f"--dataset {root} or {reading}, or with --follow-latest as the run was started")
+    for url, role in ((reading, "the version training continues on"), (started, "the held-out rows' version")):
+        if not version_exists(url):
+            raise SystemExit(f"cannot resume: {where}; {url} ({role}) is no longer a complete version in {root}")
+    return started, reading
+
+
+@dataclasses.dataclass
+class TrainingData:
+    """What the run reads: this rank's share of the version in use, as `(epoch, batch)` forever from
+    `batches()`, the masking, and (rank 0) the held-out batches.
+
+    Each pass over the loader continues from the dataset's position (mid-epoch after a resume) and a
+    finished epoch moves on to the next. Held-out rows are dropped, so batches may be a little smaller
+    than --batch-size. With --follow-latest an epoch boundary may move on to a newer version (the
+    schedule stays as planned)."""
+
+    config: TrainConfig
+    ranks: Ranks
+    started_on: str  # version URL: the held-out rows and the run's identity
+    dataset: Any  # StreamingSequenceDataset of the version in use
+    model_name: str
+    tokenizer: Any
+    masking: Any  # MaskingConfig at --mask-budget; `masking_at` gives a step's
+    budget_schedule: Any  # BudgetSchedule
+    eval_masking: Any
+    eval_batches: list[dict[str, Any]]
+    follower: Any  # LatestVersionFollower or None
+    mask_in_workers: bool
+    resume_rng: dict[str, Any] | None = None  # RNG state to restore once the loader has started
+    sample_log: Any = None  # --sample-log, open for appending
+    mixture: Any = None  # maskstream.trainer.mixture.Mixture with --mix
+    loader: Any = None
+    lease: Any = None  # rank 0's maskstream.storage.lease.VersionLease on the version read: gc spares it
+
+    def __post_init__(self) -> None:
+        self.loader = None if self.config.mix else self._make_loader()  # a mixture has a loader per source
+        self.lease = VersionLease(self.dataset.version_url) if self.ranks.is_main else None
+        if self.config.sample_log:
+            self.sample_log = open(self.config.sample_log, "a", encoding="utf-8")  # noqa: SIM115 (closed by train)
+
+    @property
+    def source_names(self) -> list[str]:
+        """What --sample-log and the metrics call each source: the domain's version, then --mix's."""
+        return self.mixture.names if self.mixture is not None else [self.dataset.manifest.version]
+
+    def log_samples(self, step: int, epoch: int, batch: dict[str, Any]) -> None:
+        """--sample-log: one JSON line per sample of step `step` (1 = the first), written at once so
+        that ranks appending to one file do not interleave within a batch. A mixture's rows carry
+        their source's epoch."""
+        if self.sample_log is None:
+            return
+        rank, count = self.ranks.rank, len(batch["sample_index"])
+        sources = batch["source"].tolist() if "source" in batch else [0] * count
+        epochs = batch["epoch"].tolist() if "epoch" in batch else [epoch] * count
+        name = self.mixture.name_of if self.mixture is not None else lambda _s, _e: self.dataset.manifest.version
+        self.sample_log.write("".join(
+            json.dumps({"epoch": e, "source": name(s, e), "sample_index": i, "step": step, "rank": rank}) + "\n"
+            for e, s, i in zip(epochs, sources, batch["sample_index"].tolist(), strict=True)))
+        self.sample_log.flush()
+
+
+    def masking_at(self, samples_done: int, plan: Plan) -> Any:
+        """The MaskingConfig of the step that starts with `samples_done` trained: the schedule's budget,
+        from the first step's (0 trained) to the last's (a full step before the planned samples)."""
+        if self.budget_schedule.kind == "constant":
+            return self.masking
+        step_samples = self.config.batch_size * self.config.grad_accumulation * self.ranks.world_size
+        return dataclasses.replace(self.masking, budget=self.budget_schedule.at(samples_done, plan.total_samples,
+                                                                                 step_samples))
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.dataset.manifest.tokenizer["pad_token_id"]
+
+    def _make_loader(self):
+        config = self.config
+        return build_dataloader(self.dataset, batch_size=config.batch_size, num_workers=config.num_workers,
+                                strategy=config.strategy, masking=self.masking, seed=config.seed,
+                                mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda")
+
+    def _epoch_finished(self) -> bool:
+        return self.dataset.state_dict()["samples_consumed"] >= self.dataset.rows_per_rank()
+
+    def _follow(self) -> None:
+        """At an epoch boundary, moves on to the version `latest` names if it is newer and compatible."""
+        switch = poll_all_ranks(self.follower, self.ranks.world_size)
+        if switch is not None:
+            next_epoch = self.dataset.epoch + 1
+            self.dataset = StreamingSequenceDataset(switch.version_url, seed=self.config.seed, rank=self.ranks.rank,
+                                                    world_size=self.ranks.world_size, cache=shard_cache(self.config))
+            if self.lease is not None:
+                self.lease.move_to(switch.version_url)
+            self.dataset.set_epoch(next_epoch)
+            self.loader = self._make_loader()
+
+    def _restore_rng(self) -> None:
+        if self.resume_rng is not None:
+            set_rng_state(self.resume_rng)
+            self.resume_rng = None
+
+    def batches(self) -> Iterator[tuple[int, dict[str, Any], int]]:
+        """(epoch, batch, rows dealt) without end: the rows dealt count the held-out rows dropped from
+        the batch, and those of batches wholly held out, skipped before it (what the plan counts)."""
+
+        if self.mixture is not None:
+            self._restore_rng()
+            dealt = 0
+            for batch in self.mixture:
+                self.dataset = self.mixture.sources[0].dataset  # the domain's version in use (--follow-latest)
+                # Held-out rows are the domain's: other sources are trained on whole.
+                held = held_out(batch["sample_index"].numpy(), self.config.held_out_fraction) & (
+                    batch["source"].numpy() == 0)
+                dealt += len(held)
+                if not held.all():
+                    yield self.dataset.epoch, select_rows(batch, ~torch.from_numpy(held)), dealt
+                    dealt = 0
+        dealt = 0
+        while True:
+            # Starting an iteration, the DataLoader draws its workers' base seed from the global generator.
+            # A run resumed at an epoch's end restores the generators before that, as the run it continues
+            # was there; one resumed mid-epoch after it, so that dropout continues exactly where it stopped.
+            if self._epoch_finished():
+                if self.follower is not None:
+                    self._follow()
+                self._restore_rng()
+            for batch in self.loader:
+                self._restore_rng()
+                keep = ~torch.from_numpy(held_out(batch["sample_index"].numpy(), self.config.held_out_fraction))
+                dealt += len(keep)
+                if keep.any():
+                    yield self.dataset.epoch, select_rows(batch, keep), dealt
+                    dealt = 0
+
+    def loader_states(self) -> list[dict[str, Any]]:
+        """Every rank's dataset state, so a resumed run (same world size) can restore each."""
+
+        if self.mixture is not None:
+            mixture = self.mixture.state_dict()
+            state = {**mixture["sources"][0]["state"], "mixture": mixture}
+        else:
+            state = self.dataset.state_dict()
+        if self.ranks.world_size == 1:
+            return [state]
+        states: list[Any] = [None] * self.ranks.world_size
+        dist.all_gather_object(states, state)
+        return states
+
+
+def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -> TrainingData:
+    """The dataset (the version --dataset names, or when resuming the one the checkpoint was reading),
+    the tokenizer checked against it, the masking, the held-out batches and the follower."""
+
+    url = config.dataset
+    if saved is not None:
+        started, url = resume_versions(config.dataset, config.follow_latest, saved)
+    dataset = StreamingSequenceDataset(url, seed=config.seed, rank=ranks.rank, world_size=ranks.world_size,
+                                       cache=shard_cache(config))
+    if saved is None:
+        started = dataset.version_url
+    model_name = config.model or default_model()
+    tokenizer = AutoTokenizer.from_pretrained(model_name)
+    manifest_vocab = dataset.manifest.tokenizer.get("vocab_size")
+    if manifest_vocab is not None and manifest_vocab != len(tokenizer):
+        raise SystemExit(f"{dataset.version_url} was tokenized with a vocabulary of {manifest_vocab} tokens, "
+                         f"{model_name}'s tokenizer has {len(tokenizer)}: build the dataset with this model's tokenizer")
+    # Same size is not the same vocabulary: token ids would silently mean other tokens.
+    manifest_hash = dataset.manifest.tokenizer.get("vocab_hash")
+    if manifest_hash is not None and manifest_hash != vocab_hash(tokenizer.get_vocab()):
+        raise SystemExit(f"{dataset.version_url} was tokenized with another vocabulary (hash {manifest_hash[:12]}) "
+                         f"than {model_name}'s tokenizer: build the dataset with this model's tokenizer")
+    masking = MaskingConfig.from_manifest(dataset.manifest, budget=config.mask_budget, whole_word=config.whole_word)
+    schedule = BudgetSchedule.parse(config.mask_budget_schedule, config.mask_budget)
+    eval_masking = MaskingConfig.from_manifest(dataset.manifest)  # the defaults, whatever this run's settings
+    # A resumed run's --dataset may name either version: their root is the first one's folder.
+    root = started.rsplit("/", 1)[0] if saved is not None else dataset_root(config.dataset, dataset.version_url)
+    follower = LatestVersionFollower(root, dataset.version_url, dataset.manifest) if config.follow_latest else None
+    pad_token_id = dataset.manifest.tokenizer["pad_token_id"]
+    eval_batches = collect_held_out(started, config.held_out_fraction, config.eval_samples, pad_token_id,
+                                    config.batch_size) if ranks.is_main else []
+    # A changing budget is drawn where the step is known: in this process, not in the loader workers;
+    # a mixture's rows are masked by source once their batch is drawn.
+    in_workers = masks_in_loader_workers(ranks.device) and schedule.kind == "constant" and not config.mix
+    return TrainingData(config, ranks, started, dataset, model_name, tokenizer, masking, schedule, eval_masking,
+                        eval_batches, follower, in_workers,
+                        resume_rng=saved["rng"] if saved is not None else None)
+
+
+def open_mixture(data: TrainingData, mask_map_of: Any) -> Any:
+    """The --mix mixture around the domain's dataset, each source read by a loader of its own;
+    `mask_map_of` gives the map a text source masked with difference needs."""
+    config = data.config
+    try:
+        return build_mixture(data.dataset, config.mix, data.tokenizer, strategy=config.strategy, seed=config.seed,
+                             batch_size=config.batch_size, num_workers=config.num_workers, cache=shard_cache(config),
+                             follow=config.follow_latest, domain_follower=data.follower, lease=data.lease,
+                             mask_map_of=mask_map_of, pin_memory=data.ranks.device.type == "cuda")
+    except ValueError as e:  # a source that cannot be mixed: say which, in one line
+        raise SystemExit(str(e)) from None
