@@ -18,6 +18,7 @@ import argparse
 import json
 from typing import Any
 
+from maskstream.cli.config import config_fields
 from maskstream.models import HUB_MINILM, default_model
 from maskstream.pipelines.dataset.build import LOG, build_version
 from maskstream.pipelines.dataset.build_steps import DEFAULTS, BuildConfig
@@ -109,35 +110,12 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace, **overrides: Any) -> BuildConfig:
     """The BuildConfig of the dataset options (`add_dataset_options`; `build`'s own two unless given in
     `overrides`), checked (ranges: BuildConfig; the tokenizer: refused here, not as a crash in training)."""
-    options = {"tokenize_batch_size": getattr(args, "tokenize_batch_size", None),
-               "write_embeddings": getattr(args, "write_embeddings", None), **overrides}
-    config = BuildConfig(
-        tokenizer=args.tokenizer or args.model,
-        encoder=args.model,
-        max_length=args.max_length,
-        packing=args.packing,
-        pack_group_size=args.pack_group_size,
-        pooling=args.pooling,
-        reduce=args.reduce,
-        weighting=args.weighting,
-        sharpness=args.sharpness,
-        floor=args.floor,
-        alpha=args.alpha,
-        budget=args.budget,
-        num_shards=args.num_shards,
-        shard_rows=args.shard_rows,
-        row_group_rows=args.row_group_rows,
-        tokenize_batch_size=options["tokenize_batch_size"],
-        embed_batch_size=args.embed_batch_size,
-        encoder_threads=args.encoder_threads,
-        encoder_device=args.encoder_device,
-        encoder_dtype=resolve_encoder_dtype(args.encoder_device, args.encoder_dtype),
-        min_word_count=args.min_word_count,
-        write_embeddings=options["write_embeddings"],
-    )
+    # The model names both the tokenizer (unless --tokenizer) and the encoder; the dtype is resolved.
+    config = BuildConfig(**config_fields(
+        BuildConfig, args, tokenizer=args.tokenizer or args.model, encoder=args.model,
+        encoder_dtype=resolve_encoder_dtype(args.encoder_device, args.encoder_dtype), **overrides))
     check_tokenizer(config.tokenizer, config.packing)
     return config
-
 
 
 def run(args: argparse.Namespace) -> int:

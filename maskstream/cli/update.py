@@ -53,13 +53,11 @@ def add_update_options(parser: argparse.ArgumentParser) -> None:
 def update_options(args: argparse.Namespace, inputs: list[str], root: str) -> UpdateOptions:
     """The UpdateOptions of `update`'s and `watch`'s flags: the build's config made directly, with the
     settings an update does not take (it writes no embeddings)."""
-    seeds = seeds_config(args)
     return UpdateOptions(
         inputs=list(inputs), root=root,
         build=build_config(args, tokenize_batch_size=BuildConfig.tokenize_batch_size,
                            write_embeddings=False),
-        text_field=args.text_field, txt_mode=args.txt_mode, top_k=seeds.top_k, min_df=seeds.min_df,
-        min_length=seeds.min_length, stop_words=seeds.stop_words, alphabetic_only=seeds.alphabetic_only,
+        seeds=seeds_config(args), text_field=args.text_field, txt_mode=args.txt_mode,
         version=getattr(args, "version", None), beam_args=list(getattr(args, "beam_args", [])),
     )
 
