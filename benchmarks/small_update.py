@@ -2,7 +2,7 @@
 
     python -m benchmarks.small_update [--corpus DEBIAN.jsonl] [--sizes 1 4 16 32] [--workers 2]
 
-`maskstream update` counts and tokenizes the files that changed (pipelines/lifecycle/incremental.py).
+`maskstream update` counts and tokenizes the files that changed (pipelines/update/incremental.py).
 For each size of changed text (MB of JSONL, Debian descriptions split into 4 files), this times the
 same work three ways, each writing the same cache entries:
 
@@ -12,7 +12,7 @@ same work three ways, each writing the same cache entries:
 
 Prints one table with the seconds of each and Beam's time over the in-process time, then the
 linear fit (seconds = start + per MB x MB) of each and the size where the multi-worker pipeline
-catches up with one process: changed_files.IN_PROCESS_MAX_BYTES (pipelines/lifecycle/) is set from it.
+catches up with one process: changed_files.IN_PROCESS_MAX_BYTES (pipelines/update/) is set from it.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def changed_files(lines: list[str], megabytes: float, folder: Path, files: int =
 
 
 def in_process(keys: dict[str, str], cache: str, tokenizer_name: str) -> float:
-    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
-    from maskstream.pipelines.lifecycle.cache import count_and_tokenize_file, parse_file
+    from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.update.cache import count_and_tokenize_file, parse_file
 
     started = time.perf_counter()
     tokenizer = load_backend_tokenizer(tokenizer_name)
@@ -63,7 +63,7 @@ def with_beam(keys: dict[str, str], cache: str, tokenizer_name: str, workers: in
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from maskstream.pipelines.lifecycle.process_files import ProcessFiles
+    from maskstream.pipelines.update.process_files import ProcessFiles
 
     args = [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"] if workers > 1 else []
     started = time.perf_counter()
@@ -83,7 +83,7 @@ def main() -> int:
     import logging
 
     from maskstream.models import default_model
-    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
 
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     work = Path(tempfile.mkdtemp(prefix="maskstream-small-update-"))

@@ -33,7 +33,7 @@ import pyarrow as pa
 from benchmarks.soak import CorpusChanger
 from maskstream.cli import build_parser
 from maskstream.cli.update import update_options
-from maskstream.pipelines.lifecycle.watch import EXIT_BUILT, Watcher
+from maskstream.pipelines.update.watch import EXIT_BUILT, Watcher
 
 GC_EVERY = 10  # versions between two `maskstream gc --keep 2` runs
 WATCH_FLAGS = ["--max-length", "64", "--shard-rows", "16", "--row-group-rows", "8"]  # benchmarks/soak.py's

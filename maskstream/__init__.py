@@ -29,7 +29,7 @@ _PUBLIC = {
     "WORD_TABLE_SCHEMA": "maskstream.schemas.tables",
     "words": "maskstream.schemas.words",
     # the dataset side
-    "BuildConfig": "maskstream.pipelines.dataset.build_steps",
+    "BuildConfig": "maskstream.pipelines.build.steps",
     # the training side
     "StreamingSequenceDataset": "maskstream.trainer.dataset",
     "build_dataloader": "maskstream.trainer.loader",

@@ -13,12 +13,12 @@ text tokenized by the version's tokenizer, with no Beam and no shards:
 `probabilities(...)[i]` lines up with `tokenizer(texts, truncation=True, max_length=...)["input_ids"][i]`.
 A word missing from the table weighs 0, as in the build; special tokens get 0; a sequence's
 probabilities sum to the budget times its non-special tokens by the build's rule
-(`maskstream.pipelines.dataset.core.mask_probability`). The build cuts a long document at a word start
+(`maskstream.pipelines.build.core.mask_probability`). The build cuts a long document at a word start
 while the tokenizer's truncation may cut inside a word: the tokens of that last word keep the word's
 weight (the word is read from the whole text).
 
 Memory: 16 bytes a word type (a 64-bit hash, its row, its similarity), within the build's word lookup
-(`maskstream.pipelines.dataset.core.word_lookup`); the words' text is never held.
+(`maskstream.pipelines.build.core.word_lookup`); the words' text is never held.
 
 `maskstream export-map VERSION --output DIR` writes what `MaskMap.load(DIR)` reads (`export_mask_map`):
 `mask_map.json` (settings, tokenizer, the version's identity and provenance), `words.parquet` (word,
@@ -40,9 +40,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maskstream import __version__
-from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities_flat
-from maskstream.pipelines.dataset.core.sequences import token_words
-from maskstream.pipelines.dataset.core.word_lookup import WordLookup
+from maskstream.pipelines.build.core.mask_probability import mask_probabilities_flat
+from maskstream.pipelines.build.core.sequences import token_words
+from maskstream.pipelines.build.core.word_lookup import WordLookup
 from maskstream.schemas.manifest import (
     Manifest,
     load_manifest,

@@ -47,7 +47,7 @@ import torch
 from tokenizers import Tokenizer
 
 from maskstream.mask_map import MaskMap
-from maskstream.pipelines.dataset.core.sequences import encoding_arrays
+from maskstream.pipelines.build.core.sequences import encoding_arrays
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
 

@@ -1,6 +1,6 @@
 """Sequences that cannot reach their masking budget, end to end: the build's map leaves a
 code-heavy sequence short (too few tokens with p > 0), the tally counts it and the expected masks
-it misses (`maskstream.pipelines.dataset.inspect.signal.budget_shortfall`), the printout says so and names `--floor`,
+it misses (`maskstream.pipelines.build.inspect.signal.budget_shortfall`), the printout says so and names `--floor`,
 and the loader's exact-k draw (`maskstream.trainer.masking`) masks every token with p > 0 in it and never one
 with p = 0. A floor closes the gap."""
 
@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 import torch
 
-from maskstream.pipelines.dataset.core.mask_probability import mask_probabilities_flat
-from maskstream.pipelines.dataset.inspect.signal import (
+from maskstream.pipelines.build.core.mask_probability import mask_probabilities_flat
+from maskstream.pipelines.build.inspect.signal import (
     WordsForReport,
     budget_shortfall,
     format_report,
@@ -101,7 +101,7 @@ def test_the_report_and_printout_give_the_shortfall_and_name_the_floor() -> None
 
 
 def test_a_manifest_without_the_shortfall_still_loads_and_prints() -> None:
-    from maskstream.pipelines.dataset.inspect.signal import build_lines
+    from maskstream.pipelines.build.inspect.signal import build_lines
 
     sequence = code_heavy_sequence()
     p = probabilities(sequence, floor=0.0)
@@ -143,7 +143,7 @@ def test_with_a_floor_the_loader_draws_exactly_the_budget() -> None:
 
 def test_the_shortfall_reaches_the_manifest_through_the_builds_tallies() -> None:
     """map_tallies (what the build and update merge into `diagnostics`) carries the shortfall."""
-    from maskstream.pipelines.dataset.inspect.signal import build_diagnostics, map_tallies
+    from maskstream.pipelines.build.inspect.signal import build_diagnostics, map_tallies
 
     sequence = code_heavy_sequence()
     p = probabilities(sequence, floor=0.0)

@@ -21,8 +21,8 @@ PACKAGE_DIRS = {"maskstream": "maskstream", "maskstream.schemas": "schemas", "ma
 # a module may import its own package and the layers below it, never above or beside
 LAYERS = {"maskstream.storage": 0, "maskstream.models": 0, "maskstream.schemas": 0, "maskstream.pipelines": 1, "maskstream.trainer": 1, "maskstream": 2,
           "maskstream.cli": 3, "maskstream.__main__": 3}
-# inside the dataset stage, each role imports only the roles before it (pipelines/dataset/__init__.py)
-DATASET_ROLES = ["core", "storage", "inspect", "build_steps", "beam", "build"]
+# inside the dataset stage, each role imports only the roles before it (pipelines/build/__init__.py)
+DATASET_ROLES = ["core", "storage", "inspect", "steps", "beam", "driver"]
 LONGEST_FUNCTION = 100
 
 
@@ -117,7 +117,7 @@ def test_layers_import_only_downward() -> None:
 
 
 def test_the_dataset_roles_import_only_the_roles_before_them() -> None:
-    prefix = "maskstream.pipelines.dataset."
+    prefix = "maskstream.pipelines.build."
 
     def role(name: str) -> int | None:
         part = name[len(prefix):].split(".")[0] if name.startswith(prefix) else None

@@ -20,12 +20,12 @@ from typing import Any
 
 from maskstream.cli.config import config_fields
 from maskstream.models import HUB_MINILM, default_model
-from maskstream.pipelines.dataset.build import LOG, build_version
-from maskstream.pipelines.dataset.build_steps import DEFAULTS, BuildConfig
-from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
-from maskstream.pipelines.dataset.core.tokenizer_facts import check_tokenizer
-from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
-from maskstream.pipelines.dataset.inspect.signal import build_lines
+from maskstream.pipelines.build.core.encoder_dtype import resolve_encoder_dtype
+from maskstream.pipelines.build.core.tokenizer_facts import check_tokenizer
+from maskstream.pipelines.build.core.vocabulary import vocabulary_line
+from maskstream.pipelines.build.driver import LOG, build_version
+from maskstream.pipelines.build.inspect.signal import build_lines
+from maskstream.pipelines.build.steps import DEFAULTS, BuildConfig
 from maskstream.schemas.manifest import load_manifest
 
 
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_signal(version_url: str) -> None:
-    """The manifest's vocabulary coverage and signal diagnostics (pipelines/dataset/inspect/signal.py), as text."""
+    """The manifest's vocabulary coverage and signal diagnostics (pipelines/build/inspect/signal.py), as text."""
 
     _, manifest = load_manifest(version_url)
     print(vocabulary_line(manifest.vocabulary))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from maskstream.pipelines.lifecycle.gc import LOG, collect_garbage
+from maskstream.pipelines.update.gc import LOG, collect_garbage
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

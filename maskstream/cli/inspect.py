@@ -6,16 +6,16 @@ gs://. Prints the manifest's summary, checks the sha256 of every shard against t
 with the tokens most likely to be masked marked as [[token]], and writes a PNG with the
 histogram of the mask probabilities and of the expected masking rate per sequence.
 
-Then the masking signal (pipelines/dataset/inspect/signal.py), computed again from the shards: lifts,
+Then the masking signal (pipelines/build/inspect/signal.py), computed again from the shards: lifts,
 entropy ratio, the most and least masked words of the stored probabilities, and the same figures
 for three maps recomputed from the shards' words and the word table -- the paper's similarity map,
-the reference code's rank map and the sharpened map (`maskstream.pipelines.dataset.core.mask_probability.SHARPENED`);
+the reference code's rank map and the sharpened map (`maskstream.pipelines.build.core.mask_probability.SHARPENED`);
 plotted to a second PNG (the first one's name with `_signal`). Where they are the figures of the
 manifest, which `build` printed, one line says so; otherwise (an older version, or figures that
 differ) they are printed in full.
 
 With --html PAGE, also one self-contained HTML page of all of it, with a sequence browser
-(pipelines/dataset/inspect/inspect_html.py).
+(pipelines/build/inspect/inspect_html.py).
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ import sys
 import numpy as np
 
 from maskstream.models import manifest_model_name
-from maskstream.pipelines.dataset.inspect import inspect_html
-from maskstream.pipelines.dataset.inspect.signal import (
+from maskstream.pipelines.build.inspect import inspect_html
+from maskstream.pipelines.build.inspect.signal import (
     inspect_lines,
     plot_histograms,
     plot_report,
     signal_reports,
 )
-from maskstream.pipelines.dataset.inspect.version_contents import mark_tokens, read_version_contents
-from maskstream.pipelines.dataset.storage.dataset_writer import verify_shard
+from maskstream.pipelines.build.inspect.version_contents import mark_tokens, read_version_contents
+from maskstream.pipelines.build.storage.dataset_writer import verify_shard
 from maskstream.schemas.manifest import Manifest, ManifestError, load_manifest
 from maskstream.schemas.tables import SchemaMismatch
 

@@ -24,9 +24,9 @@ import time
 
 from maskstream.cli.build import add_dataset_options, build_config, print_signal
 from maskstream.cli.seeds import add_seed_options, seeds_config
-from maskstream.pipelines.dataset.build_steps import BuildConfig
-from maskstream.pipelines.lifecycle.incremental import leased_update
-from maskstream.pipelines.lifecycle.options import UpdateOptions
+from maskstream.pipelines.build.steps import BuildConfig
+from maskstream.pipelines.update.incremental import leased_update
+from maskstream.pipelines.update.options import UpdateOptions
 
 LOG = logging.getLogger("maskstream.update")
 

@@ -27,7 +27,7 @@ import logging
 import signal
 
 from maskstream.cli.update import add_update_options, update_options
-from maskstream.pipelines.lifecycle.watch import EXIT_INPUT_ERROR, LOG, Watcher
+from maskstream.pipelines.update.watch import EXIT_INPUT_ERROR, LOG, Watcher
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """Choosing seed words from word statistics: the filters and the ranking, shared by `maskstream
-seeds` (pipelines/statistics/seeds.py) and `maskstream update` (pipelines/lifecycle/incremental.py)."""
+seeds` (pipelines/statistics/seeds.py) and `maskstream update` (pipelines/update/incremental.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from maskstream.pipelines.lifecycle.gc import collect_garbage
+from maskstream.pipelines.update.gc import collect_garbage
 from maskstream.schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
 from maskstream.storage.lease import LEASES_DIR, ReaderLease, VersionLease, format_time, utc_now
 from tests.conftest import REPO_ROOT, run_cli

@@ -19,8 +19,8 @@ import pytest
 
 from maskstream.cli import build_parser
 from maskstream.cli.update import update_options
-from maskstream.pipelines.dataset.storage.dataset_writer import verify_shard
-from maskstream.pipelines.lifecycle.incremental import update
+from maskstream.pipelines.build.storage.dataset_writer import verify_shard
+from maskstream.pipelines.update.incremental import update
 from maskstream.schemas.manifest import MANIFEST_NAME, load_manifest
 
 FILES, DOCUMENTS_PER_FILE = 100, 2
@@ -44,7 +44,7 @@ def change_one_file(folder: Path) -> Path:
 
 
 def run_update(inputs: str, root: str, *extra: str) -> dict:
-    from maskstream.pipelines.lifecycle.incremental import update
+    from maskstream.pipelines.update.incremental import update
 
     args, _ = build_parser().parse_known_args(["update", "--input", inputs, "--output", root, "--shard-rows", "100",
                                                *extra])
@@ -105,7 +105,7 @@ def test_change_one_file_redoes_only_that_file_and_equals_a_full_rebuild(first_b
 
 def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, monkeypatch) -> None:
     """Changes above IN_PROCESS_MAX_BYTES go through a Beam pipeline: the same cache entries, the same dataset."""
-    from maskstream.pipelines.lifecycle import changed_files
+    from maskstream.pipelines.update import changed_files
 
     second = first_build.get("second") or pytest.skip("needs the incremental test")
     corpus, base = first_build["corpus"], first_build["base"]
@@ -122,7 +122,7 @@ def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, monke
 
 
 def test_an_update_without_new_words_imports_neither_beam_nor_the_encoder(first_build, subprocess_env, tmp_path) -> None:
-    from maskstream.pipelines.dataset.core.encoder_dtype import gpu_driver_present
+    from maskstream.pipelines.build.core.encoder_dtype import gpu_driver_present
 
     # A copy of the corpus and the dataset root: the copied files have new paths, so the first
     # update counts and tokenizes every one of them (in its process), and finds no new word.
@@ -160,8 +160,8 @@ def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) 
 
 
 def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first_build) -> None:
-    from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
-    from maskstream.pipelines.lifecycle.cache import encoder_key
+    from maskstream.pipelines.build.core.encoder_dtype import resolve_encoder_dtype
+    from maskstream.pipelines.update.cache import encoder_key
 
     url, manifest = load_manifest(str(first_build["root"]))  # latest: the corpus as it is now
     dtype = resolve_encoder_dtype("auto", "auto")  # the default, --encoder-dtype auto
@@ -227,7 +227,7 @@ def watched_copy(first_build, name: str) -> tuple[Path, Path]:
 
 
 def test_watch_builds_when_the_folder_changes(first_build) -> None:
-    from maskstream.pipelines.lifecycle.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
+    from maskstream.pipelines.update.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
 
     corpus, root = watched_copy(first_build, "watch")
     args, _ = build_parser().parse_known_args(["watch", str(corpus), "--output", str(root)])
@@ -303,7 +303,7 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
     """--min-word-count 2: after an added document makes a word seen once occur twice, the update
     encodes it, and its rows equal a fresh update's and `maskstream stats` + `seeds` + `build`'s."""
     from maskstream.cli import main
-    from maskstream.pipelines.dataset.core.vocabulary import SKIPPED
+    from maskstream.pipelines.build.core.vocabulary import SKIPPED
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -338,7 +338,7 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
 def test_cache_parts_are_compacted_and_a_reader_never_misses_a_row(tmp_path, monkeypatch) -> None:
     from fsspec.implementations.local import LocalFileSystem
 
-    from maskstream.pipelines.lifecycle import cache
+    from maskstream.pipelines.update import cache
 
     folder = str(tmp_path / "general_frequency" / "en")
     parts = cache.PARTS_BEFORE_COMPACTION + 4
@@ -383,7 +383,7 @@ class _InstantEncoder:
 def test_the_encoder_process_outlives_ctrl_c_and_sigterm_sent_to_its_group() -> None:
     import os
 
-    from maskstream.pipelines.lifecycle import encoder_process
+    from maskstream.pipelines.update import encoder_process
 
     pool, loading = encoder_process._encoder_process(_InstantEncoder())
     try:
@@ -404,7 +404,7 @@ def test_the_encoder_process_outlives_ctrl_c_and_sigterm_sent_to_its_group() -> 
 def test_the_encoder_process_ends_when_its_parent_is_killed(subprocess_env) -> None:
     import os
 
-    script = ("import os, time\nfrom maskstream.pipelines.lifecycle import encoder_process\n"
+    script = ("import os, time\nfrom maskstream.pipelines.update import encoder_process\n"
               "from tests.pipelines.test_incremental import _InstantEncoder\n"
               "pool, loading = encoder_process._encoder_process(_InstantEncoder())\n"
               "loading.result()\nprint(pool.submit(os.getpid).result(), flush=True)\ntime.sleep(600)\n")

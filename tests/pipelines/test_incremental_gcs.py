@@ -25,8 +25,8 @@ def beam_anonymous_gcs(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs, caplog,
                                         tiny_bert: str, tmp_path) -> None:
-    from maskstream.pipelines.lifecycle.incremental import update
-    from maskstream.pipelines.lifecycle.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
+    from maskstream.pipelines.update.incremental import update
+    from maskstream.pipelines.update.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
     from maskstream.trainer.follow import LatestVersionFollower
 
     fs, _ = fsspec.core.url_to_fs(gcs_bucket)

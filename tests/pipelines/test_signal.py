@@ -18,7 +18,7 @@ import pytest
 from scipy.optimize import brentq
 
 from maskstream.cli import main
-from maskstream.pipelines.dataset.core.mask_probability import SHARPENED, mask_probabilities_flat
+from maskstream.pipelines.build.core.mask_probability import SHARPENED, mask_probabilities_flat
 from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 from maskstream.schemas.manifest import load_manifest
 from maskstream.schemas.words import words
@@ -218,10 +218,10 @@ def test_inspect_prints_the_signal_the_build_did_not(sharpened_build, tmp_path, 
 
 def test_a_near_uniform_map_is_warned_about(sharpened_build):
     """The paper's map on this slice: its diagnostics carry the warning naming the knobs."""
-    from maskstream.pipelines.dataset.inspect.signal import signal_reports
+    from maskstream.pipelines.build.inspect.signal import signal_reports
 
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
-    from maskstream.pipelines.dataset.inspect.signal import map_tallies
+    from maskstream.pipelines.build.inspect.signal import map_tallies
 
     word_table = pq.read_table(f"{version_url}/words")
     similarity = np.zeros(word_table.num_rows, np.float32)
@@ -244,7 +244,7 @@ def test_a_near_uniform_map_is_warned_about(sharpened_build):
 def test_comparison_maps_are_tallied_on_every_kth_sequence(sharpened_build, monkeypatch):
     """With k = 3 the built map is still tallied on every row, and each compared map on exactly the
     rows whose sequence id is a multiple of 3 (counted here with numpy), as a full tally of those rows."""
-    from maskstream.pipelines.dataset.inspect import signal
+    from maskstream.pipelines.build.inspect import signal
 
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
     word_table = pq.read_table(f"{version_url}/words")

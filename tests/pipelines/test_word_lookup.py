@@ -1,4 +1,4 @@
-"""The vocabulary as compact arrays (pipelines/dataset/core/word_lookup.py), checked against plain dicts,
+"""The vocabulary as compact arrays (pipelines/build/core/word_lookup.py), checked against plain dicts,
 and the word table's two formats (one file, then shards) read as one."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from maskstream.pipelines.dataset.build_steps import (
+from maskstream.pipelines.build.core.word_lookup import WordLookup
+from maskstream.pipelines.build.steps import (
     collect_word_scores,
     vocabulary_counts,
     vocabulary_tally,
     word_table_rows,
 )
-from maskstream.pipelines.dataset.core.word_lookup import WordLookup
 from maskstream.schemas.manifest import Manifest, read_word_table
 from maskstream.schemas.words import words as words_of_text
 
@@ -102,7 +102,7 @@ def test_update_refuses_a_vocabulary_beyond_its_memory(tmp_path, sample_corpus, 
     """`update` runs in one process: it checks the vocabulary against the memory available and
     points to `build` on Dataflow instead of running out of memory."""
     from maskstream.cli import main
-    from maskstream.pipelines.lifecycle import memory
+    from maskstream.pipelines.update import memory
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
