@@ -344,6 +344,16 @@ class Mixture:
         return {"samples": self.samples, "layout": self.layout, "weights": self.weights, "sources": states,
                 "positions": [self._position(source) for source in range(len(self.sources))]}
 
+    def domain_position(self) -> tuple[int, int, int]:
+        """The domain's epoch, the rows of it this rank has still to take, and the rows a whole epoch
+        gives each rank: where a plan in domain epochs starts (maskstream.trainer.plan)."""
+        taken, dataset = self._position(0), self.sources[0].dataset
+        return taken["epoch"], dataset.rows_per_rank() - taken["rows"], math.ceil(dataset.total_rows / self.world_size)
+
+    def domain_rows(self, start: int, count: int) -> np.ndarray:
+        """Which of the mixture samples `start` .. `start + count - 1` the draw gives the domain."""
+        return source_schedule(self.seed, self.weights, start, count) == 0
+
     def _position(self, source: int) -> dict[str, int]:
         """The epoch a source's rows are being taken from, the rows taken of it on this rank (of what
         was left of it, after an elastic resume) and the source's live state (its segments, version

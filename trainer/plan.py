@@ -10,6 +10,9 @@ same number of rows in each batch, so a step trains `ranks x rows of its batches
   the whole epochs after it, and a fraction of one for a fractional E. A resume on another world
   size or batch size works that out again from the loader's position, so the epoch that was under
   way when the run stopped is finished on the new layout, however its rows divide.
+- A `--mix` mixture's epochs are its domain's: its batches are always full, each rank takes the
+  domain rows the draw gives it (maskstream.trainer.mixture), and the run ends at the batch where
+  every rank has taken its share of E domain epochs (the others have taken a few rows more).
 - `--max-steps N` ends after N steps, on any layout: an elastic resume says how many samples the
   remaining steps now cover.
 - The learning rate (linear warm-up, then linear decay to 0) and the masking-budget schedule are
@@ -21,8 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +56,10 @@ class Position:
     rows_per_epoch: int  # rows this rank deals in a whole epoch: ceil(version rows / ranks)
     batch_size: int
     world_size: int
+    # A mixture: which of `count` mixture samples from `start` on are the domain's (the draw), and the
+    # mixture samples taken before this position; None for a single source.
+    domain_rows: Callable[[int, int], np.ndarray] | None = None
+    samples_done: int = 0
 
     @classmethod
     def of(cls, dataset: Any, batch_size: int, world_size: int) -> Position:
@@ -67,8 +76,11 @@ class Position:
         return math.ceil(self.rows_per_epoch / self.batch_size)
 
     def batch_rows(self) -> Iterator[int]:
-        """The rows of each of this rank's next batches: the rest of this epoch, then whole epochs."""
+        """The rows of each of this rank's next batches: the rest of this epoch, then whole epochs (a
+        mixture's batches are full)."""
         rows_left, batch = self.rows_left, self.batch_size
+        while self.domain_rows is not None:
+            yield batch
         while True:
             while rows_left > 0:
                 yield min(batch, rows_left)
@@ -84,6 +96,8 @@ class Position:
 
     def batches_until(self, epochs: float) -> int:
         """Batches of each rank from here to where `epochs` epochs end (0 if past it)."""
+        if self.domain_rows is not None:
+            return self._mixture_batches_until(epochs)
         whole, fraction = divmod(epochs, 1.0)
         end_epoch, end_batch = int(whole), math.floor(fraction * self.batches_per_epoch)
         if self.epoch > end_epoch or (self.epoch == end_epoch and end_batch == 0):
@@ -92,6 +106,34 @@ class Position:
         if self.epoch == end_epoch:
             return max(end_batch - done_now, 0)
         return self.batches_left + (end_epoch - self.epoch - 1) * self.batches_per_epoch + end_batch
+
+    def rows_until(self, epochs: float) -> int:
+        """Rows this rank deals from here to where `epochs` epochs end (0 if past it)."""
+        whole, fraction = divmod(epochs, 1.0)
+        end_epoch, end_rows = int(whole), math.floor(fraction * self.rows_per_epoch)
+        if self.epoch > end_epoch:
+            return 0
+        if self.epoch == end_epoch:
+            return max(end_rows - (self.rows_per_epoch - self.rows_left), 0)
+        return self.rows_left + (end_epoch - self.epoch - 1) * self.rows_per_epoch + end_rows
+
+    def _mixture_batches_until(self, epochs: float) -> int:
+        """A mixture's batches until every rank has taken the domain rows that end `epochs`: batch `t`
+        of rank `r` takes mixture samples from `samples_done + (t x ranks + r) x batch` on."""
+        needed = self.rows_until(epochs)
+        if needed <= 0:
+            return 0
+        ranks, batch = self.world_size, self.batch_size
+        taken, batches = np.zeros(ranks, dtype=np.int64), 0
+        chunk = max(16, math.ceil(needed / batch))  # batches drawn at a time: at least the domain's share
+        while True:
+            start = self.samples_done + batches * ranks * batch
+            domain = self.domain_rows(start, chunk * ranks * batch).reshape(chunk, ranks, batch).sum(axis=2)
+            reached = ((taken + np.cumsum(domain, axis=0)) >= needed).all(axis=1)
+            if reached.any():
+                return batches + int(np.argmax(reached)) + 1
+            taken += domain.sum(axis=0)
+            batches += chunk
 
 
 def fresh_plan(position: Position, *, epochs: float, max_steps: int, grad_accumulation: int,

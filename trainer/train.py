@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,9 +61,10 @@ def plan_run(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | No
     again on another world size or batch size (its epochs still end where they should), and with
     --max-steps given now trains to that step."""
     batch, world = config.batch_size, data.ranks.world_size
-    if data.mixture is not None:  # full batches: the domain's epochs in batches, counted from the start
-        steps_per_epoch = data.dataset.steps_per_epoch(batch)
-        position = Position(0, steps_per_epoch * batch, steps_per_epoch, steps_per_epoch * batch, batch, world)
+    if data.mixture is not None:  # full batches, the domain's rows as the draw gives them
+        epoch, rows_left, rows_per_epoch = data.mixture.domain_position()
+        position = Position(epoch, rows_left, math.ceil(rows_left / batch), rows_per_epoch, batch, world,
+                            domain_rows=data.mixture.domain_rows, samples_done=data.mixture.samples)
     else:
         position = Position.of(data.dataset, batch, world)
     accumulation = config.grad_accumulation
@@ -78,8 +80,8 @@ def plan_run(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | No
         if config.max_steps:
             return replan(saved_plan, step, samples_done, position, epochs=None, grad_accumulation=accumulation)
         return saved_plan  # the same batches: the plan as it was
-    # A run planned in epochs (not --max-steps, not a mixture's) ends them on this layout.
-    epochs = None if config.max_steps or data.mixture is not None else was.get("epochs")
+    # A run planned in epochs (not --max-steps) ends them on this layout.
+    epochs = None if config.max_steps else was.get("epochs")
     plan = replan(saved_plan, step, samples_done, position, epochs=epochs, grad_accumulation=accumulation)
     steps_before = saved_plan.total_steps - step
     if epochs is None:

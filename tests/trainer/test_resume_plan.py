@@ -7,12 +7,15 @@ real loader (`StreamingSequenceDataset` and `build_dataloader`, every rank in th
 how many steps each layout trains. Checked for each case: every sample of each epoch is trained
 once, but for the remainder policy's repeats (at most ranks - 1 per layout that dealt part of the
 epoch), nothing past the last epoch but what one step's accumulation takes, the samples dealt are
-the samples planned, and the learning rate ends where the uninterrupted run's ends."""
+the samples planned, and the learning rate ends where the uninterrupted run's ends. The same for
+a 0.8/0.2 mixture of the version and general text, whose epochs are the domain's."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import json
+import math
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,8 +23,9 @@ from hypothesis import strategies as st
 
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.mixture import build_mixture
 from maskstream.trainer.plan import Plan, Position, fresh_plan, learning_rate_factor, replan
-from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
+from tests.fixtures.sequence_dataset import read_texts, sequence_rows, tokenizer, write_dataset
 
 ROWS = (61, 150, 203)  # prime or odd: no layout below divides them
 SEED = 5
@@ -35,6 +39,14 @@ def versions(tmp_path_factory) -> dict[int, str]:
         write_dataset(str(root), sequence_rows(read_texts(limit=rows), max_length=24), shards=3, row_group_size=16)
         made[rows] = str(root)
     return made
+
+
+@pytest.fixture(scope="module")
+def general_text(tmp_path_factory) -> str:
+    """70 records of general text (descriptions the versions do not hold): the 0.2 of a mixture."""
+    path = tmp_path_factory.mktemp("general") / "general.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in read_texts(limit=max(ROWS) + 70)[max(ROWS):]))
+    return str(path)
 
 
 @dataclasses.dataclass
@@ -138,3 +150,63 @@ def test_the_issues_case_finishes_the_epoch() -> None:
     after = Position(epoch=0, rows_left=34, batches_left=5, rows_per_epoch=1377, batch_size=8, world_size=1)
     resumed = replan(plan, 84, samples_done, after, epochs=1, grad_accumulation=1)
     assert (resumed.total_steps, resumed.total_samples - samples_done) == (89, 34)
+
+
+class MixtureRanks(Ranks):
+    """Every rank of a 0.8/0.2 mixture of the version and general text, as `--mix TEXT:0.2` trains."""
+
+    def __init__(self, url: str, text: str, layout: Layout, states: list[dict] | None = None):
+        self.layout, self.mixtures = layout, []
+        for rank in range(layout.ranks):
+            domain = StreamingSequenceDataset(url, seed=SEED, rank=rank, world_size=layout.ranks)
+            mixture = build_mixture(domain, [f"{text}:0.2"], tokenizer(), strategy="random", seed=SEED,
+                                    batch_size=layout.batch, num_workers=layout.workers)
+            if states is not None:
+                mixture.load_state_dict(states)
+            self.mixtures.append(mixture)
+
+    def position(self) -> Position:
+        mixture = self.mixtures[0]
+        epoch, rows_left, rows_per_epoch = mixture.domain_position()
+        return Position(epoch, rows_left, math.ceil(rows_left / self.layout.batch), rows_per_epoch, self.layout.batch,
+                        self.layout.ranks, domain_rows=mixture.domain_rows, samples_done=mixture.samples)
+
+    def train(self, steps: int, accumulation: int, trained: list[tuple[int, int]]) -> int:
+        """Takes `steps` steps' batches on every rank, recording the domain's rows; returns the samples dealt."""
+        dealt = 0
+        for _ in range(steps * accumulation):
+            for mixture in self.mixtures:
+                batch = mixture.next_batch()
+                trained.extend((int(e), int(i)) for s, e, i in zip(batch["source"], batch["epoch"],
+                                                                   batch["sample_index"], strict=True) if s == 0)
+                dealt += len(batch["source"])
+        return dealt
+
+    def states(self) -> list[dict]:
+        return [mixture.state_dict() for mixture in self.mixtures]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.sampled_from(ROWS[:2]), accumulation=st.integers(1, 2),
+       runs=st.lists(st.builds(Layout, ranks=st.integers(1, 3), workers=st.just(0), batch=st.integers(3, 11)),
+                     min_size=2, max_size=2),
+       cut=st.floats(0.05, 0.95))
+def test_a_mixture_planned_in_epochs_finishes_its_domains_on_any_layout(versions, general_text, rows, accumulation,
+                                                                      runs, cut) -> None:
+    """--epochs 1 of a 0.8/0.2 mixture, resumed once on another layout: every domain row of epoch 0 is
+    trained (the remainder's repeats aside), and only what the ranks that were ahead took of epoch 1
+    past it (each rank takes its own share: up to a step's accumulation and a batch more per rank)."""
+    url = versions[rows]
+    first = MixtureRanks(url, general_text, runs[0])
+    plan = fresh_plan(first.position(), epochs=1, max_steps=0, grad_accumulation=accumulation, warmup_ratio=0.1)
+    step = max(1, round(cut * plan.total_steps))
+    trained: list[tuple[int, int]] = []
+    samples = first.train(min(step, plan.total_steps), accumulation, trained)
+    current = plan
+    if step < plan.total_steps:
+        resumed = MixtureRanks(url, general_text, runs[1], first.states())
+        current = replan(plan, step, samples, resumed.position(), epochs=1, grad_accumulation=accumulation)
+        samples += resumed.train(current.total_steps - step, accumulation, trained)
+    assert samples == current.total_samples
+    spill = sum(r.ranks * r.batch * (accumulation + 1) for r in runs)
+    check_epochs(trained, rows, 1, runs, spill)
