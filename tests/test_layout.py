@@ -130,6 +130,16 @@ def test_the_dataset_roles_import_only_the_roles_before_them() -> None:
     assert upward == []
 
 
+def test_the_build_and_the_update_do_not_import_inspect() -> None:
+    """What the build and the update compute (the signal's tallies and figures: core/) is apart from
+    what people read of it (inspect/: lines, plots, the HTML page), which only the commands import."""
+    inspect_ = "maskstream.pipelines.build.inspect"
+    computing = ("maskstream.pipelines.build.", "maskstream.pipelines.update")
+    readers = [f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
+               if b.startswith(inspect_) and a.startswith(computing) and not a.startswith(inspect_)]
+    assert readers == []
+
+
 def test_no_library_module_parses_arguments() -> None:
     """Commands apart: argparse, `add_arguments` and `run(args)` live only in maskstream.cli."""
     for name, path in modules().items():

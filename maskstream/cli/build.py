@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_signal(version_url: str) -> None:
-    """The manifest's vocabulary coverage and signal diagnostics (pipelines/build/inspect/signal.py), as text."""
+    """The manifest's vocabulary coverage and signal diagnostics (pipelines/build/core/signal_tallies.py), as text."""
 
     _, manifest = load_manifest(version_url)
     print(vocabulary_line(manifest.vocabulary))

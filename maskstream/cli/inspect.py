@@ -6,7 +6,7 @@ gs://. Prints the manifest's summary, checks the sha256 of every shard against t
 with the tokens most likely to be masked marked as [[token]], and writes a PNG with the
 histogram of the mask probabilities and of the expected masking rate per sequence.
 
-Then the masking signal (pipelines/build/inspect/signal.py), computed again from the shards: lifts,
+Then the masking signal (pipelines/build/core/signal_tallies.py), computed again from the shards: lifts,
 entropy ratio, the most and least masked words of the stored probabilities, and the same figures
 for three maps recomputed from the shards' words and the word table -- the paper's similarity map,
 the reference code's rank map and the sharpened map (`maskstream.pipelines.build.core.mask_probability.SHARPENED`);

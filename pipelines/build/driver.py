@@ -11,13 +11,13 @@ from typing import Any
 
 import fsspec
 
-from maskstream.pipelines.dataflow_job import is_dry_run, job_size
 from maskstream.pipelines.build.steps import BuildConfig, manifest_fields, pipeline_counters
 from maskstream.pipelines.build.storage.dataset_writer import (
     join,
     new_version_name,
     prepare_version,
 )
+from maskstream.pipelines.dataflow_job import is_dry_run, job_size
 from maskstream.schemas.manifest import MANIFEST_NAME, SEEDS_NAME, load_manifest
 from maskstream.schemas.words import WORD_NORMALIZATION, words
 from maskstream.storage.publish import write_atomically

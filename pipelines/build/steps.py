@@ -46,7 +46,7 @@ from maskstream.pipelines.build.core.vocabulary import (
 )
 from maskstream.pipelines.build.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
 from maskstream.pipelines.build.core.word_lookup import WordLookup, WordScores, word_keys
-from maskstream.pipelines.build.inspect.signal import WordsForReport, build_diagnostics, map_tallies
+from maskstream.pipelines.build.core.signal_tallies import WordsForReport, build_diagnostics, map_tallies
 from maskstream.pipelines.build.storage.dataset_writer import (
     dataset_rows,
     join,
@@ -331,7 +331,7 @@ def sequence_rows(windows: pa.Table, ids: np.ndarray, similarity: np.ndarray, co
 
 def signal_tally(rows: pa.Table, similarity: np.ndarray, config: BuildConfig,
                  total: int) -> dict[str, dict[str, np.ndarray]]:
-    """The signal tallies of rows of a dataset of `total` rows (pipelines/build/inspect/signal.py)."""
+    """The signal tallies of rows of a dataset of `total` rows (pipelines/build/core/signal_tallies.py)."""
 
     return map_tallies(rows, similarity, dataclasses.asdict(config), total)
 

@@ -37,8 +37,8 @@ from maskstream.pipelines.build.core.sequences import (
     window_template,
     windows,
 )
+from maskstream.pipelines.build.core.signal_tallies import merge_map_tallies
 from maskstream.pipelines.build.core.word_lookup import WordLookup, WordScores
-from maskstream.pipelines.build.inspect.signal import merge_map_tallies
 from maskstream.pipelines.build.steps import (
     BuildConfig,
     assemble_manifest,

@@ -39,6 +39,9 @@ import pyarrow.parquet as pq
 
 from maskstream.pipelines.build.beam.embeddings import EmbedWords, NearestSeedRowsFn, WordEncoderHandler
 from maskstream.pipelines.build.beam.tokenize_to_windows import TokenizeToWindows
+from maskstream.pipelines.build.core.vocabulary import encoded_mask
+from maskstream.pipelines.build.core.word_lookup import WordLookup, WordScores
+from maskstream.pipelines.build.core.signal_tallies import merge_map_tallies
 from maskstream.pipelines.build.steps import (
     REJECTS_PREFIX,
     BuildConfig,
@@ -59,9 +62,6 @@ from maskstream.pipelines.build.steps import (
     word_table_shards,
     write_word_table_shard,
 )
-from maskstream.pipelines.build.core.vocabulary import encoded_mask
-from maskstream.pipelines.build.core.word_lookup import WordLookup, WordScores
-from maskstream.pipelines.build.inspect.signal import merge_map_tallies
 from maskstream.pipelines.build.storage.dataset_writer import (
     embeddings_table,
     join,
@@ -271,7 +271,7 @@ def stage_windows(windows: pa.Table, version_url: str) -> tuple[str, pa.Table]:
 class ComputeRows(beam.DoFn):
     """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
     written as one Arrow part file per shard it touches; yields (shard, part path), and the
-    rows' signal tallies (`maskstream.pipelines.build.inspect.signal.map_tallies`) on the output tagged TALLY.
+    rows' signal tallies (`maskstream.pipelines.build.core.signal_tallies.map_tallies`) on the output tagged TALLY.
 
     The rows go through files rather than through the GroupByKey: the runner then never holds
     the whole dataset in memory, only the part names.
@@ -305,7 +305,7 @@ class ComputeRows(beam.DoFn):
 
 
 class MergeTallies(beam.CombineFn):
-    """Sums signal tallies per map (`maskstream.pipelines.build.inspect.signal.merge_map_tallies`); None when there is none."""
+    """Sums signal tallies per map (`maskstream.pipelines.build.core.signal_tallies.merge_map_tallies`); None when there is none."""
 
     def create_accumulator(self):
         return None

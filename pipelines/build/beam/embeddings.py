@@ -22,8 +22,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
-from maskstream.pipelines.build.steps import nearest_seed_rows
 from maskstream.pipelines.build.core.word_encoder import LoadedEncoder, WordEncoder
+from maskstream.pipelines.build.steps import nearest_seed_rows
 
 
 class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):
