@@ -54,8 +54,8 @@ from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.loader import build_dataloader
 from maskstream.trainer.mixture import build_mixture
 from maskstream.trainer.shard_cache import ShardCache
-from tests.fixtures import sequence_dataset as factory
-from tests.fixtures.gcs_emulator import gcs_emulator
+from testing import sequence_dataset as factory
+from testing.gcs_emulator import gcs_emulator
 
 REPO = Path(__file__).resolve().parents[1]
 

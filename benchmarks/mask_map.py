@@ -33,7 +33,7 @@ from benchmarks.masking import timed
 from maskstream.mask_map import MAP_FORMAT, MaskMap, write_mask_map
 from maskstream.schemas.manifest import vocab_hash
 from maskstream.schemas.words import words
-from tests.fixtures import sequence_dataset as factory
+from testing import sequence_dataset as factory
 
 LENGTH = 128
 BATCHES = (64, 256)

@@ -38,7 +38,7 @@ import torch
 
 from maskstream.schemas.tables import SEQUENCE_SCHEMA
 from maskstream.trainer.dataset import LIST_COLUMNS
-from tests.fixtures import sequence_dataset as factory  # (the test fixture's dataset writer)
+from testing import sequence_dataset as factory  # (the test fixture's dataset writer)
 
 REPO = Path(__file__).resolve().parents[1]
 

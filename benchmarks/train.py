@@ -48,7 +48,7 @@ import torch
 
 from benchmarks.masking import real_sequences  # (sequences of exactly 128 tokens)
 from maskstream.models import default_model
-from tests.fixtures import sequence_dataset as factory  # (the test fixture's dataset writer)
+from testing import sequence_dataset as factory  # (the test fixture's dataset writer)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.fixtures.gcs_emulator import gcs_emulator as emulator
+from testing.gcs_emulator import gcs_emulator as emulator
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO_ROOT / "data" / "debian-science.jsonl"
@@ -93,7 +93,7 @@ def run_cli(args: list[str], env: dict[str, str], check: bool = True) -> subproc
 
 @pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[str]:
-    """A real GCS JSON API on 127.0.0.1 (tests/fixtures/gcs_emulator.py); tests create their own
+    """A real GCS JSON API on 127.0.0.1 (testing/gcs_emulator.py); tests create their own
     uniquely named buckets."""
     with emulator() as endpoint:
         yield endpoint

@@ -23,7 +23,7 @@ from maskstream.mask_map import TokenizerMismatch, export_mask_map
 from maskstream.schemas.manifest import load_manifest
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.masking import MaskingConfig, apply_masking
-from tests.fixtures.tokenizer_families import corpus_texts, train_family
+from testing.tokenizer_families import corpus_texts, train_family
 from tests.pipelines.test_build import build_args, make_inputs, read_rows
 
 # name -> (tokenizer family, build options)

@@ -19,8 +19,8 @@ import pytest
 from maskstream.pipelines.update.gc import collect_garbage
 from maskstream.schemas.manifest import LATEST_POINTER, MANIFEST_NAME, Manifest
 from maskstream.storage.lease import LEASES_DIR, ReaderLease, VersionLease, format_time, utc_now
+from testing import sequence_dataset as factory
 from tests.conftest import REPO_ROOT, run_cli
-from tests.fixtures import sequence_dataset as factory
 
 
 def write_version(root: Path, version: str, created_minutes_ago: float, published_minutes_ago: float | None = None,

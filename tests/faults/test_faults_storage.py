@@ -181,7 +181,7 @@ def test_gcs_503s_are_retried_end_to_end(gcs_emulator: str, gcs_bucket: str, fau
     """A dataset in an (emulated) bucket read through a proxy that fails the first shard requests."""
     import gcsfs
 
-    from tests.fixtures import sequence_dataset as factory
+    from testing import sequence_dataset as factory
 
     root = f"{gcs_bucket}/datasets/faults"
     factory.write_dataset(root, fault_rows, shards=2, row_group_size=20)

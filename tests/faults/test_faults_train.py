@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from testing import sequence_dataset as factory
 from tests.conftest import REPO_ROOT
-from tests.fixtures import sequence_dataset as factory
 
 STEPS, SAVE_EVERY = 20, 5
 

@@ -1,6 +1,6 @@
 """Every tokenizer family maps tokens to the right words, on every word occurrence of the shipped
 corpus: WordPiece, byte-level BPE (with and without add_prefix_space), SentencePiece Unigram and
-BPE with Metaspace, each trained here on the corpus (tests/fixtures/tokenizer_families.py).
+BPE with Metaspace, each trained here on the corpus (testing/tokenizer_families.py).
 
 Checked against the tokenizers' own decoders: the tokens the build assigns to a word decode to
 that word (as the tokenizer normalizes it). Then, on the build's real sequences: windows never
@@ -24,7 +24,7 @@ from maskstream.pipelines.build.inspect.check_tokenizer import word_decode_repor
 from maskstream.pipelines.build.steps import vocabulary_index
 from maskstream.pipelines.corpus import Document
 from maskstream.schemas.words import word_spans
-from tests.fixtures.tokenizer_families import FAMILIES, corpus_texts, train_family
+from testing.tokenizer_families import FAMILIES, corpus_texts, train_family
 
 # What each family puts around a sequence (prefix, suffix), as tokens.
 TEMPLATES = {

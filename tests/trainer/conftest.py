@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures import sequence_dataset as factory
+from testing import sequence_dataset as factory
 
 
 @pytest.fixture(scope="session")

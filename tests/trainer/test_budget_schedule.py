@@ -22,7 +22,7 @@ from maskstream.trainer.masking import (
     maskable,
 )
 from maskstream.trainer.metrics import read_metrics
-from tests.fixtures.sequence_dataset import read_texts, sequence_rows, tokenizer, write_dataset
+from testing.sequence_dataset import read_texts, sequence_rows, tokenizer, write_dataset
 
 
 def test_schedules_go_from_start_to_end_over_the_run():

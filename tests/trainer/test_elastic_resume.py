@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from maskstream.cli import main
-from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
+from testing.sequence_dataset import read_texts, sequence_rows, write_dataset
 
 STEPS = 24  # every run's schedule, with a checkpoint every 3 steps: the newest two, 21 and 24, are kept
 RESUMED_AT = 21  # the first run is resumed from its step-21 checkpoint, as if it had stopped there

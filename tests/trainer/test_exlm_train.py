@@ -11,7 +11,7 @@ from transformers import AutoModelForMaskedLM
 
 from maskstream.cli import main
 from maskstream.trainer.metrics import read_metrics
-from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
+from testing.sequence_dataset import read_texts, sequence_rows, write_dataset
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.hf import MaskingCollator, shard_urls
 from maskstream.trainer.loader import build_dataloader
 from maskstream.trainer.masking import MaskingConfig
-from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
+from testing.sequence_dataset import read_texts, sequence_rows, write_dataset
 
 
 def _check_rows(rows, urls: list[str]) -> None:

@@ -21,7 +21,7 @@ from maskstream.schemas.tables import SEQUENCE_SCHEMA
 from maskstream.trainer.dataset import ChecksumMismatch, Layout, RankPlan, StreamingSequenceDataset
 from maskstream.trainer.loader import build_dataloader
 from maskstream.trainer.masking import MaskingConfig, apply_masking
-from tests.fixtures import sequence_dataset as factory
+from testing import sequence_dataset as factory
 
 
 def epoch_indices(dataset_root, *, world_size, num_workers, batch_size=16, seed=0, epoch=0, **kwargs):

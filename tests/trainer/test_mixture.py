@@ -28,7 +28,7 @@ from maskstream.trainer.mixture import (
     source_schedule,
     source_seed,
 )
-from tests.fixtures import sequence_dataset as factory
+from testing import sequence_dataset as factory
 
 
 @pytest.mark.parametrize("weights", [[0.8, 0.2], [0.5, 0.3, 0.15, 0.05], [0.95, 0.05], [0.16, 0.28, 0.28, 0.28]])

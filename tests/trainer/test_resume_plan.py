@@ -25,7 +25,7 @@ from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.loader import build_dataloader
 from maskstream.trainer.mixture import build_mixture
 from maskstream.trainer.plan import Plan, Position, fresh_plan, learning_rate_factor, replan
-from tests.fixtures.sequence_dataset import read_texts, sequence_rows, tokenizer, write_dataset
+from testing.sequence_dataset import read_texts, sequence_rows, tokenizer, write_dataset
 
 ROWS = (61, 150, 203)  # prime or odd: no layout below divides them
 SEED = 5

@@ -15,7 +15,7 @@ from maskstream.cli import main
 from maskstream.trainer import training_data
 from maskstream.trainer.held_out import held_out
 from maskstream.trainer.metrics import read_metrics
-from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
+from testing.sequence_dataset import read_texts, sequence_rows, write_dataset
 
 
 @pytest.fixture(scope="module")

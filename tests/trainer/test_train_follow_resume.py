@@ -21,7 +21,7 @@ from maskstream.cli import main
 from maskstream.trainer import checkpoint
 from maskstream.trainer import train as train_loop
 from maskstream.trainer.metrics import read_metrics
-from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
+from testing.sequence_dataset import read_texts, sequence_rows, write_dataset
 
 # 6 batches of 8 per epoch, 2 per step: 3 steps per epoch; epoch 0 reads v1, epochs 1 and 2 v2.
 RUN = ["--batch-size", "8", "--grad-accumulation", "2", "--max-steps", "8", "--num-workers", "0",

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from maskstream.cli import main
 from maskstream.trainer.metrics import read_metrics
-from tests.fixtures.sequence_dataset import read_texts, sequence_rows, write_dataset
+from testing.sequence_dataset import read_texts, sequence_rows, write_dataset
 
 RECORDED = Path(__file__).with_name("recorded_train_outputs.json")
 RECORD = os.environ.get("MASKSTREAM_RECORD_TRAIN_OUTPUTS") == "1"
