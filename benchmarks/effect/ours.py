@@ -74,9 +74,12 @@ def seed_plan(variance: Path) -> dict[str, Any]:
     """The pre-registered rule: N = the seeds a two-sided paired t-test needs for 80 % power at +1 point,
     with the sd of difference - random over the variance seeds, at least MIN_SEEDS, at most MAX_SEEDS."""
     kinds = load(variance / "results.jsonl")  # the last line of each (config, arm, seed)
-    if len({r["config_hash"] for r in kinds["arm"]}) != 1:
+    # The arms the rule reads. `none` is not one: it trains nothing, so its config hash is taken with 0
+    # passes and differs from theirs (counting it stopped the run after the variance phase).
+    compared = [r for r in kinds["arm"] if r["arm"] in ("difference", "random")]
+    if len({r["config_hash"] for r in compared}) != 1:
         raise SystemExit(f"{variance}: lines of more than one evaluation; the plan needs one")
-    scores = {arm: {r["seed"]: r["macro_f1"] for r in kinds["arm"] if r["arm"] == arm}
+    scores = {arm: {r["seed"]: r["macro_f1"] for r in compared if r["arm"] == arm}
               for arm in ("difference", "random")}
     summary = paired_summary(scores["difference"], scores["random"])
     needed = seeds_for_power(EFFECT, summary["sd"], POWER_TARGET, cap=1000)
