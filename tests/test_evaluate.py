@@ -273,6 +273,9 @@ def test_the_seed_plan_follows_the_pre_registration(tmp_path: Path) -> None:
     gaps = {1000: 0.010, 1001: -0.012, 1002: 0.025, 1003: 0.002}
     lines = [line("random", s, 0.80) for s in gaps] + [line("difference", s, 0.80 + g) for s, g in gaps.items()]
     lines.append(line("difference", 1003, 0.80 + 0.004))  # a rerun's line: the last one counts
+    # The `none` arm trains nothing: its config hash is taken with 0 passes, another than the TAPT arms'
+    # (as in the run's own variance lines), and the rule does not read it.
+    lines.append(json.dumps({"kind": "arm", "config_hash": "c0", "arm": "none", "seed": None, "macro_f1": 0.7}))
     (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
     plan = ours.seed_plan(tmp_path)
     sd = float(np.std([0.010, -0.012, 0.025, 0.004], ddof=1))
