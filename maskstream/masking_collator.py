@@ -50,6 +50,7 @@ from maskstream.mask_map import MaskMap
 from maskstream.pipelines.build.core.sequences import encoding_arrays
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+from maskstream.trainer.world import World
 
 LOG = logging.getLogger("maskstream.collator")
 
@@ -125,8 +126,8 @@ class DifferenceMaskingCollator:
 
     def sample_indices(self, rows: Sequence[Any]) -> list[int]:
         """Each row's `sample_index`, or this copy's own numbering (interleaved across loader workers)."""
-        info = torch.utils.data.get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
+        world = World.detect(0, 1)  # the worker only: rows are numbered per copy of the collator
+        workers, worker = world.workers, world.worker
         out = []
         for row in rows:
             if isinstance(row, Mapping) and "sample_index" in row:

@@ -75,7 +75,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,12 +83,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from maskstream.schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
 from maskstream.schemas.tables import SEQUENCE_SCHEMA, check_schema
 from maskstream.storage.retry import retry_read
 from maskstream.trainer.shard_cache import ChecksumMismatch, ShardCache
+from maskstream.trainer.world import World
 
 __all__ = ["ChecksumMismatch", "StreamingSequenceDataset"]
 
@@ -110,16 +110,6 @@ class Block:
     row_group: int
     rows: int
     first_row: int  # sample index of its first row
-
-
-def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        found = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    else:
-        found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    return (found[0] if rank is None else rank), (found[1] if world_size is None else world_size)
 
 
 def _read_metadata(url: str) -> pq.FileMetaData:
@@ -248,7 +238,8 @@ class StreamingSequenceDataset(IterableDataset):
         self.shuffle_buffer = shuffle_buffer
         self.verify_checksums = verify_checksums
         self.cache = cache
-        self.rank, self.world_size = _distributed_defaults(rank, world_size)
+        world = World.detect(rank, world_size)
+        self.rank, self.world_size = world.rank, world.world_size
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} is not in [0, {self.world_size})")
         self.batch_size: int | None = None  # set by build_dataloader: windows align to batches
@@ -554,9 +545,10 @@ class StreamingSequenceDataset(IterableDataset):
         return columns
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = get_worker_info()
-        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
-        snapshot = self._position[:SNAPSHOT] if info is None else self._position[SNAPSHOT:]
+        world = World.detect(self.rank, self.world_size)
+        worker, num_workers = world.worker, world.workers
+        # The training process reads the live position; a worker, the snapshot its iteration started from.
+        snapshot = self._position[SNAPSHOT:] if world.in_worker_process else self._position[:SNAPSHOT]
         epoch, consumed, consumed_batches, segments = (int(v) for v in snapshot)
         # A persistent worker keeps the rest an elastic resume left while the main process has moved
         # on: the shared epoch and count of resumes say which rest this iteration reads.

@@ -13,10 +13,11 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset
 
 from maskstream.trainer.dataset import ahead_of_state, ahead_state, announced
 from maskstream.trainer.loader import loader_generator, samples_as_read
+from maskstream.trainer.world import World
 
 TEXT_SUFFIXES = (".jsonl", ".json", ".parquet")
 
@@ -158,8 +159,8 @@ class TextEpoch(IterableDataset):
         self.source, self.epoch, self.skip, self.segments = source, epoch, skip, segments
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        info = get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        world = World.detect(self.source.rank, self.source.world_size)
+        worker, workers = world.worker, world.workers
         texts = itertools.islice(self.source._texts(self.segments), self.skip, None)
         for k, chunk in enumerate(iter(lambda: list(itertools.islice(texts, self.source.batch_size)), [])):
             if k % workers == worker:

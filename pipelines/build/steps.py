@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from maskstream.models import MAX_WORD_TOKENS, model_entry
 from maskstream.pipelines.build.core.sequences import natural_key
+from maskstream.pipelines.build.core.signal_tallies import WordsForReport, build_diagnostics, map_tallies
 from maskstream.pipelines.build.core.tokenizer_facts import tokenizer_facts
 from maskstream.pipelines.build.core.vocabulary import (
     FALLBACK,
@@ -46,7 +47,6 @@ from maskstream.pipelines.build.core.vocabulary import (
 )
 from maskstream.pipelines.build.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
 from maskstream.pipelines.build.core.word_lookup import WordLookup, WordScores, word_keys
-from maskstream.pipelines.build.core.signal_tallies import WordsForReport, build_diagnostics, map_tallies
 from maskstream.pipelines.build.storage.dataset_writer import (
     dataset_rows,
     join,

@@ -39,9 +39,9 @@ import pyarrow.parquet as pq
 
 from maskstream.pipelines.build.beam.embeddings import EmbedWords, NearestSeedRowsFn, WordEncoderHandler
 from maskstream.pipelines.build.beam.tokenize_to_windows import TokenizeToWindows
+from maskstream.pipelines.build.core.signal_tallies import merge_map_tallies
 from maskstream.pipelines.build.core.vocabulary import encoded_mask
 from maskstream.pipelines.build.core.word_lookup import WordLookup, WordScores
-from maskstream.pipelines.build.core.signal_tallies import merge_map_tallies
 from maskstream.pipelines.build.steps import (
     REJECTS_PREFIX,
     BuildConfig,

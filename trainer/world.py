@@ -1,0 +1,40 @@
+"""Where a reader runs, as MosaicML streaming's `World`: its rank among the training processes and its
+DataLoader worker among its rank's. Every reader (the dataset, a text source, the collators) asks
+`World.detect()` instead of reading torch.distributed, the environment or `get_worker_info()` itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+from torch.utils.data import get_worker_info
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """rank of world_size ranks; worker of workers DataLoader workers of that rank (0 of 1 in the
+    training process itself, which reads when a loader has no workers)."""
+
+    rank: int = 0
+    world_size: int = 1
+    worker: int = 0
+    workers: int = 1
+    in_worker_process: bool = False  # a DataLoader worker (one worker is 0 of 1 too, in another process)
+
+    @classmethod
+    def detect(cls, rank: int | None = None, world_size: int | None = None) -> World:
+        """This process's world. The ranks: `rank` and `world_size` where given, else torch.distributed's
+        once initialized, else torchrun's environment (RANK, WORLD_SIZE), else 0 of 1. The worker: the
+        DataLoader's worker info inside a worker process, else 0 of 1."""
+        if rank is None or world_size is None:
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                found = torch.distributed.get_rank(), torch.distributed.get_world_size()
+            else:
+                found = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+            rank = found[0] if rank is None else rank
+            world_size = found[1] if world_size is None else world_size
+        info = get_worker_info()
+        if info is None:
+            return cls(rank, world_size)
+        return cls(rank, world_size, info.id, info.num_workers, in_worker_process=True)
