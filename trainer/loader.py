@@ -2,7 +2,7 @@
 
 `build_dataloader` returns a `torch.utils.data.DataLoader` whose batches are dicts of tensors
 (`maskstream.trainer.collate.collate_sequences`), masked by `maskstream.trainer.masking.apply_masking` inside the
-workers (`mask_in_workers=True`, CPU) or left unmasked for the caller to mask on the device
+workers (`mask_in_workers=True`: `maskstream train` on CPU and GPU) or left unmasked for the caller to mask on the device
 after the transfer:
 
     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}

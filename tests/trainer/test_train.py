@@ -88,8 +88,9 @@ def test_resume_continues_exactly_like_the_uninterrupted_run(sample_dataset, tin
     epochs = {r["step"]: r["epoch"] for r in read_metrics(resumed) if r["split"] == "train"}
     assert epochs[11] == 0 and epochs[20] == 1
 
-    # Masks drawn after the transfer (the GPU path) are the ones the workers draw: same losses.
-    monkeypatch.setattr(training_data, "masks_in_loader_workers", lambda device: False)
+    # Masks drawn after the transfer (a schedule's or a mixture's path) are the ones the workers draw:
+    # same losses.
+    monkeypatch.setattr(training_data, "masks_in_loader_workers", lambda schedule_kind, mixed: False)
     on_device = tmp_path / "masked-on-device"
     _train(sample_dataset, on_device, tiny_bert, *args)
     assert _train_losses(on_device) == expected
