@@ -211,9 +211,15 @@ def main() -> None:
                     if best is None or figures["tokens_per_second"] > best["tokens_per_second"]:
                         results[(name, workers)] = figures
 
+    print_table(args, device, len(rows), list(sides), results)
+
+
+def print_table(args: argparse.Namespace, device: torch.device, sequences: int, sides: list[str],
+                results: dict[tuple[str, int], dict[str, float]]) -> None:
+    """Each data path's best round per worker count, beside HF's and the resident batch's."""
     where = torch.cuda.get_device_name(device) + ", bf16 autocast" if device.type == "cuda" else "CPU"
     print(f"\n{'BERT-base-sized' if args.architecture == 'bert-base' else 'MiniLM'} MLM training on {where}, {args.threads} torch thread(s), batch {args.batch_size} x 128 tokens "
-          f"({len(rows)} real sequences), {args.steps} measured steps, best of {args.rounds} rounds")
+          f"({sequences} real sequences), {args.steps} measured steps, best of {args.rounds} rounds")
     if device.type == "cuda":
         print("GPU synchronized around each fetch (data wait = the data path's share of a step)" if not args.overlap
               else "fetch overlapped with the GPU's step, as in training (data wait = host time only)")
