@@ -23,6 +23,7 @@ WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY maskstream maskstream
 COPY schemas schemas
+COPY mask_signal mask_signal
 COPY pipelines pipelines
 COPY trainer trainer
 RUN pip wheel --no-deps --wheel-dir /wheels .
@@ -48,7 +49,7 @@ ENV FLEX_TEMPLATE_PYTHON_PY_FILE=/template/flex_template_main.py
 # -------------------------------------------------------------------------------------- trainer
 # Beam is left out on purpose (100 MB installed, plus the Google Cloud clients of its [gcp] extras
 # and their pins on protobuf and grpc, none of which the trainer uses): the wheel goes in with --no-deps, followed by exactly what
-# `maskstream train/finetune` and `schemas/` import (tests/test_deploy_files.py checks the list
+# `maskstream train/finetune`, `schemas/` and `mask_signal/` import (tests/test_deploy_files.py checks the list
 # against the trainer's imports, and that the CLI starts without apache_beam). torch is the tested
 # version (TORCH_VERSION, the Makefile's pin) from PyPI, whose Linux wheel carries its CUDA
 # libraries: the host needs only the NVIDIA driver and container toolkit.

@@ -40,9 +40,9 @@ BATCH = 256
 def vocabulary_and_seeds(corpus: Path, top_k: int = 20) -> tuple[list[str], list[str]]:
     from wordfreq import word_frequency
 
+    from maskstream.mask_signal.words import words
     from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
     from maskstream.pipelines.statistics.tf_icf import tf_icf, wordfreq_floor
-    from maskstream.schemas.words import words
 
     tf: Counter[str] = Counter()
     for line in corpus.read_text(encoding="utf-8").splitlines():

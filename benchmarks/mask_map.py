@@ -30,9 +30,9 @@ import pyarrow as pa
 import torch
 
 from benchmarks.masking import timed
-from maskstream.mask_map import MAP_FORMAT, MaskMap, write_mask_map
+from maskstream.mask_signal.mask_map import MAP_FORMAT, MaskMap, write_mask_map
+from maskstream.mask_signal.words import words
 from maskstream.schemas.manifest import vocab_hash
-from maskstream.schemas.words import words
 from testing import sequence_dataset as factory
 
 LENGTH = 128

@@ -8,7 +8,7 @@ For each corpus, each contender runs as its own process (so that start-up is cou
 and peak memory is that process's, from `os.wait4`: the largest resident set of the process
 and of the worker processes it waited for, not their sum):
 
-- `Counter`: one Python process reads the JSONL, splits words with `maskstream.schemas.words.words`
+- `Counter`: one Python process reads the JSONL, splits words with `maskstream.mask_signal.words.words`
   (the same normalization) and counts tf and df with two `collections.Counter`s;
 - `maskstream stats`: the Beam pipeline on the DirectRunner (one worker), and with
   `--direct_num_workers=N --direct_running_mode=multi_processing`.
@@ -41,7 +41,7 @@ SAMPLE = REPO_ROOT / "data" / "debian-science.jsonl"
 
 def counter_pass(path: Path) -> dict[str, int]:
     """The baseline: tf and df of every word, single process, same normalization."""
-    from maskstream.schemas.words import words
+    from maskstream.mask_signal.words import words
 
     tf: Counter[str] = Counter()
     df: Counter[str] = Counter()

@@ -73,8 +73,8 @@ def main() -> None:
                         help="timings per threshold, interleaved; the fastest is kept (default: 2)")
     args = parser.parse_args()
 
+    from maskstream.mask_signal.words import words
     from maskstream.models import default_model
-    from maskstream.schemas.words import words
 
     model = default_model()
     texts = [json.loads(line)[args.text_field] for line in args.corpus.read_text(encoding="utf-8").splitlines()

@@ -27,7 +27,7 @@ _PUBLIC = {
     "SEQUENCE_SCHEMA": "maskstream.schemas.tables",
     "WORD_STATS_SCHEMA": "maskstream.schemas.tables",
     "WORD_TABLE_SCHEMA": "maskstream.schemas.tables",
-    "words": "maskstream.schemas.words",
+    "words": "maskstream.mask_signal.words",
     # the dataset side
     "BuildConfig": "maskstream.pipelines.build.steps",
     # the training side
@@ -36,8 +36,8 @@ _PUBLIC = {
     "MaskingConfig": "maskstream.trainer.masking",
     "apply_masking": "maskstream.trainer.masking",
     # difference masking in any loop
-    "MaskMap": "maskstream.mask_map",
-    "DifferenceMaskingCollator": "maskstream.masking_collator",
+    "MaskMap": "maskstream.mask_signal.mask_map",
+    "DifferenceMaskingCollator": "maskstream.trainer.hf",
 }
 __all__ = sorted(_PUBLIC)
 

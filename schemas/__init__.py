@@ -1,10 +1,11 @@
 """`maskstream.schemas`: the contract between `maskstream.pipelines` (writers) and
 `maskstream.trainer` (readers).
 
-Arrow schemas of every output, the dataset manifest and its validation, the word
-normalization, the names and versions of the formulas: contracts only. How files are written,
-read and kept (publishing, retries, leases, remote paths) is `maskstream.storage`; which model
-and loading it, `maskstream.models`. Imports neither side.
+Arrow schemas of every output, the dataset manifest and its validation, the names and versions
+of the formulas: contracts only. What a word is and how words become mask probabilities is
+`maskstream.mask_signal`; how files are written, read and kept (publishing, retries, leases,
+remote paths) is `maskstream.storage`; which model and loading it, `maskstream.models`. Imports
+neither side.
 """
 
 from maskstream.schemas.formulas import FORMULA_VERSIONS
@@ -22,7 +23,6 @@ from maskstream.schemas.tables import (
     WORD_STATS_SCHEMA,
     WORD_TABLE_SCHEMA,
 )
-from maskstream.schemas.words import normalize_word, word_spans, words
 
 __all__ = [
     "FORMULA_VERSIONS",
@@ -36,7 +36,4 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "ShardEntry",
-    "normalize_word",
-    "word_spans",
-    "words",
 ]

@@ -3,7 +3,7 @@
 A dataset's manifest and `seeds.json` record these, so a reader can tell whether two
 outputs were computed the same way. Change the version whenever a formula changes.
 
-- `word_normalization`: see `maskstream.schemas.words`.
+- `word_normalization`: see `maskstream.mask_signal.words`.
 - `tf_icf`: `tf_icf(w) = (tf_D(w) / sum_v tf_D(v)) * log(1 / max(f_G(w), floor))`, with
   `f_G` the word's relative frequency in general text and `floor` the frequency assumed for
   words general text lacks: `TF_ICF_UNSEEN_COUNT` (default 0.5) occurrences at the general
@@ -28,7 +28,7 @@ outputs were computed the same way. Change the version whenever a formula change
   records both.
 """
 
-from maskstream.schemas.words import WORD_NORMALIZATION
+from maskstream.mask_signal.words import WORD_NORMALIZATION
 
 # TF-ICF's smoothing of words general text lacks (see above).
 TF_ICF_UNSEEN_COUNT = 0.5

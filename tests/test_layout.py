@@ -16,10 +16,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # installed name -> folder in the repository (pyproject.toml's package-dir)
-PACKAGE_DIRS = {"maskstream": "maskstream", "maskstream.schemas": "schemas", "maskstream.pipelines": "pipelines",
+PACKAGE_DIRS = {"maskstream": "maskstream", "maskstream.schemas": "schemas", "maskstream.mask_signal": "mask_signal", "maskstream.pipelines": "pipelines",
                 "maskstream.trainer": "trainer"}
 # a module may import its own package and the layers below it, never above or beside
-LAYERS = {"maskstream.storage": 0, "maskstream.models": 0, "maskstream.schemas": 0, "maskstream.pipelines": 1, "maskstream.trainer": 1, "maskstream": 2,
+LAYERS = {"maskstream.storage": 0, "maskstream.models": 0, "maskstream.schemas": 0, "maskstream.mask_signal": 0, "maskstream.pipelines": 1, "maskstream.trainer": 1, "maskstream": 2,
           "maskstream.cli": 3, "maskstream.__main__": 3}
 # inside the dataset stage, each role imports only the roles before it (pipelines/build/__init__.py)
 DATASET_ROLES = ["core", "storage", "inspect", "steps", "beam", "driver"]

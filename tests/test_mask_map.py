@@ -19,7 +19,7 @@ import torch
 
 from maskstream import DifferenceMaskingCollator, MaskMap
 from maskstream.cli import main
-from maskstream.mask_map import TokenizerMismatch, export_mask_map
+from maskstream.mask_signal.mask_map import TokenizerMismatch, export_mask_map
 from maskstream.schemas.manifest import load_manifest
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.masking import MaskingConfig, apply_masking
@@ -133,7 +133,7 @@ def test_export_writes_what_load_reads(builds, tmp_path):
     texts = builds["texts"][:200]
     for a, b in zip(loaded.probabilities(texts, tokenizer), direct.probabilities(texts, tokenizer), strict=True):
         assert np.array_equal(a, b)
-    assert loaded.settings == direct.settings and loaded.settings["sharpness"] == 8.0
+    assert loaded.settings == direct.settings and loaded.settings.sharpness == 8.0
     document = json.loads((tmp_path / "map" / "mask_map.json").read_text())
     assert document["version"]["url"] == load_manifest(build["root"])[0]
     # The token table, against a mean computed here from the shards' rows.

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
+from maskstream.mask_signal.words import WORD_PATTERN, word_boundaries, word_spans, words
 from maskstream.schemas.manifest import Manifest, ManifestError, ShardEntry, safe_relative_path
-from maskstream.schemas.words import WORD_PATTERN, word_boundaries, word_spans, words
 
 
 def _manifest(**overrides) -> Manifest:

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from maskstream.mask_signal.alignment import word_ids_of_text
 from maskstream.models import default_model, load_pretrained
-from maskstream.schemas.alignment import word_ids_of_text
 from maskstream.trainer.config import check_ranges
 from maskstream.trainer.metrics import MetricsLogger
 from maskstream.trainer.optimizer import build_optimizer
@@ -213,7 +213,7 @@ def plot_confusion(metrics: dict[str, Any], title: str, path: Path) -> None:
 
 def encode(tokenizer, data: LabeledSet, label_ids: dict[str, int], max_length: int) -> list[dict[str, np.ndarray]]:
     """One sample per row, in the shape `collate_sequences` takes, plus its label. Word ids follow
-    the build's rule (`maskstream.schemas.alignment`), not the tokenizer's `word_ids()` (its pre-tokenizer's
+    the build's rule (`maskstream.mask_signal.alignment`), not the tokenizer's `word_ids()` (its pre-tokenizer's
     pieces: whitespace runs for SentencePiece tokenizers)."""
 
     encoded = tokenizer(data.texts, truncation=True, max_length=max_length, return_special_tokens_mask=True,

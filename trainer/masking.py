@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 
+from maskstream.mask_signal.probability import scale_to_budget
 from maskstream.trainer.strategies import STRATEGIES
 
 _MASK64 = (1 << 64) - 1
@@ -362,22 +363,6 @@ def difference_weights(batch: dict[str, torch.Tensor], can_mask: torch.Tensor) -
     return weights
 
 
-def inclusion_probabilities(weights: torch.Tensor, budget: torch.Tensor) -> torch.Tensor:
-    """Each token's inclusion probability: proportional to its weight, each at most 1, summing to the
-    sequence's `budget` (a count). The excess over 1 is given to the other tokens in proportion, a
-    fixed number of rounds (a no-op on rows without excess, so it is skipped when no row has any)."""
-    total = weights.sum(dim=1, keepdim=True)
-    inclusion = weights * (budget[:, None] / total.clamp(min=1e-300))  # total 0: nothing to mask
-    if bool(inclusion.max() > 1.0):
-        for _ in range(4):
-            excess = (inclusion - 1.0).clamp(min=0.0).sum(dim=1, keepdim=True)
-            inclusion = inclusion.clamp(max=1.0)
-            room = torch.where(inclusion < 1.0, inclusion, 0.0)
-            inclusion = inclusion + room * (excess / room.sum(dim=1, keepdim=True).clamp(min=1e-300))
-        inclusion = inclusion.clamp(max=1.0)
-    return inclusion
-
-
 def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
     """Exactly `round(budget x maskable)` tokens per sequence, each included with probability
     proportional to its `mask_probability` (randomized systematic sampling); whole words with
@@ -387,7 +372,7 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
     weights = difference_weights(batch, can_mask)
     if config.whole_word:
         return choose_words(batch, keys, budget, weights)
-    inclusion = inclusion_probabilities(weights, budget)
+    inclusion = scale_to_budget(weights, can_mask, budget)  # each at most 1, summing to the budget
     # Random order, then the points start + 0, 1, 2, ... on the cumulative inclusion line: token i
     # is chosen iff a point falls in its interval, which happens with probability inclusion[i]
     # whatever the order (the order only decides which tokens tend to be chosen together).

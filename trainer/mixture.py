@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from maskstream.mask_signal.mask_map import MaskMap
 from maskstream.storage.lease import VersionLease
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
@@ -468,8 +469,7 @@ def elastic_state(positions: Sequence[dict[str, Any]], layout: dict[str, int]) -
 
 def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenizer: Any, *, strategy: str,
                   seed: int, batch_size: int, num_workers: int = 0, cache: Any = None, follow: bool = False,
-                  domain_follower: Any = None, lease: Any = None, mask_map_of: Any = None,
-                  pin_memory: bool = False) -> Mixture:
+                  domain_follower: Any = None, lease: Any = None, pin_memory: bool = False) -> Mixture:
     """The mixture of `domain` and every `SOURCE:WEIGHT` of `mix`, on the domain's ranks, each read by
     a loader of its own with `num_workers` workers: maskstream sources checked against the domain's
     vocabulary, text sources tokenized by `tokenizer` at the domain's max length. The domain is masked
@@ -478,8 +478,8 @@ def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenize
     `follow` (--follow-latest) follows the domain's root (with `domain_follower`) and each maskstream
     source's, polled once per domain epoch's worth of steps. `lease` is the domain's (rank 0); rank 0
     leases every other maskstream source's version too. A text source masked with `difference`
-    (`TEXT:WEIGHT:difference`) takes the domain's signal from `mask_map_of(domain version URL)`
-    (`maskstream.MaskMap.from_version`), applied as the text is read."""
+    (`TEXT:WEIGHT:difference`) takes the domain's signal (`MaskMap.from_version` of the domain's
+    version), applied as the text is read."""
     entries = [MixSource.parse(entry) for entry in mix]
     rank, world_size = domain.rank, domain.world_size
 
@@ -500,11 +500,8 @@ def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenize
         if entry.is_text:
             mask_map = None
             if entry.strategy == "difference":  # the domain's signal, as a build of this text would store it
-                if mask_map_of is None:
-                    raise ValueError(f"--mix {entry.url}:{entry.weight}:difference needs the domain's mask map "
-                                     "(build_mixture(mask_map_of=maskstream.MaskMap.from_version))")
                 try:
-                    mask_map = mask_map_of(domain.version_url)
+                    mask_map = MaskMap.from_version(domain.version_url)
                 except (OSError, KeyError, ValueError) as e:
                     raise ValueError(f"--mix {entry.url}:{entry.weight}:difference: the mask map of "
                                      f"{domain.version_url} cannot be read ({e})") from None

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from maskstream.mask_signal.mask_map import MaskMap
 from maskstream.trainer.dataset import ahead_of_state, ahead_state, announced
 from maskstream.trainer.loader import loader_generator, samples_as_read
 from maskstream.trainer.world import World
@@ -40,9 +41,9 @@ class TextSource:
     own counts anyway). `sample_index` is the record's number."""
 
     def __init__(self, url: str, tokenizer: Any, max_length: int, *, batch_size: int, rank: int, world_size: int,
-                 num_workers: int = 0, mask_map: Any = None, text_field: str = "text") -> None:
+                 num_workers: int = 0, mask_map: MaskMap | None = None, text_field: str = "text") -> None:
         self.url, self.tokenizer, self.max_length = url, tokenizer, max_length
-        # The domain's maskstream.MaskMap: word ids and mask probabilities as a build of the text with
+        # The domain's MaskMap: word ids and mask probabilities as a build of the text with
         # the domain's signal would store them (for difference masking); None: the tokenizer's words, 0.
         self.mask_map = mask_map
         if mask_map is not None:

@@ -299,17 +299,15 @@ def save_final(out: Path, step: int, parts: TrainingModel, data: TrainingData, r
     log.info("wrote %s (model/, checkpoints/, metrics.jsonl, tensorboard/, summary.json)", out)
 
 
-def train(config: TrainConfig, mask_map_of: Any = None) -> int:
+def train(config: TrainConfig) -> int:
     """The training loop, top to bottom: set up the ranks, the data and the model (resuming from a
-    checkpoint when asked), train, evaluate and checkpoint on schedule, save the final model.
-    `mask_map_of(version_url)` gives a version's mask map (`maskstream.MaskMap.from_version`, which
-    the trainer may not import): what a `--mix TEXT:WEIGHT:difference` source is masked with."""
+    checkpoint when asked), train, evaluate and checkpoint on schedule, save the final model."""
 
     ranks = setup_ranks(config.seed)
     saved = read_resume_state(config)
     data = open_data(config, ranks, saved)
     if config.mix:
-        data.mixture = open_mixture(data, mask_map_of)
+        data.mixture = open_mixture(data)
     run_config = run_settings(config, data, saved)
     parts = build_model(config, data, run_config)
     step = resume(saved, parts, data, run_config) if saved is not None else 0

@@ -286,14 +286,13 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
                         resume_rng=saved["rng"] if saved is not None else None)
 
 
-def open_mixture(data: TrainingData, mask_map_of: Any) -> Any:
-    """The --mix mixture around the domain's dataset, each source read by a loader of its own;
-    `mask_map_of` gives the map a text source masked with difference needs."""
+def open_mixture(data: TrainingData) -> Any:
+    """The --mix mixture around the domain's dataset, each source read by a loader of its own."""
     config = data.config
     try:
         return build_mixture(data.dataset, config.mix, data.tokenizer, strategy=config.strategy, seed=config.seed,
                              batch_size=config.batch_size, num_workers=config.num_workers, cache=shard_cache(config),
                              follow=config.follow_latest, domain_follower=data.follower, lease=data.lease,
-                             mask_map_of=mask_map_of, pin_memory=data.ranks.device.type == "cuda")
+                             pin_memory=data.ranks.device.type == "cuda")
     except ValueError as e:  # a source that cannot be mixed: say which, in one line
         raise SystemExit(str(e)) from None

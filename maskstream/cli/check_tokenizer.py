@@ -2,7 +2,7 @@
 
 Loads MODEL's tokenizer as `maskstream build` does (refusing one without a fast tokenizer,
 character offsets or a mask token), tokenizes a sample of the corpus, assigns every token to
-its word (`maskstream.schemas.alignment`, the build's rule) and, for every word occurrence, decodes the
+its word (`maskstream.mask_signal.alignment`, the build's rule) and, for every word occurrence, decodes the
 tokens assigned to it with the tokenizer's own decoder: the occurrence is right when their
 letters and digits spell the word as the tokenizer normalizes it (lower-casing, accent
 stripping). Prints the fraction right, the tokens across two words and a few wrong examples;

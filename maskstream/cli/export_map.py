@@ -18,7 +18,7 @@ import argparse
 import json
 import logging
 
-from maskstream.mask_map import export_mask_map
+from maskstream.mask_signal.mask_map import export_mask_map
 from maskstream.schemas.manifest import ManifestError
 
 LOG = logging.getLogger("maskstream.export_map")

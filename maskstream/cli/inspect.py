@@ -9,7 +9,7 @@ histogram of the mask probabilities and of the expected masking rate per sequenc
 Then the masking signal (pipelines/build/core/signal_tallies.py), computed again from the shards: lifts,
 entropy ratio, the most and least masked words of the stored probabilities, and the same figures
 for three maps recomputed from the shards' words and the word table -- the paper's similarity map,
-the reference code's rank map and the sharpened map (`maskstream.pipelines.build.core.mask_probability.SHARPENED`);
+the reference code's rank map and the sharpened map (`maskstream.mask_signal.probability.SHARPENED`);
 plotted to a second PNG (the first one's name with `_signal`). Where they are the figures of the
 manifest, which `build` printed, one line says so; otherwise (an older version, or figures that
 differ) they are printed in full.

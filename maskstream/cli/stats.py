@@ -1,7 +1,7 @@
 """Word statistics of a domain corpus (an Apache Beam pipeline).
 
 Reads the corpus (.txt, .jsonl, .parquet; local paths or gs:// globs), counts every word
-(schemas/words.py) -- tf (occurrences), df (documents) and the number of documents N -- looks
+(mask_signal/words.py) -- tf (occurrences), df (documents) and the number of documents N -- looks
 up each word's frequency in general text (the offline wordfreq tables, or a second corpus
 given with --general-input), and scores it by TF-ICF (see pipelines/statistics/tf_icf.py). With
 --background-input, a background corpus (the broader text the domain is part of) is counted the

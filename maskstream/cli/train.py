@@ -108,7 +108,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # heavy (torch, transformers): loaded when the command runs, not for `maskstream --help`
-    from maskstream.mask_map import MaskMap
     from maskstream.trainer.train import train
 
-    return train(config_of(TrainConfig, args), mask_map_of=MaskMap.from_version)
+    return train(config_of(TrainConfig, args))

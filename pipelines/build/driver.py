@@ -11,6 +11,7 @@ from typing import Any
 
 import fsspec
 
+from maskstream.mask_signal.words import WORD_NORMALIZATION, words
 from maskstream.pipelines.build.steps import BuildConfig, manifest_fields, pipeline_counters
 from maskstream.pipelines.build.storage.dataset_writer import (
     join,
@@ -19,7 +20,6 @@ from maskstream.pipelines.build.storage.dataset_writer import (
 )
 from maskstream.pipelines.dataflow_job import is_dry_run, job_size
 from maskstream.schemas.manifest import MANIFEST_NAME, SEEDS_NAME, load_manifest
-from maskstream.schemas.words import WORD_NORMALIZATION, words
 from maskstream.storage.publish import write_atomically
 
 LOG = logging.getLogger("maskstream.build")
@@ -56,7 +56,7 @@ def read_seeds(seeds_json: str) -> tuple[list[str], bytes, dict[str, Any]]:
 
 
 def check_seed_words(seeds_json: str, seeds: list[str], formulas: dict[str, str]) -> None:
-    """Refuses seeds that are not words of this build's normalization (schemas/words.py): a seeds
+    """Refuses seeds that are not words of this build's normalization (mask_signal/words.py): a seeds
     file made with another word normalization, or listing another tokenizer's subword tokens
     (`##ing`, `Ġprotein`, `▁protein`), would match no word of the corpus."""
 

@@ -35,18 +35,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from maskstream.mask_signal.probability import MaskSettings
+from maskstream.mask_signal.word_lookup import WordLookup, word_keys
 from maskstream.models import MAX_WORD_TOKENS, model_entry
 from maskstream.pipelines.build.core.sequences import natural_key
 from maskstream.pipelines.build.core.signal_tallies import WordsForReport, build_diagnostics, map_tallies
 from maskstream.pipelines.build.core.tokenizer_facts import tokenizer_facts
 from maskstream.pipelines.build.core.vocabulary import (
     FALLBACK,
+    WordScores,
     check_min_word_count,
     encoded_mask,
     token_coverage,
 )
 from maskstream.pipelines.build.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
-from maskstream.pipelines.build.core.word_lookup import WordLookup, WordScores, word_keys
 from maskstream.pipelines.build.storage.dataset_writer import (
     dataset_rows,
     join,
@@ -90,16 +92,16 @@ class BuildConfig:
 
     tokenizer: str
     encoder: str
-    max_length: int = 128
+    max_length: int = MaskSettings.max_length
     packing: str = "truncate"
     pack_group_size: int = 2000
     pooling: str = "mean"
     reduce: str = "max"
-    weighting: str = "similarity"
-    sharpness: float = 1.0
-    floor: float = 0.0
-    alpha: float = 1.0
-    budget: float = 0.15
+    weighting: str = MaskSettings.weighting
+    sharpness: float = MaskSettings.sharpness
+    floor: float = MaskSettings.floor
+    alpha: float = MaskSettings.alpha
+    budget: float = MaskSettings.budget
     num_shards: int = 0
     shard_rows: int = 50_000
     row_group_rows: int = 1024
@@ -110,6 +112,11 @@ class BuildConfig:
     encoder_dtype: str = "float32"  # resolved (`resolve_encoder_dtype`): float32 or bfloat16, never auto
     min_word_count: int = 1  # pipelines/build/core/vocabulary.py: rarer word types are not encoded
     write_embeddings: bool = False
+
+    @property
+    def mask_settings(self) -> MaskSettings:
+        """The options that decide the mask probabilities, as the signal layer takes them."""
+        return MaskSettings(**{field.name: getattr(self, field.name) for field in dataclasses.fields(MaskSettings)})
 
     def __post_init__(self) -> None:
         checks = [("--max-length", self.max_length, "between 8 and 512", 8 <= self.max_length <= 512),
@@ -317,16 +324,10 @@ def shard_bounds(total: int, shards: int) -> list[int]:
 # ---------------------------------------------------------------- rows
 
 
-def probability_options(config: BuildConfig) -> dict[str, Any]:
-    """`mask_probabilities_flat`'s options from a BuildConfig."""
-    return {"budget": config.budget, "alpha": config.alpha, "weighting": config.weighting,
-            "sharpness": config.sharpness, "floor": config.floor, "width": config.max_length}
-
-
 def sequence_rows(windows: pa.Table, ids: np.ndarray, similarity: np.ndarray, config: BuildConfig) -> pa.Table:
     """Windows and their sequence ids -> SEQUENCE_SCHEMA rows with their mask probabilities."""
 
-    return dataset_rows(windows, ids, similarity, **probability_options(config))
+    return dataset_rows(windows, ids, similarity, **config.mask_settings.options())
 
 
 def signal_tally(rows: pa.Table, similarity: np.ndarray, config: BuildConfig,

@@ -1,6 +1,6 @@
 """Word counts of a batch of texts: per word tf (occurrences) and df (texts holding it).
 
-Words are `maskstream.schemas.words`' words, the one normalization every stage shares. A batch is counted
+Words are `maskstream.mask_signal.words`' words, the one normalization every stage shares. A batch is counted
 with array operations over the whole batch (`word_counts_of_texts`), so no Python object is made
 per word. `maskstream stats` sums the batches' counts keyed by word
 (`maskstream.pipelines.statistics.stats_transforms.CountWords`); `maskstream update` sums them per file.
@@ -14,14 +14,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from maskstream.schemas.words import code_points, in_words, normalize_word, runs
+from maskstream.mask_signal.words import code_points, in_words, normalize_word, runs
 
 
 def word_counts_of_texts(texts: Sequence[str]) -> Iterator[tuple[str, tuple[int, int]]]:
     """(word, (occurrences in `texts`, texts holding it)) for each distinct word of `texts`.
 
-    The same counts as `collections.Counter(maskstream.schemas.words.words(text))` per text, summed over the
-    texts (tests/pipelines/test_stats_transforms.py), computed over the batch at once: word spans from `maskstream.schemas.words`' character table over the texts' code points, the
+    The same counts as `collections.Counter(maskstream.mask_signal.words.words(text))` per text, summed over the
+    texts (tests/pipelines/test_stats_transforms.py), computed over the batch at once: word spans from `maskstream.mask_signal.words`' character table over the texts' code points, the
     distinct spans found by Arrow's hashing, and only those distinct spans normalized in Python.
     Spans are normalized one by one, never the whole text, because NFKC and lower-casing can
     change where words end ('½' is one word whose NFKC form '1⁄2' is not).

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from maskstream.schemas.words import normalize_word
+from maskstream.mask_signal.words import normalize_word
 
 DEFAULT_TOP_K = 20
 # 3: a word in at least three documents is the domain's, not one document's (a package's own

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from maskstream.mask_signal.words import WORD_NORMALIZATION
 from maskstream.models import MAX_WORD_TOKENS
 from maskstream.pipelines.build.core.sequences import TOKENIZED_SCHEMA, natural_key, tokenize_documents
 from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
@@ -51,7 +52,6 @@ from maskstream.pipelines.build.storage.dataset_writer import (
 )
 from maskstream.pipelines.corpus import Document, FileParser
 from maskstream.pipelines.statistics.counting import word_counts_of_texts
-from maskstream.schemas.words import WORD_NORMALIZATION
 from maskstream.storage.publish import open_atomically, write_atomically
 
 LOG = logging.getLogger("maskstream.update")
@@ -62,7 +62,7 @@ EMBEDDINGS_DIR = "embeddings"
 FREQUENCIES_DIR = "general_frequency"  # wordfreq lookups, by language and wordfreq version
 ENTRY_NAME = "entry.json"
 IO_THREADS = 4  # files read or written at once by the update: cache entries, shards, Parquet footers
-CACHE_FORMAT = 2  # bump when what a cache entry holds changes (2: word ids by overlap, maskstream.schemas.alignment)
+CACHE_FORMAT = 2  # bump when what a cache entry holds changes (2: word ids by overlap, maskstream.mask_signal.alignment)
 
 
 def sha256_text(*parts: str) -> str:

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from maskstream.mask_signal.word_lookup import WordLookup
 from maskstream.pipelines.build.core.sequences import (
     WINDOWS_SCHEMA,
     flat,
@@ -38,7 +39,7 @@ from maskstream.pipelines.build.core.sequences import (
     windows,
 )
 from maskstream.pipelines.build.core.signal_tallies import merge_map_tallies
-from maskstream.pipelines.build.core.word_lookup import WordLookup, WordScores
+from maskstream.pipelines.build.core.vocabulary import WordScores
 from maskstream.pipelines.build.steps import (
     BuildConfig,
     assemble_manifest,

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from maskstream.pipelines.build.core.vocabulary import encoded_words
-from maskstream.pipelines.build.core.word_lookup import WordLookup, WordScores
+from maskstream.mask_signal.word_lookup import WordLookup
+from maskstream.pipelines.build.core.vocabulary import WordScores, encoded_words
 from maskstream.pipelines.build.steps import collect_word_scores, nearest_seed_rows, vocabulary_index
 from maskstream.pipelines.statistics.seed_selection import SeedRanking, load_stop_words
 from maskstream.pipelines.statistics.seeds import seeds_document

@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from maskstream.cli import EXIT_OS_ERROR, main
+from maskstream.mask_signal.words import words
 from maskstream.schemas.manifest import LATEST_POINTER, load_manifest, read_word_table
 from maskstream.schemas.tables import SEQUENCE_SCHEMA, WORD_STATS_SCHEMA, WORD_TABLE_SCHEMA, check_schema
-from maskstream.schemas.words import words
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEEDS = ["astronomy", "molecular", "protein", "simulation", "statistics"]

@@ -16,14 +16,14 @@ from scipy.optimize import brentq
 from scipy.stats import rankdata
 from transformers import AutoTokenizer
 
+from maskstream.mask_signal.alignment import align_tokens_to_words
+from maskstream.mask_signal.probability import mask_probabilities_flat
+from maskstream.mask_signal.words import word_spans
 from maskstream.pipelines.build.beam.tokenize_to_windows import TokenizeToWindows
-from maskstream.pipelines.build.core.mask_probability import mask_probabilities_flat
 from maskstream.pipelines.build.core.sequences import cut_points
 from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
 from maskstream.pipelines.build.steps import vocabulary_index
 from maskstream.pipelines.corpus import Document
-from maskstream.schemas.alignment import align_tokens_to_words
-from maskstream.schemas.words import word_spans
 
 MAX_LENGTH = 64
 

@@ -18,10 +18,10 @@ import pytest
 from scipy.optimize import brentq
 
 from maskstream.cli import main
-from maskstream.pipelines.build.core.mask_probability import SHARPENED, mask_probabilities_flat
+from maskstream.mask_signal.probability import SHARPENED, mask_probabilities_flat
+from maskstream.mask_signal.words import words
 from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 from maskstream.schemas.manifest import load_manifest
-from maskstream.schemas.words import words
 from tests.pipelines.test_build import SEEDS, build_args, make_inputs
 
 BACKGROUND = Path(__file__).resolve().parents[2] / "data" / "debian-background.jsonl.gz"

@@ -14,10 +14,10 @@ import pytest
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from wordfreq import word_frequency
 
+from maskstream.mask_signal.words import words
 from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS as SHIPPED_STOP_WORDS
 from maskstream.schemas.formulas import FORMULA_VERSIONS
 from maskstream.schemas.tables import WORD_STATS_SCHEMA
-from maskstream.schemas.words import words
 from tests.conftest import run_cli
 
 

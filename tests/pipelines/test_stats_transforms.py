@@ -14,12 +14,12 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from wordfreq import word_frequency
 
+from maskstream.mask_signal.words import words
 from maskstream.pipelines.corpus import Document
 from maskstream.pipelines.statistics import stats_transforms
 from maskstream.pipelines.statistics.counting import word_counts_of_texts
 from maskstream.pipelines.statistics.stats_transforms import CountWords, TfIcf
 from maskstream.pipelines.statistics.tf_icf import corpus_floor, tf_icf, wordfreq_floor
-from maskstream.schemas.words import words
 
 DOMAIN = [
     "Genome assembly: the genome, assembled.",

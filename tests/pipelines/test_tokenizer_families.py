@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from maskstream.mask_signal.words import word_spans
 from maskstream.pipelines.build.core.sequences import cut_windows, flat, pack_documents, tokenize_documents
 from maskstream.pipelines.build.core.tokenizer_facts import (
     check_tokenizer,
@@ -23,7 +24,6 @@ from maskstream.pipelines.build.core.tokenizer_facts import (
 from maskstream.pipelines.build.inspect.check_tokenizer import word_decode_report
 from maskstream.pipelines.build.steps import vocabulary_index
 from maskstream.pipelines.corpus import Document
-from maskstream.schemas.words import word_spans
 from testing.tokenizer_families import FAMILIES, corpus_texts, train_family
 
 # What each family puts around a sequence (prefix, suffix), as tokens.
@@ -230,8 +230,8 @@ def test_check_tokenizer_command(family_path, minilm_path, subprocess_env, tmp_p
 
 
 def test_a_token_across_two_words_goes_to_the_larger_part_and_joins_them():
-    from maskstream.schemas.alignment import align_tokens_to_words
-    from maskstream.schemas.words import word_boundaries
+    from maskstream.mask_signal.alignment import align_tokens_to_words
+    from maskstream.mask_signal.words import word_boundaries
 
     text = "e.g. foo-bar xy"
     # Tokens: "e.g" (across e and g), ".", "▁foo-b" (across foo and bar, mostly foo), "ar", "▁", "xy".

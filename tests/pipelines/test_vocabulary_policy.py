@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from maskstream.cli import build_parser, main
-from maskstream.pipelines.build.core.mask_probability import mask_probabilities_flat
+from maskstream.mask_signal.probability import mask_probabilities_flat
 from maskstream.pipelines.build.core.vocabulary import SKIPPED
 from maskstream.schemas.manifest import load_manifest
 from tests.pipelines.test_build import SEEDS, EncoderSpy, build_args, make_inputs, read_rows

@@ -1,4 +1,4 @@
-"""The vocabulary as compact arrays (pipelines/build/core/word_lookup.py), checked against plain dicts,
+"""The vocabulary as compact arrays (mask_signal/word_lookup.py), checked against plain dicts,
 and the word table's two formats (one file, then shards) read as one."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from maskstream.pipelines.build.core.word_lookup import WordLookup
+from maskstream.mask_signal.word_lookup import WordLookup
+from maskstream.mask_signal.words import words as words_of_text
 from maskstream.pipelines.build.steps import (
     collect_word_scores,
     vocabulary_counts,
@@ -20,7 +21,6 @@ from maskstream.pipelines.build.steps import (
     word_table_rows,
 )
 from maskstream.schemas.manifest import Manifest, read_word_table
-from maskstream.schemas.words import words as words_of_text
 
 SAMPLE_WORDS = ["naïve", "straße", "東京", "🙂ok", "zebra", "apple", "Ǆ", "a", "ab", "abc"]
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from maskstream.cli import main
+from maskstream.mask_signal.probability import scale_to_budget
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.masking import (
     BudgetSchedule,
@@ -18,7 +19,6 @@ from maskstream.trainer.masking import (
     apply_masking,
     budget_counts,
     difference_weights,
-    inclusion_probabilities,
     maskable,
 )
 from maskstream.trainer.metrics import read_metrics
@@ -59,7 +59,7 @@ def test_every_strategy_draws_the_steps_budget(batch, budget):
     assert torch.equal(count, torch.round(tokens.double() * budget).long())
     # difference: the inclusion probabilities (the exact-budget rule) sum to the step's budget, and
     # exactly that many tokens are masked in every sequence.
-    inclusion = inclusion_probabilities(difference_weights(batch, can_mask), count)
+    inclusion = scale_to_budget(difference_weights(batch, can_mask), can_mask, count)
     assert float((inclusion.sum(dim=1) - count).abs().max()) < 1e-6 and float(inclusion.max()) <= 1.0
     chosen = {}
     for strategy in ("difference", "random", "whole_word", "span"):

@@ -10,7 +10,7 @@ pipelines/build/steps.py, which `maskstream update` calls in one process as well
     shards + counts + tallies + lookup + scores --WriteManifest--> manifest.json, then ROOT/latest
 
 The word statistics are read by the workers (ReadWordStats); the vocabulary reaches the other steps
-as compact arrays (pipelines/build/core/word_lookup.py: 18 bytes a word type) in side inputs, never in
+as compact arrays (mask_signal/word_lookup.py: 18 bytes a word type) in side inputs, never in
 the job's graph, the launching process or a Python dict.
 
 Windows are Arrow tables of a whole batch of documents (flat arrays, no per-token Python
@@ -37,11 +37,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from maskstream.mask_signal.word_lookup import WordLookup
 from maskstream.pipelines.build.beam.embeddings import EmbedWords, NearestSeedRowsFn, WordEncoderHandler
 from maskstream.pipelines.build.beam.tokenize_to_windows import TokenizeToWindows
 from maskstream.pipelines.build.core.signal_tallies import merge_map_tallies
-from maskstream.pipelines.build.core.vocabulary import encoded_mask
-from maskstream.pipelines.build.core.word_lookup import WordLookup, WordScores
+from maskstream.pipelines.build.core.vocabulary import WordScores, encoded_mask
 from maskstream.pipelines.build.steps import (
     REJECTS_PREFIX,
     BuildConfig,

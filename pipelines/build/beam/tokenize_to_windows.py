@@ -13,6 +13,7 @@ from typing import Any
 import apache_beam as beam
 import pyarrow as pa
 
+from maskstream.mask_signal.word_lookup import WordLookup
 from maskstream.pipelines.build.core.sequences import (
     flat,
     split_by_pack_group,
@@ -21,7 +22,6 @@ from maskstream.pipelines.build.core.sequences import (
     windows,
 )
 from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
-from maskstream.pipelines.build.core.word_lookup import WordLookup
 
 
 class TokenizeDocuments(beam.DoFn):

@@ -9,8 +9,8 @@ Everything here works on batches, as Arrow tables of flat arrays (no per-token P
   probabilities are known.
 
 The word behind a token is found from the tokenizer's character offsets against the words of
-`maskstream.schemas.words` in the same text, so it is exactly the word the statistics counted: a token
-belongs to the word its characters overlap (`maskstream.schemas.alignment`, the rule every path shares).
+`maskstream.mask_signal.words` in the same text, so it is exactly the word the statistics counted: a token
+belongs to the word its characters overlap (`maskstream.mask_signal.alignment`, the rule every path shares).
 All subword tokens of one word share its occurrence id; a token outside every word (punctuation,
 a lone `▁`) is an occurrence of its own; special tokens get -1.
 
@@ -29,23 +29,20 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from maskstream.mask_signal.alignment import encoding_arrays, token_words
+from maskstream.mask_signal.word_lookup import WordLookup
 from maskstream.pipelines.build.core.tokenizer_facts import (
     load_backend_tokenizer,
     pack_separator,
     special_template,
 )
-from maskstream.pipelines.build.core.word_lookup import WordLookup
-from maskstream.schemas.alignment import align_tokens_to_words
-from maskstream.schemas.words import normalize_word, word_boundaries
 
 TOKENIZED_SCHEMA = pa.schema([
     pa.field("document_id", pa.string()),
@@ -79,64 +76,10 @@ def flat(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     return values, offsets - offsets[0]
 
 
-def word_spans_of_text(text: str, vocabulary: WordLookup) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, ends, word-table row or -1) of every word of `text` (`maskstream.schemas.words`).
-
-    The words are cut out of the text's UTF-8 bytes as one Arrow array and dictionary-encoded,
-    so only each distinct spelling is normalized and hashed in Python, then looked up in the
-    vocabulary's sorted hashes at once."""
-    starts, ends = word_boundaries(text)
-    if len(starts) == 0:
-        return starts, ends, np.zeros(0, np.int32)
-    data = text.encode("utf-8", "surrogatepass")  # lone surrogates survive a JSON reader
-    bounds = np.empty(2 * len(starts), np.int64)
-    bounds[0::2], bounds[1::2] = starts, ends
-    if len(data) != len(text):  # not ASCII: string index -> byte offset (a character starts at every non-continuation byte)
-        character_starts = np.flatnonzero((np.frombuffer(data, np.uint8) & 0xC0) != 0x80)
-        bounds = np.append(character_starts, len(data))[bounds]
-    # Pieces word, gap, word, ..., word over the bytes, without copying them; keep the words.
-    pieces = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(bounds) - 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)])
-    spellings = pc.dictionary_encode(pieces.take(pa.array(np.arange(0, len(bounds) - 1, 2))))
-    distinct = spellings.dictionary.to_pylist()
-    row_of = vocabulary.index_of([normalize_word(s.decode("utf-8", "surrogatepass")) for s in distinct])
-    return starts, ends, row_of[spellings.indices.to_numpy()]
-
-
-def encoding_arrays(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tokens per encoding, int32 ids, [tokens, 2] int64 character offsets) of a batch of
-    `tokenizers.Encoding`s, flat: the one conversion of the tokenizer's output every token pays
-    (`benchmarks/build.py` times it as the build's floor)."""
-    ids = [e.ids for e in encodings]
-    counts = np.fromiter(map(len, ids), np.int64, len(ids))
-    total = int(counts.sum())
-    chain = itertools.chain.from_iterable
-    flat_ids = np.fromiter(chain(ids), np.int32, total)
-    # (start, end) pairs flattened at C speed.
-    pairs = np.fromiter(chain(chain(e.offsets for e in encodings)), np.int64, 2 * total).reshape(-1, 2)
-    return counts, flat_ids, pairs
-
-
-def token_words(texts: Sequence[str], counts: np.ndarray, pairs: np.ndarray,
-                vocabulary: WordLookup) -> tuple[np.ndarray, np.ndarray, int]:
-    """(occurrence id, word-table row or -1, tokens across two or more words) of every token of a batch
-    of texts, flat: `counts[i]` tokens of text i, `pairs` their [tokens, 2] character offsets into
-    their own text (no special tokens). Occurrence ids restart from 0 in each text. The one word rule
-    of the build, `update` and `MaskMap` (`maskstream.schemas.alignment`)."""
-    counts = np.asarray(counts, np.int64)
-    # Character offsets into the texts joined by "\n" (never part of a word).
-    bases = np.concatenate([[0], np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1)])[:-1]
-    pairs = np.asarray(pairs, np.int64).reshape(-1, 2) + np.repeat(bases, counts)[:, None]
-    span_starts, span_ends, span_rows = word_spans_of_text("\n".join(texts), vocabulary)
-    firsts = np.concatenate([[0], np.cumsum(counts[counts > 0])])[:-1]
-    occurrence, span, across = align_tokens_to_words(pairs[:, 0], pairs[:, 1], span_starts, span_ends, firsts)
-    word_index = np.where(span >= 0, span_rows[np.maximum(span, 0)] if len(span_rows) else -1, -1)
-    return occurrence, word_index.astype(np.int32), across
-
-
 def tokenize_documents(tokenizer, documents: Sequence[Any],
                        vocabulary: WordLookup) -> tuple[pa.Table, list, int]:
     """(TOKENIZED_SCHEMA table of the documents with tokens, the documents without any token,
-    the number of tokens across two or more words (`maskstream.schemas.alignment`)).
+    the number of tokens across two or more words (`maskstream.mask_signal.alignment`)).
 
     `tokenizer` is a `tokenizers.Tokenizer` (see `tokenizer_facts.load_backend_tokenizer`); `word_index` is the
     word's row in `vocabulary`, -1 outside words and for words it does not hold.

@@ -25,15 +25,17 @@ tally and the word table into the figures users read:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from maskstream.pipelines.build.core.mask_probability import (
+from maskstream.mask_signal.probability import (
     PAPER_SHARPNESS,
     SHARPENED,
+    MaskSettings,
     mask_probabilities_flat,
 )
 from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
@@ -117,13 +119,14 @@ def comparison_maps(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Name -> `mask_probabilities_flat` options of the maps every build and `inspect` compare with
     the built one: the paper's similarity map, the reference code's rank map, the sharpened map."""
 
-    base = {"budget": config.get("budget", 0.15), "width": config.get("max_length", 0)}
-    sharpened = {**base, **SHARPENED}
+    # A config without max_length (not a build's) pads to each batch's longest row, as before.
+    base = MaskSettings(budget=config.get("budget", 0.15), max_length=config.get("max_length", 0))
+    paper = dataclasses.replace(base, weighting="similarity", alpha=1.0, sharpness=PAPER_SHARPNESS)
+    sharpened = dataclasses.replace(base, **SHARPENED)
     return {
-        f"paper (similarity, alpha 1, sharpness {PAPER_SHARPNESS:g})": {**base, "weighting": "similarity",
-                                                                        "alpha": 1.0, "sharpness": PAPER_SHARPNESS},
-        "reference (rank N - r, alpha 1)": {**base, "weighting": "rank", "alpha": 1.0},
-        f"sharpened (sharpness {sharpened['sharpness']:g}, floor {sharpened['floor']:g})": sharpened,
+        f"paper (similarity, alpha 1, sharpness {PAPER_SHARPNESS:g})": paper.options(),
+        "reference (rank N - r, alpha 1)": dataclasses.replace(base, weighting="rank", alpha=1.0).options(),
+        f"sharpened (sharpness {sharpened.sharpness:g}, floor {sharpened.floor:g})": sharpened.options(),
     }
 
 
@@ -185,7 +188,7 @@ class WordsForReport:
     similarity (by word_index), the word_index of given words, and the text of a few types.
 
     `of_table` serves a whole word table in memory (inspect); the build passes its compact arrays
-    (`maskstream.pipelines.build.core.word_lookup`) and reads the few words it names from the word-table files."""
+    (`maskstream.mask_signal.word_lookup`) and reads the few words it names from the word-table files."""
 
     def __init__(self, similarity: np.ndarray, index_of: Callable[[Sequence[str]], np.ndarray],
                  text_of: Callable[[np.ndarray], list[str]]):

@@ -25,9 +25,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from maskstream.schemas.alignment import align_tokens_to_words
+from maskstream.mask_signal.alignment import align_tokens_to_words
+from maskstream.mask_signal.words import word_boundaries
 from maskstream.schemas.manifest import vocab_hash
-from maskstream.schemas.words import word_boundaries
 from maskstream.storage.publish import write_atomically
 
 LOG = logging.getLogger("maskstream.tokenizer")

@@ -23,6 +23,7 @@ and of tokens (from the shards: non-special tokens inside a word) whose word was
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ import pyarrow.compute as pc
 
 FALLBACK = "mean similarity of the encoded word types"
 SKIPPED = ""  # `nearest_seed` of a word the encoder did not see
+SKIPPED_SEED = -1  # `WordScores.nearest` of a word the encoder did not see
 
 
 def check_min_word_count(min_word_count: int) -> None:
@@ -64,7 +66,7 @@ def fallback_similarity(encoded_similarity: np.ndarray) -> np.float32:
 def token_coverage(tallies: dict[str, dict[str, np.ndarray]] | None, scores: Any) -> dict[str, Any]:
     """Tokens inside a word, and those whose word was encoded, from the build's signal tallies
     (`maskstream.pipelines.build.core.signal_tallies`: non-special tokens per word type) and the words' `WordScores`
-    (pipelines/build/core/word_lookup.py); the fallback similarity the skipped words got (None when
+    (mask_signal/word_lookup.py); the fallback similarity the skipped words got (None when
     none was skipped)."""
     built = next(iter(tallies.values())) if tallies else {"words": np.zeros(0, np.int64), "tokens": np.zeros(0, np.int64)}
     tokens = built["tokens"]
@@ -87,3 +89,48 @@ def vocabulary_line(vocabulary: Mapping[str, Any]) -> str:
             + (f" (similarity {fallback:.4f}, the {vocabulary['fallback']})" if fallback is not None else "")
             + f"; coverage {vocabulary['token_coverage']:.2%} of tokens in words, "
               f"{vocabulary['word_occurrence_coverage']:.2%} of word occurrences")
+
+
+@dataclasses.dataclass(frozen=True)
+class WordScores:
+    """Every word type's similarity and nearest seed, by word_index: 6 bytes a word type."""
+
+    similarity: np.ndarray  # float32; a skipped word has the fallback (`FALLBACK`)
+    nearest: np.ndarray  # int16: position in `seeds`, SKIPPED_SEED for a word the encoder skipped
+    seeds: tuple[str, ...]  # sorted
+    fallback: float | None  # the skipped words' similarity; None when none was skipped
+
+    @classmethod
+    def of(cls, encoded: pa.Table, word_types: int, seeds: Iterable[str]) -> WordScores:
+        """From the encoded words' rows (`word_index`, `similarity`, `nearest_seed`; any order) of a
+        vocabulary of `word_types` types; every other type gets the fallback similarity."""
+
+        seeds = tuple(sorted(set(seeds)))
+        if len(seeds) > np.iinfo(np.int16).max:
+            raise ValueError(f"{len(seeds)} seeds: at most {np.iinfo(np.int16).max} are supported")
+        encoded = encoded.sort_by("word_index")
+        index = encoded.column("word_index").to_numpy()
+        similarity = encoded.column("similarity").to_numpy()
+        fallback = fallback_similarity(similarity) if len(index) < word_types else None
+        dense = np.full(word_types, np.float32(0.0) if fallback is None else fallback, np.float32)
+        dense[index] = similarity
+        position = {seed: i for i, seed in enumerate(seeds)}
+        nearest = np.full(word_types, SKIPPED_SEED, np.int16)
+        nearest[index] = np.fromiter((position[s] for s in encoded.column("nearest_seed").to_pylist()), np.int16,
+                                     len(index))
+        return cls(similarity=dense, nearest=nearest, seeds=seeds,
+                   fallback=None if fallback is None else float(fallback))
+
+    @property
+    def nbytes(self) -> int:
+        return self.similarity.nbytes + self.nearest.nbytes
+
+    @property
+    def encoded(self) -> np.ndarray:
+        return self.nearest != SKIPPED_SEED
+
+    def nearest_seeds(self, word_index: np.ndarray) -> list[str]:
+        """The nearest seed of each word_index ("" for a skipped word, as the word table writes it)."""
+
+        names = (*self.seeds, SKIPPED)  # SKIPPED_SEED = -1 picks the last
+        return [names[n] for n in self.nearest[word_index]]

@@ -9,9 +9,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from maskstream.mask_signal.alignment import align_tokens_to_words
+from maskstream.mask_signal.words import WORD_PATTERN, word_boundaries
 from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
-from maskstream.schemas.alignment import align_tokens_to_words
-from maskstream.schemas.words import WORD_PATTERN, word_boundaries
 
 SHIPPED_SAMPLE = "data/debian-science.jsonl"
 SEPARATOR = "\u00a6"  # ¦: kept by NFKC, lower-casing and accent stripping, never part of a word
@@ -45,7 +45,7 @@ def read_texts(path: str, text_field: str, limit: int) -> list[str]:
 
 
 def word_decode_report(model: str, texts: Sequence[str], examples: int = 5) -> dict[str, Any]:
-    """For every word occurrence of `texts` (`maskstream.schemas.words.WORD_PATTERN`): do the tokens the
+    """For every word occurrence of `texts` (`maskstream.mask_signal.words.WORD_PATTERN`): do the tokens the
     build assigns to it decode to it? Counts: `words`, `right` (one word per occurrence unit),
     `joined` (right, in a unit of several words joined by a token across them), `wrong`
     (mis-decoded, or given tokens of two units, or none), `tokens_across_words`."""

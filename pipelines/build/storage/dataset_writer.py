@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from maskstream.pipelines.build.core.mask_probability import mask_probabilities_flat
+from maskstream.mask_signal.probability import mask_probabilities_flat
 from maskstream.pipelines.build.core.sequences import flat, list_column
 from maskstream.schemas.manifest import (
     LATEST_POINTER,

@@ -1,8 +1,8 @@
 """A dataset version's masking signal, applied at load time to any text: `MaskMap`.
 
 A version's per-token mask probabilities are a pure function of its word table (each word type's
-similarity to its nearest seed), the word definition (`maskstream.schemas.words`, aligned to tokens
-by `maskstream.schemas.alignment`) and the masking settings the version was built with (map, alpha,
+similarity to its nearest seed), the word definition (`maskstream.mask_signal.words`, aligned to tokens
+by `maskstream.mask_signal.alignment`) and the masking settings the version was built with (map, alpha,
 sharpness, floor, budget). `MaskMap` holds exactly that, so the same probabilities come out for any
 text tokenized by the version's tokenizer, with no Beam and no shards:
 
@@ -13,12 +13,12 @@ text tokenized by the version's tokenizer, with no Beam and no shards:
 `probabilities(...)[i]` lines up with `tokenizer(texts, truncation=True, max_length=...)["input_ids"][i]`.
 A word missing from the table weighs 0, as in the build; special tokens get 0; a sequence's
 probabilities sum to the budget times its non-special tokens by the build's rule
-(`maskstream.pipelines.build.core.mask_probability`). The build cuts a long document at a word start
+(`maskstream.mask_signal.probability`). The build cuts a long document at a word start
 while the tokenizer's truncation may cut inside a word: the tokens of that last word keep the word's
 weight (the word is read from the whole text).
 
 Memory: 16 bytes a word type (a 64-bit hash, its row, its similarity), within the build's word lookup
-(`maskstream.pipelines.build.core.word_lookup`); the words' text is never held.
+(`maskstream.mask_signal.word_lookup`); the words' text is never held.
 
 `maskstream export-map VERSION --output DIR` writes what `MaskMap.load(DIR)` reads (`export_mask_map`):
 `mask_map.json` (settings, tokenizer, the version's identity and provenance), `words.parquet` (word,
@@ -28,10 +28,12 @@ probability over the version's sequences, for loops that take only such a table.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import importlib.metadata
 import json
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import fsspec
@@ -39,10 +41,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from maskstream import __version__
-from maskstream.pipelines.build.core.mask_probability import mask_probabilities_flat
-from maskstream.pipelines.build.core.sequences import token_words
-from maskstream.pipelines.build.core.word_lookup import WordLookup
+from maskstream.mask_signal.alignment import token_words
+from maskstream.mask_signal.probability import MaskSettings, mask_probabilities_flat
+from maskstream.mask_signal.word_lookup import WordLookup
 from maskstream.schemas.manifest import (
     Manifest,
     load_manifest,
@@ -55,10 +56,6 @@ MAP_NAME = "mask_map.json"
 WORDS_NAME = "words.parquet"
 TOKEN_TABLE_NAME = "token_mask_probability.json"
 MAP_FORMAT = 1
-# The build's options (`BuildConfig`) that decide a token's probability from its word's similarity.
-SETTINGS = ("budget", "alpha", "weighting", "sharpness", "floor", "max_length")
-# What a manifest written before an option existed meant by leaving it out.
-SETTINGS_BEFORE = {"alpha": 1.0, "weighting": "similarity", "sharpness": 1.0, "floor": 0.0}
 
 
 class TokenizerMismatch(ValueError):
@@ -76,18 +73,18 @@ class MaskMap:
     identity: where the map came from (version, manifest digest), for logs and reports.
     """
 
-    def __init__(self, lookup: WordLookup, similarity: np.ndarray, settings: dict[str, Any],
+    def __init__(self, lookup: WordLookup, similarity: np.ndarray, settings: MaskSettings | Mapping[str, Any],
                  tokenizer: dict[str, Any], identity: dict[str, Any]) -> None:
         self.lookup = lookup
         self.similarity = np.asarray(similarity, np.float32)  # by word_index
-        self.settings = {name: settings.get(name, SETTINGS_BEFORE.get(name)) for name in SETTINGS}
+        self.settings = settings if isinstance(settings, MaskSettings) else MaskSettings.of(settings)
         self.tokenizer = dict(tokenizer)
         self.identity = dict(identity)
         self._checked: set[int] = set()  # ids of tokenizers whose vocab hash matched
 
     @classmethod
     def of_words(cls, words: pa.Array | pa.ChunkedArray, word_index: np.ndarray, similarity: np.ndarray,
-                 settings: dict[str, Any], tokenizer: dict[str, Any], identity: dict[str, Any]) -> MaskMap:
+                 settings: MaskSettings | Mapping[str, Any], tokenizer: dict[str, Any], identity: dict[str, Any]) -> MaskMap:
         """From a word table's columns (any order)."""
         words = words.combine_chunks() if isinstance(words, pa.ChunkedArray) else words
         word_index = np.asarray(word_index, np.int32)
@@ -125,7 +122,7 @@ class MaskMap:
         return self.lookup.nbytes + self.similarity.nbytes
 
     def __repr__(self) -> str:
-        options = ", ".join(f"{k}={self.settings[k]}" for k in SETTINGS)
+        options = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self.settings).items())
         return f"MaskMap({len(self):,} word types of {self.identity.get('url')}, {options})"
 
     def check_tokenizer(self, tokenizer: Any, allow_other_tokenizer: bool = False) -> None:
@@ -146,7 +143,7 @@ class MaskMap:
         """float32 mask probabilities per token of `tokenizer(texts, truncation=True, max_length=...)`
         (`max_length` defaults to the version's)."""
         self.check_tokenizer(tokenizer, allow_other_tokenizer)
-        max_length = max_length or int(self.settings["max_length"])
+        max_length = max_length or int(self.settings.max_length)
         texts = list(texts)
         encoded = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True,
                             return_special_tokens_mask=True)
@@ -173,9 +170,8 @@ class MaskMap:
         word_ids = np.full(len(flat_special), -1, np.int64)
         word_index = np.full(len(flat_special), -1, np.int64)
         word_ids[keep], word_index[keep] = occurrence, rows
-        options = {k: self.settings[k] for k in ("budget", "alpha", "weighting", "sharpness", "floor")}
-        p = mask_probabilities_flat(word_ids, word_index, flat_special, offsets, self.similarity, width=width,
-                                    **options)
+        p = mask_probabilities_flat(word_ids, word_index, flat_special, offsets, self.similarity,
+                                    **{**self.settings.options(), "width": width})
         return word_ids, p, offsets
 
 
@@ -218,10 +214,10 @@ def export_mask_map(dataset: str, output: str) -> dict[str, Any]:
     mean, count = token_mask_probability(version_url, manifest)
     document = {
         "format": MAP_FORMAT,
-        "settings": {k: manifest.config.get(k, SETTINGS_BEFORE.get(k)) for k in SETTINGS},
+        "settings": dataclasses.asdict(MaskSettings.of(manifest.config)),
         "tokenizer": manifest.tokenizer,
         "version": version_identity(version_url, manifest),
-        "exported": {"by": f"maskstream {__version__}", "at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+        "exported": {"by": f"maskstream {importlib.metadata.version('maskstream')}", "at": datetime.datetime.now(datetime.timezone.utc).isoformat(
             timespec="seconds")},
         "files": {WORDS_NAME: "word, similarity to the nearest seed; a word's row is its word_index",
                   TOKEN_TABLE_NAME: "token id -> mean mask probability over the version's sequences "

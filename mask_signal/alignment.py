@@ -1,7 +1,7 @@
 """Which word each token belongs to: the one rule that the build, `update`/`watch`, the trainer's
 whole-word masking and the fine-tuning tokenization share.
 
-A token belongs to the word (`maskstream.schemas.words`) that its characters overlap, found from the
+A token belongs to the word (`maskstream.mask_signal.words`) that its characters overlap, found from the
 tokenizer's character offsets into the original text. Overlap, not "the span holding the
 token's first character", because Metaspace (SentencePiece: XLM-R, T5, ALBERT, DeBERTa-v3,
 Llama) and untrimmed byte-level BPE offsets start at the space before the word (`▁calls` covers
@@ -25,11 +25,16 @@ which are not the words the statistics counted.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import itertools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from maskstream.schemas.words import word_boundaries
+from maskstream.mask_signal.word_lookup import WordLookup
+from maskstream.mask_signal.words import normalize_word, word_boundaries
 
 
 class Alignment(NamedTuple):
@@ -101,3 +106,57 @@ def word_ids_of_text(text: str, offsets: np.ndarray, special_tokens_mask: np.nda
     starts, ends = word_boundaries(text)
     word_ids[keep] = align_tokens_to_words(offsets[keep, 0], offsets[keep, 1], starts, ends).occurrence
     return word_ids
+
+
+def word_spans_of_text(text: str, vocabulary: WordLookup) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, word-table row or -1) of every word of `text` (`maskstream.mask_signal.words`).
+
+    The words are cut out of the text's UTF-8 bytes as one Arrow array and dictionary-encoded,
+    so only each distinct spelling is normalized and hashed in Python, then looked up in the
+    vocabulary's sorted hashes at once."""
+    starts, ends = word_boundaries(text)
+    if len(starts) == 0:
+        return starts, ends, np.zeros(0, np.int32)
+    data = text.encode("utf-8", "surrogatepass")  # lone surrogates survive a JSON reader
+    bounds = np.empty(2 * len(starts), np.int64)
+    bounds[0::2], bounds[1::2] = starts, ends
+    if len(data) != len(text):  # not ASCII: string index -> byte offset (a character starts at every non-continuation byte)
+        character_starts = np.flatnonzero((np.frombuffer(data, np.uint8) & 0xC0) != 0x80)
+        bounds = np.append(character_starts, len(data))[bounds]
+    # Pieces word, gap, word, ..., word over the bytes, without copying them; keep the words.
+    pieces = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(bounds) - 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)])
+    spellings = pc.dictionary_encode(pieces.take(pa.array(np.arange(0, len(bounds) - 1, 2))))
+    distinct = spellings.dictionary.to_pylist()
+    row_of = vocabulary.index_of([normalize_word(s.decode("utf-8", "surrogatepass")) for s in distinct])
+    return starts, ends, row_of[spellings.indices.to_numpy()]
+
+
+def encoding_arrays(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tokens per encoding, int32 ids, [tokens, 2] int64 character offsets) of a batch of
+    `tokenizers.Encoding`s, flat: the one conversion of the tokenizer's output every token pays
+    (`benchmarks/build.py` times it as the build's floor)."""
+    ids = [e.ids for e in encodings]
+    counts = np.fromiter(map(len, ids), np.int64, len(ids))
+    total = int(counts.sum())
+    chain = itertools.chain.from_iterable
+    flat_ids = np.fromiter(chain(ids), np.int32, total)
+    # (start, end) pairs flattened at C speed.
+    pairs = np.fromiter(chain(chain(e.offsets for e in encodings)), np.int64, 2 * total).reshape(-1, 2)
+    return counts, flat_ids, pairs
+
+
+def token_words(texts: Sequence[str], counts: np.ndarray, pairs: np.ndarray,
+                vocabulary: WordLookup) -> tuple[np.ndarray, np.ndarray, int]:
+    """(occurrence id, word-table row or -1, tokens across two or more words) of every token of a batch
+    of texts, flat: `counts[i]` tokens of text i, `pairs` their [tokens, 2] character offsets into
+    their own text (no special tokens). Occurrence ids restart from 0 in each text. The one word rule
+    of the build, `update` and `MaskMap` (`maskstream.mask_signal.alignment`)."""
+    counts = np.asarray(counts, np.int64)
+    # Character offsets into the texts joined by "\n" (never part of a word).
+    bases = np.concatenate([[0], np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)) + 1)])[:-1]
+    pairs = np.asarray(pairs, np.int64).reshape(-1, 2) + np.repeat(bases, counts)[:, None]
+    span_starts, span_ends, span_rows = word_spans_of_text("\n".join(texts), vocabulary)
+    firsts = np.concatenate([[0], np.cumsum(counts[counts > 0])])[:-1]
+    occurrence, span, across = align_tokens_to_words(pairs[:, 0], pairs[:, 1], span_starts, span_ends, firsts)
+    word_index = np.where(span >= 0, span_rows[np.maximum(span, 0)] if len(span_rows) else -1, -1)
+    return occurrence, word_index.astype(np.int32), across

@@ -9,7 +9,8 @@ bytes a word): a worker holds, per word type,
     similarity  float32  by word_index                                                        4 B
     nearest     int16    by word_index: the nearest seed's position in `seeds`, -1 if skipped  2 B
 
-18 bytes a word type (`WordLookup.nbytes` + `WordScores.nbytes`), so 10 M types are about 180 MB.
+18 bytes a word type (`WordLookup.nbytes` + the build's `WordScores.nbytes`,
+`maskstream.pipelines.build.core.vocabulary`), so 10 M types are about 180 MB.
 `word_index` is the word's position in sorted word order, as it always was, so shards and word
 tables keep their values; the only step that holds the words' text at once is `WordLookup.of`,
 as one Arrow string column (no Python objects), once per build.
@@ -27,10 +28,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from maskstream.pipelines.build.core.vocabulary import SKIPPED, fallback_similarity
-
 HASH_SLICE = 65_536  # words turned into Python strings at once while hashing
-SKIPPED_SEED = -1  # `WordScores.nearest` of a word the encoder did not see (pipelines/build/core/vocabulary.py)
 
 
 def word_keys(words: Iterable[str]) -> np.ndarray:
@@ -84,48 +82,3 @@ class WordLookup:
             return np.full(len(keys), -1, np.int32)
         position = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
         return np.where(self.keys[position] == keys, self.index[position], -1).astype(np.int32)
-
-
-@dataclasses.dataclass(frozen=True)
-class WordScores:
-    """Every word type's similarity and nearest seed, by word_index: 6 bytes a word type."""
-
-    similarity: np.ndarray  # float32; a skipped word has the fallback (pipelines/build/core/vocabulary.py)
-    nearest: np.ndarray  # int16: position in `seeds`, SKIPPED_SEED for a word the encoder skipped
-    seeds: tuple[str, ...]  # sorted
-    fallback: float | None  # the skipped words' similarity; None when none was skipped
-
-    @classmethod
-    def of(cls, encoded: pa.Table, word_types: int, seeds: Iterable[str]) -> WordScores:
-        """From the encoded words' rows (`word_index`, `similarity`, `nearest_seed`; any order) of a
-        vocabulary of `word_types` types; every other type gets the fallback similarity."""
-
-        seeds = tuple(sorted(set(seeds)))
-        if len(seeds) > np.iinfo(np.int16).max:
-            raise ValueError(f"{len(seeds)} seeds: at most {np.iinfo(np.int16).max} are supported")
-        encoded = encoded.sort_by("word_index")
-        index = encoded.column("word_index").to_numpy()
-        similarity = encoded.column("similarity").to_numpy()
-        fallback = fallback_similarity(similarity) if len(index) < word_types else None
-        dense = np.full(word_types, np.float32(0.0) if fallback is None else fallback, np.float32)
-        dense[index] = similarity
-        position = {seed: i for i, seed in enumerate(seeds)}
-        nearest = np.full(word_types, SKIPPED_SEED, np.int16)
-        nearest[index] = np.fromiter((position[s] for s in encoded.column("nearest_seed").to_pylist()), np.int16,
-                                     len(index))
-        return cls(similarity=dense, nearest=nearest, seeds=seeds,
-                   fallback=None if fallback is None else float(fallback))
-
-    @property
-    def nbytes(self) -> int:
-        return self.similarity.nbytes + self.nearest.nbytes
-
-    @property
-    def encoded(self) -> np.ndarray:
-        return self.nearest != SKIPPED_SEED
-
-    def nearest_seeds(self, word_index: np.ndarray) -> list[str]:
-        """The nearest seed of each word_index ("" for a skipped word, as the word table writes it)."""
-
-        names = (*self.seeds, SKIPPED)  # SKIPPED_SEED = -1 picks the last
-        return [names[n] for n in self.nearest[word_index]]

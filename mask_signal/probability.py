@@ -34,6 +34,10 @@ For one sequence with non-special tokens T (n = |T|):
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 WEIGHTINGS = ("similarity", "rank")
@@ -41,6 +45,40 @@ PAPER_SHARPNESS = 1.0
 # The documented sharpened setting (docs/signal.md): on the shipped corpus with background-contrast
 # seeds it gives a seed-word lift of 6.5 and a stop-word lift of 0.23, and no token below p = 0.01.
 SHARPENED = {"weighting": "similarity", "sharpness": 8.0, "alpha": 1.0, "floor": 0.01}
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskSettings:
+    """What turns the words' similarities into per-token mask probabilities: the build's options of
+    these names (`BuildConfig` takes its defaults from here), written flat into the manifest's config
+    and read back by `MaskMap`, the trainer's text sources and `inspect`'s comparison maps.
+
+    budget: the share of a sequence's non-special tokens masked (its p sums to budget x n).
+    alpha: the share of the map in its mix with uniform weights (1: the map alone).
+    weighting: `similarity` (the paper's weights) or `rank` (the reference code's N - r).
+    sharpness: the power on the similarities (1: the paper's map). floor: every non-special token's
+    least probability. max_length: the width rows are padded to while computing, so that a row's
+    probabilities do not depend on the rows beside it (the build's --max-length).
+    """
+
+    budget: float = 0.15
+    alpha: float = 1.0
+    weighting: str = "similarity"
+    sharpness: float = PAPER_SHARPNESS
+    floor: float = 0.0
+    max_length: int = 128
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> MaskSettings:
+        """From a manifest's config (or any mapping holding these names; other keys are ignored). A name
+        left out, by a manifest written before its option existed, takes the value it meant then: the
+        default here."""
+        return cls(**{field.name: config[field.name] for field in dataclasses.fields(cls) if field.name in config})
+
+    def options(self) -> dict[str, Any]:
+        """`mask_probabilities_flat`'s keyword arguments."""
+        return {"budget": self.budget, "alpha": self.alpha, "weighting": self.weighting,
+                "sharpness": self.sharpness, "floor": self.floor, "width": self.max_length}
 
 
 def sharpen(similarity: np.ndarray, sharpness: float) -> np.ndarray:
@@ -95,22 +133,36 @@ def token_weights(
     return np.where(known, by_occurrence[rows, occ], 0.0)
 
 
-def scale_to_budget(q: np.ndarray, valid: np.ndarray, budget: float) -> np.ndarray:
-    """p = min(1, c * q) per row with sum(p) = budget * valid tokens, excess redistributed."""
-    target = budget * valid.sum(axis=1)
-    p = np.zeros_like(q)
-    clipped = np.zeros_like(valid)
+def scale_to_budget(q: Any, valid: Any, target: Any) -> Any:
+    """p = min(1, c * q) per row, c chosen so that each row's p sums to its `target` (the build: the
+    budget times the row's valid tokens; the trainer: its count of tokens to mask), the excess over 1
+    given to the row's other tokens in proportion to q, until nothing exceeds 1 (water-filling). A row
+    whose tokens with q > 0 are too few to reach the target gets 1 for each of them.
+
+    `q` ([rows, length], >= 0), `valid` (bool, same shape) and `target` ([rows]) are numpy arrays or
+    torch tensors, on any device: the same operations on either, so the build's stored probabilities
+    and the trainer's inclusion probabilities come from one rule (equal within float rounding,
+    tests/test_mask_signal.py)."""
+    where = np.where if isinstance(q, np.ndarray) else _torch_where()
+    p = q * 0.0
+    clipped = valid & False
     for _ in range(q.shape[1] + 1):
         free = valid & ~clipped & (q > 0)
         remaining = target - clipped.sum(axis=1)
-        free_mass = np.where(free, q, 0.0).sum(axis=1)
-        scale = np.divide(remaining, free_mass, out=np.zeros_like(remaining), where=free_mass > 0)
-        p = np.where(clipped, 1.0, np.where(free, q * scale[:, None], 0.0))
+        free_mass = where(free, q, 0.0).sum(axis=1)
+        scale = where(free_mass > 0, remaining / where(free_mass > 0, free_mass, 1.0), 0.0)
+        p = where(clipped, 1.0, where(free, q * scale[:, None], 0.0))
         over = free & (p > 1.0)
         if not over.any():
             break
         clipped |= over
-    return np.minimum(p, 1.0)
+    return where(p > 1.0, 1.0, p)
+
+
+def _torch_where() -> Any:
+    import torch  # only for tensors: the signal layer imports no torch of its own
+
+    return torch.where
 
 
 def mask_probabilities_flat(
@@ -153,10 +205,10 @@ def mask_probabilities_flat(
     p_sim = np.where(total > 0, weights / np.where(total > 0, total, 1.0), uniform)
     q = alpha * p_sim + (1.0 - alpha) * uniform
     if floor == 0.0:
-        p = scale_to_budget(q, valid, budget)
+        p = scale_to_budget(q, valid, budget * valid.sum(axis=1))
     else:
         share = (budget - floor) / (1.0 - floor)
-        mapped = scale_to_budget(q, valid, share)
+        mapped = scale_to_budget(q, valid, share * valid.sum(axis=1))
         # A sequence with fewer than share * n tokens of q > 0 cannot reach its share (step 4): its
         # floor is raised to (budget * n - S) / (n - S), S = sum(mapped), so the sum is still the budget.
         n, reached = valid.sum(axis=1), mapped.sum(axis=1)
