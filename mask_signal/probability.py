@@ -144,7 +144,6 @@ def scale_to_budget(q: Any, valid: Any, target: Any) -> Any:
     and the trainer's inclusion probabilities come from one rule (equal within float rounding,
     tests/test_mask_signal.py)."""
     where = np.where if isinstance(q, np.ndarray) else _torch_where()
-    p = q * 0.0
     clipped = valid & False
     for _ in range(q.shape[1] + 1):
         free = valid & ~clipped & (q > 0)
