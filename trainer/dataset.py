@@ -41,7 +41,8 @@ the next shards a worker will read are downloaded ahead on a background thread; 
 used are evicted so that the cache stays within its limit. The footers are still read from the
 version at construction; a second epoch over a cached dataset reads no shard bytes from the bucket.
 
-State and resume: the position is the number of samples and batches of the current epoch that the
+State and resume: the position (`position()`, a `maskstream.trainer.position.DatasetPosition`;
+`state_dict()` is its JSON) is the number of samples and batches of the current epoch that the
 training loop has received on this rank. The DataLoader of `maskstream.trainer.loader.build_dataloader`
 counts every batch it hands out into its dataset, so `dataset.state_dict()` taken between two
 steps is exact, and the same on every rank but the sample count of a short last batch (every rank
@@ -67,7 +68,7 @@ different epoch starts `e` from its beginning; with the current epoch it keeps t
 trainer may call it after `load_state_dict`; a finished epoch then yields nothing). Iterating a
 finished epoch without calling `set_epoch` starts the next epoch, so step-based loops that just
 iterate the loader again need no epoch bookkeeping.
-The epoch and position live in a small shared-memory tensor, so persistent workers see them.
+The epoch and position live in shared memory (`SharedCounts`), so persistent workers see them.
 """
 
 from __future__ import annotations
@@ -82,12 +83,20 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 from torch.utils.data import IterableDataset
 
 from maskstream.schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
 from maskstream.schemas.tables import SEQUENCE_SCHEMA, check_schema
 from maskstream.storage.retry import retry_read
+from maskstream.trainer.position import (
+    Ahead,
+    Counts,
+    DatasetPosition,
+    Layout,
+    Segment,
+    SharedCounts,
+    announced,
+)
 from maskstream.trainer.shard_cache import ChecksumMismatch, ShardCache
 from maskstream.trainer.world import World
 
@@ -97,9 +106,6 @@ LIST_COLUMNS = ("input_ids", "word_ids", "word_index", "special_tokens_mask", "m
 # What is read, cast to the contract (so that writers differing only in nullability still concat).
 READ_SCHEMA = pa.schema([SEQUENCE_SCHEMA.field(name) for name in LIST_COLUMNS])
 READ_BATCH_ROWS = 1024  # rows decoded at a time within a row group
-# `_position[:SNAPSHOT]`: epoch, samples, batches and elastic resumes of this rank, live;
-# `_position[SNAPSHOT:]`: the same when the loader last started an iteration (what workers read).
-SNAPSHOT = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,41 +135,6 @@ def round_robin_counts(batches: list[int], consumed: int) -> tuple[list[int], in
         delivered[turn] += 1
         turn = (turn + 1) % len(batches)
     return delivered, turn
-
-
-def announced(ahead: dict[int, list[dict[str, Any]]], epoch: int) -> tuple[list[dict[str, Any]],
-                                                                           dict[int, list[dict[str, Any]]]]:
-    """The segments `ahead` announced for `epoch` (elastic resumes it starts with), and those of the
-    epochs after it."""
-    return ahead.get(epoch, []), {e: later for e, later in ahead.items() if e > epoch}
-
-
-def ahead_state(ahead: dict[int, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
-    """`ahead` as a state holds it (JSON: string keys); `ahead_of_state` reads it back."""
-    return {str(e): [dict(segment) for segment in later] for e, later in ahead.items()}
-
-
-def ahead_of_state(state: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
-    return {int(e): [dict(segment) for segment in later] for e, later in state.get("ahead", {}).items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """How an epoch's order is dealt: ranks, DataLoader workers per rank (0 reads in the training
-    process, like one worker), rows per batch."""
-
-    world_size: int
-    num_workers: int
-    batch_size: int
-
-    @property
-    def readers(self) -> int:
-        return max(self.num_workers, 1)
-
-    @property
-    def reading(self) -> tuple[int, int, int]:
-        """What decides which rows each batch holds: 0 workers and 1 read alike (one reader)."""
-        return self.world_size, self.readers, self.batch_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,19 +219,17 @@ class StreamingSequenceDataset(IterableDataset):
         self.total_rows = self.manifest.total_rows
         if self.total_rows == 0:
             raise ManifestError(f"{self.version_url} holds no rows")
-        # [epoch, samples and batches consumed this epoch on this rank, elastic resumes in this
-        # epoch, and the four as they were when the loader last started an iteration]; shared with
-        # (persistent) workers, which read the latter four: the live counts move while they start.
-        self._position = torch.zeros(2 * SNAPSHOT, dtype=torch.int64).share_memory_()
+        # This rank's place in the epoch, shared with (persistent) workers, which read its snapshot.
+        self.counts = SharedCounts()
         # Earlier layouts of this epoch (elastic resumes) with the batches each took, and the rest
         # of the epoch's order they left (positions in the order; None: the whole order).
-        self._segments: list[dict[str, Any]] = []
+        self._segments: list[Segment] = []
         self._rest: np.ndarray | None = None
         self._rest_epoch = -1  # the epoch `_rest` belongs to
         # Segments of later epochs, applied when each starts: a mixture's ranks that had gone past the
         # epoch being resumed had taken rows of the next (maskstream.trainer.mixture).
-        self._ahead: dict[int, list[dict[str, Any]]] = {}
-        self._saved: dict[str, Any] | None = None  # a state to resume once the loader's layout is known
+        self._ahead: Ahead = {}
+        self._saved: DatasetPosition | None = None  # a state to resume once the loader's layout is known
         self._verified: set[int] = set()
         self._epoch_pinned = False  # set_epoch chose the epoch the next iteration reads
         self._open: tuple[int, pq.ParquetFile, Any] | None = None
@@ -293,7 +262,7 @@ class StreamingSequenceDataset(IterableDataset):
 
     @property
     def epoch(self) -> int:
-        return int(self._position[0])
+        return self.counts.live.epoch
 
     @property
     def layout(self) -> Layout:
@@ -358,14 +327,14 @@ class StreamingSequenceDataset(IterableDataset):
         self._epoch_pinned = True
         # Workers read the snapshot; DataLoaders other than ours (transformers.Trainer's) never call
         # begin_iteration, which otherwise refreshes it.
-        self._position[SNAPSHOT:] = self._position[:SNAPSHOT].clone()
+        self.counts.take_snapshot()
 
     def _start_epoch(self, epoch: int) -> None:
         segments, self._ahead = announced(self._ahead, epoch)
         self._set_segments(epoch, segments)
-        self._position[:SNAPSHOT] = torch.tensor([epoch, 0, 0, len(self._segments)])
+        self.counts.set(Counts(epoch, 0, 0, len(self._segments)))
 
-    def _set_segments(self, epoch: int, segments: list[dict[str, Any]]) -> None:
+    def _set_segments(self, epoch: int, segments: list[Segment]) -> None:
         self._segments, self._rest, self._rest_epoch = segments, None, epoch
         for index, segment in enumerate(segments):
             self._rest = self._rest_after(epoch, index, segment, self._rest)
@@ -379,69 +348,58 @@ class StreamingSequenceDataset(IterableDataset):
             self._set_segments(epoch, self._ahead.get(epoch, []))
         return self._rest
 
-    def state_dict(self) -> dict[str, Any]:
+    def position(self) -> DatasetPosition:
         """Where this rank is: epoch and samples consumed, the layout, and what must match on resume."""
         if self._saved is not None:  # not resumed yet: it is still where the saved state is
-            return dict(self._saved)
-        return {
-            "epoch": self.epoch,
-            "samples_consumed": int(self._position[1]),
-            "batches_consumed": int(self._position[2]),
-            "segments": [dict(segment) for segment in self._segments],
-            "ahead": ahead_state(self._ahead),
-            "version": self.manifest.version,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "shuffle_buffer": self.shuffle_buffer,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "batch_size": self.batch_size,
-            "num_workers": self.num_workers,
-        }
+            return self._saved
+        live = self.counts.live
+        return DatasetPosition(live.epoch, live.samples, live.batches, list(self._segments), dict(self._ahead),
+                               self.manifest.version, self.seed, self.shuffle, self.shuffle_buffer, self.rank,
+                               self.world_size, self.batch_size, self.num_workers)
+
+    def state_dict(self) -> dict[str, Any]:
+        """`position()` as a checkpoint holds it (JSON)."""
+        return self.position().to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resumes from `state_dict()` of a run on the same version with the same seed, shuffle and
         shuffle_buffer: exactly when the layout is the same, elastically otherwise (module doc). The
         layout is the loader's: the state is applied once `build_dataloader` has set it."""
-        keys = ("version", "seed", "shuffle", "shuffle_buffer")
+        saved = DatasetPosition.of(state)
         mine = {"version": self.manifest.version, "seed": self.seed, "shuffle": self.shuffle,
                 "shuffle_buffer": self.shuffle_buffer}
-        different = {k: (state.get(k), mine[k]) for k in keys if state.get(k) != mine[k]}
+        different = {k: (getattr(saved, k), v) for k, v in mine.items() if getattr(saved, k) != v}
         if different:
             raise ValueError(f"cannot resume: saved vs current {different}")
-        self._saved = dict(state)
+        self._saved = saved
         if self.batch_size is not None:
             self._resolve_saved()
 
     def _resolve_saved(self) -> None:
-        state, self._saved = self._saved, None
-        if state is None:
+        saved, self._saved = self._saved, None
+        if saved is None:
             return
-        epoch, samples, batches = int(state["epoch"]), int(state["samples_consumed"]), int(state["batches_consumed"])
-        segments = [dict(segment) for segment in state.get("segments", [])]
-        saved = Layout(int(state["world_size"]), int(state["num_workers"]), int(state["batch_size"] or 1))
-        self._ahead = ahead_of_state(state)
-        if saved.reading != self.layout.reading and batches > 0:
-            segments.append({"world_size": saved.world_size, "num_workers": saved.num_workers,
-                             "batch_size": saved.batch_size, "batches": batches})
+        samples, batches, segments = saved.samples_consumed, saved.batches_consumed, list(saved.segments)
+        self._ahead = dict(saved.ahead)
+        if saved.layout.reading != self.layout.reading and batches > 0:
+            segments.append(Segment(saved.layout, batches=batches))
             samples = batches = 0
-        self._set_segments(epoch, segments)
-        self._position[:SNAPSHOT] = torch.tensor([epoch, samples, batches, len(segments)])
+        self._set_segments(saved.epoch, segments)
+        self.counts.set(Counts(saved.epoch, samples, batches, len(segments)))
 
-    def _rest_after(self, epoch: int, segment_index: int, segment: dict[str, Any],
-                    rest: np.ndarray | None) -> np.ndarray:
+    def _rest_after(self, epoch: int, segment_index: int, segment: Segment, rest: np.ndarray | None) -> np.ndarray:
         """What is left of the epoch's order (positions, in order) after `segment`: the layout that
         dealt `rest` (None: the whole order) and what it took, as the batches every rank took or as
         `rows` taken on each rank (-1: its whole share; a mixture's ranks take their own counts)."""
-        layout = Layout(segment["world_size"], segment["num_workers"], segment["batch_size"])
+        layout = segment.layout
         length = self.total_rows if rest is None else len(rest)
         taken = []
         for rank in range(layout.world_size):
             plan = RankPlan.of(layout, rank, length, self.shuffle_buffer)
-            if "rows" in segment:
-                left_of = plan.taken_by_worker(layout.batch_size, rows=segment["rows"][rank])
+            if segment.rows is not None:
+                left_of = plan.taken_by_worker(layout.batch_size, rows=segment.rows[rank])
             else:
-                left_of = plan.taken_by_worker(layout.batch_size, batches=segment["batches"])
+                left_of = plan.taken_by_worker(layout.batch_size, batches=segment.batches)
             for worker in range(layout.readers):
                 left = left_of[worker]
                 for start, stop in plan.worker_windows(worker):
@@ -463,15 +421,14 @@ class StreamingSequenceDataset(IterableDataset):
         """Called by the loader before it starts workers: applies a loaded state (the layout is
         known now), and a finished epoch moves on to the next unless `set_epoch` asked for it."""
         self._resolve_saved()
-        if int(self._position[1]) >= self.rows_per_rank() and not self._epoch_pinned:
+        if self.counts.live.samples >= self.rows_per_rank() and not self._epoch_pinned:
             self._start_epoch(self.epoch + 1)
         self._epoch_pinned = False
-        self._position[SNAPSHOT:] = self._position[:SNAPSHOT].clone()
+        self.counts.take_snapshot()
 
     def count_consumed(self, samples: int) -> None:
         """Called by the loader for every batch it hands out."""
-        self._position[1] += samples
-        self._position[2] += 1
+        self.counts.count_batch(samples)
 
     # ----------------------------------------------------------------------------- reading
     def _check_shard(self, shard: int) -> None:
@@ -548,8 +505,7 @@ class StreamingSequenceDataset(IterableDataset):
         world = World.detect(self.rank, self.world_size)
         worker, num_workers = world.worker, world.workers
         # The training process reads the live position; a worker, the snapshot its iteration started from.
-        snapshot = self._position[SNAPSHOT:] if world.in_worker_process else self._position[:SNAPSHOT]
-        epoch, consumed, consumed_batches, segments = (int(v) for v in snapshot)
+        epoch, consumed, consumed_batches, segments = self.counts.snapshot if world.in_worker_process else self.counts.live
         # A persistent worker keeps the rest an elastic resume left while the main process has moved
         # on: the shared epoch and count of resumes say which rest this iteration reads.
         rest = self._rest_of(epoch, segments)

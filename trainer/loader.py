@@ -26,8 +26,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from maskstream.trainer.collate import collate_sequences
-from maskstream.trainer.dataset import SNAPSHOT, StreamingSequenceDataset
+from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+from maskstream.trainer.position import SharedCounts
 
 
 def _collate_and_mask(
@@ -37,12 +38,12 @@ def _collate_and_mask(
     strategy: str | None,
     masking: MaskingConfig | None,
     seed: int,
-    epoch: Any,
+    counts: SharedCounts,
 ) -> dict[str, torch.Tensor]:
     batch = collate_sequences(samples, pad_token_id)
     if strategy is None:
         return batch
-    return apply_masking(batch, strategy, masking, seed=seed, epoch=int(epoch[SNAPSHOT]))
+    return apply_masking(batch, strategy, masking, seed=seed, epoch=counts.snapshot.epoch)
 
 
 def samples_as_read(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -102,8 +103,8 @@ def build_dataloader(
         strategy=strategy if mask_in_workers else None,
         masking=masking,
         seed=seed,
-        # The shared position tensor: collation reads the epoch of the iteration it belongs to.
-        epoch=dataset._position,
+        # Collation reads the epoch of the iteration it belongs to.
+        counts=dataset.counts,
     )
     return StreamingDataLoader(
         dataset,

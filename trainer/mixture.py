@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import math
 from collections.abc import Iterator, Sequence
@@ -56,6 +55,7 @@ from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
 from maskstream.trainer.loader import build_dataloader, loader_generator
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+from maskstream.trainer.position import Layout, Pending, Segment, position_of
 from maskstream.trainer.text_source import TEXT_SUFFIXES, TextSource
 
 log = logging.getLogger("maskstream.mixture")
@@ -163,7 +163,7 @@ class DatasetSource:
         self.root = root if root is not None else dataset_root(dataset.version_url, dataset.version_url)
         self.reopen, self.follower = reopen, follower
         self.leases = {dataset.version_url: lease} if lease is not None else None
-        self.pending: dict[str, Any] | None = None  # {"url", "after_epoch"}: a newer version to move on to
+        self.pending: Pending | None = None  # a newer version to move on to
         self.versions = [(0, self._version_name())]  # (first epoch, version): what --sample-log names
 
     @property
@@ -172,18 +172,18 @@ class DatasetSource:
         return self.label or self.dataset.manifest.version
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.dataset.state_dict(), "pending": self.pending}
+        return {**self.dataset.state_dict(), "pending": None if self.pending is None else self.pending.to_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["version"] != self.dataset.manifest.version:  # a run that followed newer versions
             self._open(f"{self.root}/{state['version']}")
             self.versions = [(0, self._version_name())]
         self.dataset.load_state_dict(state)
-        self.pending = state.get("pending")
+        self.pending = Pending.of(state.get("pending"))
 
     def in_use(self) -> list[str]:
         """The versions this rank reads or will move on to."""
-        return [self.dataset.version_url] + ([self.pending["url"]] if self.pending else [])
+        return [self.dataset.version_url] + ([self.pending.url] if self.pending else [])
 
     def hold(self, version_urls: set[str]) -> None:
         """Rank 0: leases exactly `version_urls` (what any rank reads or will move on to)."""
@@ -216,14 +216,14 @@ class DatasetSource:
         return [version for first, version in self.versions if first <= epoch][-1]
 
     def _switch_due(self) -> bool:
-        state = self.dataset.state_dict()
-        finished = state["samples_consumed"] >= self.dataset.rows_per_rank()
-        return self.pending is not None and finished and state["epoch"] >= self.pending["after_epoch"]
+        position = self.dataset.position()
+        finished = position.samples_consumed >= self.dataset.rows_per_rank()
+        return self.pending is not None and finished and position.epoch >= self.pending.after_epoch
 
     def batches(self) -> Iterator[tuple[int, list[dict[str, Any]]]]:
         while True:
             if self._switch_due():  # this rank finished the epoch it was in when the newer version was found
-                url, self.pending, next_epoch = self.pending["url"], None, self.dataset.epoch + 1
+                url, self.pending, next_epoch = self.pending.url, None, self.dataset.epoch + 1
                 self._open(url)
                 self.dataset.set_epoch(next_epoch)
                 self.versions.append((next_epoch, self._version_name()))
@@ -232,12 +232,8 @@ class DatasetSource:
                 yield self.dataset.epoch, samples
 
     @property
-    def layout(self) -> dict[str, int]:
-        return {"world_size": self.dataset.world_size, "num_workers": self.loader.num_workers,
-                "batch_size": self.dataset.batch_size}
-
-    def taken(self, state: dict[str, Any]) -> int:
-        return int(state["samples_consumed"])
+    def layout(self) -> Layout:
+        return Layout(self.dataset.world_size, self.loader.num_workers, self.dataset.batch_size)
 
 
 class Mixture:
@@ -283,7 +279,7 @@ class Mixture:
             if getattr(source, "follower", None) is not None:
                 switch = poll_all_ranks(source.follower, self.world_size)
                 if switch is not None:
-                    source.pending = {"url": switch.version_url, "after_epoch": source.dataset.epoch}
+                    source.pending = Pending(switch.version_url, source.dataset.epoch)
 
     def _hold_versions(self) -> None:
         """Rank 0 leases every version any rank reads or will move on to, and no other (ranks move on
@@ -336,8 +332,9 @@ class Mixture:
             mid_batch = self._before[source] is not None and self._used[source] < len(self._buffers[source][1])
             if mid_batch:  # the state before the batch, but a version switch decided since
                 before = dict(self._before[source])
-                if "pending" in before:
-                    before["pending"] = self.sources[source].pending
+                if isinstance(self.sources[source], DatasetSource):
+                    pending = self.sources[source].pending
+                    before["pending"] = None if pending is None else pending.to_dict()
                 states.append({"state": before, "used": self._used[source]})
             else:  # between batches; or resumed and not read since: the rows to skip are still pending
                 states.append({"state": self.sources[source].state_dict(),
@@ -363,8 +360,7 @@ class Mixture:
         buffer = self._buffers[source]
         unused = 0 if buffer is None else len(buffer[1]) - self._used[source]
         pending = self._skip[source] if self._before[source] is None else 0
-        return {"epoch": int(state["epoch"]), "rows": self.sources[source].taken(state) - unused + pending,
-                "live": state}
+        return {"epoch": int(state["epoch"]), "rows": position_of(state).taken - unused + pending, "live": state}
 
     @property
     def layout(self) -> list[int]:
@@ -426,44 +422,41 @@ class Mixture:
         return torch.bincount(batch["source"], minlength=len(self.sources)).tolist()
 
 
-def elastic_state(positions: Sequence[dict[str, Any]], layout: dict[str, int]) -> dict[str, Any]:
+def elastic_state(positions: Sequence[dict[str, Any]], layout: Layout) -> dict[str, Any]:
     """A source's state on `layout` continuing every saved rank's (rank `r` having taken
     `positions[r]["rows"]` of epoch `positions[r]["epoch"]`, with its live state
     `positions[r]["live"]`): the earliest epoch any rank is in,
     with what the saved ranks took of it (and of the later epochs some had started) recorded as
     segments, so that every row is taken once (maskstream.trainer.dataset's elastic resume)."""
-    saved = [p["live"] for p in positions]
-    versions = {(s.get("version"), (s.get("pending") or {}).get("url")) for s in saved}
+    saved = [position_of(p["live"]) for p in positions]
+    pending = [Pending.of(p["live"].get("pending")) for p in positions]
+    versions = {(getattr(s, "version", None), p.url if p else None) for s, p in zip(saved, pending, strict=True)}
     if len(versions) > 1:
         raise ValueError(f"cannot resume on another layout while the saved ranks read different versions of a "
                          f"source ({', '.join(sorted(str(v) for v, _ in versions))}: a --follow-latest switch was "
                          "under way); resume on the checkpoint's layout, or from another checkpoint")
     epochs = [int(p["epoch"]) for p in positions]
     first, last = min(epochs), max(epochs)
-    old = {"world_size": len(saved), "num_workers": int(saved[0].get("num_workers") or 0),
-           "batch_size": int(saved[0].get("batch_size") or 1)}
+    old = Layout(len(saved), saved[0].layout.num_workers, saved[0].layout.batch_size)
 
-    def earlier_segments(epoch: int) -> list[dict[str, Any]]:
+    def earlier_segments(epoch: int) -> list[Segment]:
         """The resumes epoch `epoch` had seen: its own for ranks in it, announced to ranks before it."""
-        found = {json.dumps(s["segments"], sort_keys=True) for s, e in zip(saved, epochs, strict=True) if e == epoch}
-        found |= {json.dumps(s["ahead"][str(epoch)], sort_keys=True) for s, e in zip(saved, epochs, strict=True)
-                  if e < epoch and str(epoch) in s.get("ahead", {})}
+        found = {tuple(s.segments) for s, e in zip(saved, epochs, strict=True) if e == epoch}
+        found |= {tuple(s.ahead[epoch]) for s, e in zip(saved, epochs, strict=True) if e < epoch and epoch in s.ahead}
         if len(found) > 1:
             raise ValueError(f"cannot resume: the saved ranks disagree on the earlier resumes of epoch {epoch}")
-        return json.loads(found.pop()) if found else []
+        return list(found.pop()) if found else []
 
-    def taken(epoch: int) -> dict[str, Any]:
+    def taken(epoch: int) -> Segment:
         rows = [p["rows"] if e == epoch else (-1 if e > epoch else 0) for p, e in zip(positions, epochs, strict=True)]
-        return {**old, "rows": [int(r) for r in rows]}
+        return Segment(old, rows=tuple(int(r) for r in rows))
 
-    state = dict(saved[0])
-    later = {int(e): s for state_ in saved for e, s in state_.get("ahead", {}).items() if int(e) > last}
+    later = {e: s for position in saved for e, s in position.ahead.items() if e > last}
     later.update({epoch: earlier_segments(epoch) + [taken(epoch)] for epoch in range(first + 1, last + 1)})
-    state.update(layout, epoch=first, samples_consumed=0, batches_consumed=0, records=0,
-                 segments=earlier_segments(first) + [taken(first)],
-                 ahead={str(e): s for e, s in sorted(later.items())})
-    if state.get("pending"):  # found while the ranks were in different epochs: after the last of them
-        state["pending"] = {**state["pending"], "after_epoch": max(s["pending"]["after_epoch"] for s in saved)}
+    state = saved[0].resumed(layout, first, earlier_segments(first) + [taken(first)], dict(sorted(later.items())))
+    state = state.to_dict()
+    if pending[0] is not None:  # found while the ranks were in different epochs: after the last of them
+        state["pending"] = Pending(pending[0].url, max(p.after_epoch for p in pending)).to_dict()
     return state
 
 

@@ -64,10 +64,10 @@ class Position:
     @classmethod
     def of(cls, dataset: Any, batch_size: int, world_size: int) -> Position:
         """The position of a `StreamingSequenceDataset` (after `load_state_dict`, if resuming)."""
-        state = dataset.state_dict()
+        position = dataset.position()
         rows_now = dataset.rows_per_rank()
-        return cls(epoch=int(state["epoch"]), rows_left=max(rows_now - int(state["samples_consumed"]), 0),
-                   batches_left=max(math.ceil(rows_now / batch_size) - int(state["batches_consumed"]), 0),
+        return cls(epoch=position.epoch, rows_left=max(rows_now - position.samples_consumed, 0),
+                   batches_left=max(math.ceil(rows_now / batch_size) - position.batches_consumed, 0),
                    rows_per_epoch=math.ceil(dataset.total_rows / world_size), batch_size=batch_size,
                    world_size=world_size)
 

@@ -16,17 +16,17 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from maskstream.mask_signal.mask_map import MaskMap
-from maskstream.trainer.dataset import ahead_of_state, ahead_state, announced
 from maskstream.trainer.loader import loader_generator, samples_as_read
+from maskstream.trainer.position import Ahead, Layout, Segment, TextPosition, announced
 from maskstream.trainer.world import World
 
 TEXT_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
-def _untaken(records: Iterator[tuple[int, str]], segment: dict[str, Any]) -> Iterator[tuple[int, str]]:
+def _untaken(records: Iterator[tuple[int, str]], segment: Segment) -> Iterator[tuple[int, str]]:
     """The records an earlier layout left: it dealt record `p` of `records` to rank `p % W`, and
-    rank `r` took its first `segment["rows"][r]` (-1: all of them)."""
-    world_size, rows = segment["world_size"], segment["rows"]
+    rank `r` took its first `segment.rows[r]` (-1: all of them)."""
+    world_size, rows = segment.layout.world_size, segment.rows
     for position, record in enumerate(records):
         taken = rows[position % world_size]
         if 0 <= taken <= position // world_size:
@@ -56,8 +56,8 @@ class TextSource:
         self.epoch, self.records = 0, 0  # records of this rank consumed in the epoch
         # Elastic resumes of the epoch (earlier layouts and the records each rank took) and of later
         # epochs, as in maskstream.trainer.dataset.
-        self.segments: list[dict[str, Any]] = []
-        self.ahead: dict[int, list[dict[str, Any]]] = {}
+        self.segments: list[Segment] = []
+        self.ahead: Ahead = {}
         self.name = url
 
     @staticmethod
@@ -85,32 +85,31 @@ class TextSource:
                         if isinstance(text, str):
                             yield text
 
-    def _texts(self, segments: Sequence[dict[str, Any]]) -> Iterator[tuple[int, str]]:
+    def _texts(self, segments: Sequence[Segment]) -> Iterator[tuple[int, str]]:
         """This rank's (record number, text) of the epoch, in order: what `segments` left, dealt."""
         left: Iterator[tuple[int, str]] = enumerate(self._all_texts())
         for segment in segments:
             left = _untaken(left, segment)
         return (record for position, record in enumerate(left) if position % self.world_size == self.rank)
 
+    def position(self) -> TextPosition:
+        return TextPosition(self.epoch, self.records, self.world_size, self.url, list(self.segments), dict(self.ahead))
+
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "records": self.records, "world_size": self.world_size, "url": self.url,
-                "segments": [dict(s) for s in self.segments],
-                "ahead": ahead_state(self.ahead)}
+        """`position()` as a checkpoint holds it (JSON)."""
+        return self.position().to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if int(state["world_size"]) != self.world_size:
+        saved = TextPosition.of(state)
+        if saved.world_size != self.world_size:
             raise ValueError(f"--mix {self.url}: a text source resumes on another world size only elastically "
                              "(Mixture.load_state_dict with every rank's state)")
-        self.epoch, self.records = int(state["epoch"]), int(state["records"])
-        self.segments = [dict(s) for s in state.get("segments", [])]
-        self.ahead = ahead_of_state(state)
+        self.epoch, self.records = saved.epoch, saved.records
+        self.segments, self.ahead = saved.segments, saved.ahead
 
     @property
-    def layout(self) -> dict[str, int]:
-        return {"world_size": self.world_size, "num_workers": 0, "batch_size": 1}
-
-    def taken(self, state: dict[str, Any]) -> int:
-        return int(state["records"])
+    def layout(self) -> Layout:
+        return self.position().layout
 
     def batches(self) -> Iterator[dict[str, torch.Tensor]]:
         """(epoch, samples) of `batch_size` records, forever: the next epoch starts where one ends.
@@ -155,7 +154,7 @@ class TextEpoch(IterableDataset):
     tokenized by DataLoader worker `k % num_workers`, so that the DataLoader's round robin hands them
     out in order, whatever the number of workers."""
 
-    def __init__(self, source: TextSource, epoch: int, skip: int, segments: list[dict[str, Any]]) -> None:
+    def __init__(self, source: TextSource, epoch: int, skip: int, segments: list[Segment]) -> None:
         super().__init__()
         self.source, self.epoch, self.skip, self.segments = source, epoch, skip, segments
 

@@ -27,7 +27,6 @@ from maskstream.trainer.checkpoint import (
     save_checkpoint,
 )
 from maskstream.trainer.config import RESUME_CRITICAL, RESUME_DEFAULTS, TrainConfig
-from maskstream.trainer.dataset import Layout
 from maskstream.trainer.held_out import evaluate
 from maskstream.trainer.masking import apply_masking
 from maskstream.trainer.metrics import MetricsLogger
@@ -35,6 +34,7 @@ from maskstream.trainer.mixture import mask_by_source
 from maskstream.trainer.objectives import OBJECTIVES, load_mlm_model
 from maskstream.trainer.optimizer import adamw, set_learning_rate
 from maskstream.trainer.plan import Plan, Position, fresh_plan, learning_rate_factor, replan
+from maskstream.trainer.position import DatasetPosition, Layout
 from maskstream.trainer.training_data import (
     Ranks,
     TrainingData,
@@ -171,13 +171,13 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
     else:
         data.dataset.load_state_dict(loader_state(saved, data.ranks.rank, data.ranks.world_size))
     log.info("resumed from %s at step %d", saved["path"], saved["step"])
-    before = saved["loader"][0]
-    if Layout(before["world_size"], before["num_workers"], before["batch_size"]).reading != Layout(
-            data.ranks.world_size, data.config.num_workers, data.config.batch_size).reading:
+    before = DatasetPosition.of(saved["loader"][0]).layout
+    now = Layout(data.ranks.world_size, data.config.num_workers, data.config.batch_size)
+    if before.reading != now.reading:
         log.info("elastic resume: the checkpoint's %d rank(s) x %d worker(s) x batch %d continue as %d x %d x %d; "
-                 "the %d samples left of epoch %d are dealt to the new layout", before["world_size"],
-                 before["num_workers"], before["batch_size"], data.ranks.world_size, data.config.num_workers,
-                 data.config.batch_size, data.dataset.rows_per_rank() * data.ranks.world_size, data.dataset.epoch)
+                 "the %d samples left of epoch %d are dealt to the new layout", before.world_size, before.num_workers,
+                 before.batch_size, now.world_size, now.num_workers, now.batch_size,
+                 data.dataset.rows_per_rank() * now.world_size, data.dataset.epoch)
     return saved["step"]
 
 
@@ -187,7 +187,7 @@ def loader_state(saved: dict[str, Any], rank: int, world_size: int) -> dict[str,
     states = saved["loader"]
     if len(states) == world_size:
         return states[rank]
-    taken = {(s["epoch"], s["batches_consumed"], len(s.get("segments", []))) for s in states}
+    taken = {(p.epoch, p.batches_consumed, len(p.segments)) for p in map(DatasetPosition.of, states)}
     if len(taken) != 1:
         raise SystemExit(f"cannot resume {saved['path']} on {world_size} ranks: its ranks disagree on the "
                          f"(epoch, batches, resumes) they had taken: {sorted(taken)}")

@@ -180,7 +180,7 @@ class TrainingData:
                                 mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda")
 
     def _epoch_finished(self) -> bool:
-        return self.dataset.state_dict()["samples_consumed"] >= self.dataset.rows_per_rank()
+        return self.dataset.position().samples_consumed >= self.dataset.rows_per_rank()
 
     def _follow(self) -> None:
         """At an epoch boundary, moves on to the version `latest` names if it is newer and compatible."""

@@ -18,9 +18,10 @@ import torch
 
 from maskstream.schemas.manifest import ManifestError
 from maskstream.schemas.tables import SEQUENCE_SCHEMA
-from maskstream.trainer.dataset import ChecksumMismatch, Layout, RankPlan, StreamingSequenceDataset
+from maskstream.trainer.dataset import ChecksumMismatch, RankPlan, StreamingSequenceDataset
 from maskstream.trainer.loader import build_dataloader
 from maskstream.trainer.masking import MaskingConfig, apply_masking
+from maskstream.trainer.position import Layout
 from testing import sequence_dataset as factory
 
 

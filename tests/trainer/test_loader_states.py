@@ -136,3 +136,11 @@ def test_a_recorded_mixture_state_resumes_to_the_recorded_rows(local_dataset, tm
         if RECORD:
             recorded["mixture"]["rows"][key] = rows
         assert rows == recorded["mixture"]["rows"][key], key
+
+
+def test_a_state_written_before_elastic_resumes_reads_as_one_without_segments(local_dataset, recorded):
+    """States of releases before elastic resumes lack `segments` and `ahead`: none of either."""
+    case = recorded["2 ranks x 2 workers, mid epoch"]
+    older = [{k: v for k, v in state.items() if k not in ("segments", "ahead")} for state in case["states"]]
+    rows, _ = dataset_rows(local_dataset, older, world_size=2, num_workers=2, batch_size=8)
+    assert rows == case["rows"]["2x2x8"]
