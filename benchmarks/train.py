@@ -32,8 +32,9 @@ are not measured. The two sides alternate in rounds and the best round of each i
 evens out a shared machine's load.
 
 `--device cuda` runs the step as `maskstream train` does on a GPU: bf16 autocast, pinned memory,
-maskstream's masks drawn on the device after the transfer (the HF collator masks on the CPU, in
-its workers, as a `transformers.Trainer` would).
+maskstream's masks drawn in the loader workers (the side "mask on device" draws them on the device
+after the transfer instead; the HF collator masks on the CPU, in its workers, as a
+`transformers.Trainer` would).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ set +f
 #                     write results before they are renamed into place).
 # --staging_location  gs:// prefix where the launcher uploads the job's code and packages.
 # --setup_file        builds this package (pyproject.toml) and installs it on every worker, so
-#                     workers can import pipelines/ and schemas/.
+#                     workers can import pipelines/, mask_signal/ and schemas/.
 exec $MASKSTREAM stats \
   --input "${INPUTS[@]}" \
   --output "$OUTPUT" \

@@ -17,7 +17,6 @@ import unicodedata
 
 import numpy as np
 
-WORD_NORMALIZATION = "nfkc-lower-alnum-v1"
 WORD_PATTERN = re.compile(r"[^\W_]+")
 
 

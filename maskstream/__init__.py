@@ -1,11 +1,16 @@
 """maskstream: Difference-Masking data pipelines (Apache Beam) and a streaming MLM trainer (PyTorch).
 
-One installed namespace, three layers (the repository's top-level folders):
+One installed namespace, in layers (the repository's top-level folders), each importing only those
+above it here:
 
-- `maskstream.schemas` (`schemas/`): the contract both sides read: Arrow schemas, the manifest, words;
+- `maskstream.schemas` (`schemas/`): the contract both sides read: Arrow schemas, the manifest, the
+  formulas' versions (beside `maskstream.storage`, how files are written and read, and
+  `maskstream.models`, model names);
+- `maskstream.mask_signal` (`mask_signal/`): the mask signal both sides compute: words, their
+  alignment to tokens, the word lookup, the mask-probability formula, `MaskMap`; no Beam, no torch;
 - `maskstream.pipelines` (`pipelines/`): statistics, seeds and the dataset build (Beam), updates and gc;
 - `maskstream.trainer` (`trainer/`): streaming the shards, drawing masks, training; never imports Beam;
-- `maskstream.cli`: the `maskstream` command, on top of the three.
+- `maskstream.cli`: the `maskstream` command, on top of them all.
 
 The public API below is importable from `maskstream` itself and loaded on first use, so that
 `import maskstream` pulls in neither Beam nor torch (a training box has no Beam).
@@ -27,6 +32,7 @@ _PUBLIC = {
     "SEQUENCE_SCHEMA": "maskstream.schemas.tables",
     "WORD_STATS_SCHEMA": "maskstream.schemas.tables",
     "WORD_TABLE_SCHEMA": "maskstream.schemas.tables",
+    # the mask signal
     "words": "maskstream.mask_signal.words",
     # the dataset side
     "BuildConfig": "maskstream.pipelines.build.steps",

@@ -9,5 +9,5 @@
   and retention (`gc`).
 
 Beam runs `stats` and `build`; `update` and `watch` run the same steps in one process. Imports
-`maskstream.schemas`, never `maskstream.trainer`.
+`maskstream.schemas` and `maskstream.mask_signal`, never `maskstream.trainer`.
 """

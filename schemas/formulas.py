@@ -28,7 +28,8 @@ outputs were computed the same way. Change the version whenever a formula change
   records both.
 """
 
-from maskstream.mask_signal.words import WORD_NORMALIZATION
+# The word definition of maskstream.mask_signal.words (normalization, then runs of letters and digits).
+WORD_NORMALIZATION = "nfkc-lower-alnum-v1"
 
 # TF-ICF's smoothing of words general text lacks (see above).
 TF_ICF_UNSEEN_COUNT = 0.5

@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = {"maskstream": "maskstream", "maskstream.schemas": "schemas", "maskstream.mask_signal": "mask_signal", "maskstream.pipelines": "pipelines",
                 "maskstream.trainer": "trainer"}
 # a module may import its own package and the layers below it, never above or beside
-LAYERS = {"maskstream.storage": 0, "maskstream.models": 0, "maskstream.schemas": 0, "maskstream.mask_signal": 0, "maskstream.pipelines": 1, "maskstream.trainer": 1, "maskstream": 2,
-          "maskstream.cli": 3, "maskstream.__main__": 3}
+LAYERS = {"maskstream.storage": 0, "maskstream.models": 0, "maskstream.schemas": 0, "maskstream.mask_signal": 1,
+          "maskstream.pipelines": 2, "maskstream.trainer": 2, "maskstream": 3, "maskstream.cli": 4, "maskstream.__main__": 4}
 # inside the dataset stage, each role imports only the roles before it (pipelines/build/__init__.py)
 DATASET_ROLES = ["core", "storage", "inspect", "steps", "beam", "driver"]
 LONGEST_FUNCTION = 100

@@ -247,6 +247,20 @@ def test_the_collator_numbers_rows_without_an_index_apart_per_worker(builds):
     assert not torch.equal(first["labels"], second["labels"]) and collator.rows_seen == 2
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_collator_numbers_rows_apart_per_rank(builds, monkeypatch, rank):
+    """Copies on two ranks (torchrun's RANK and WORLD_SIZE) number rows without an index apart, so that
+    rows of the same length on two ranks do not get the same mask."""
+    from transformers import AutoTokenizer
+
+    build = builds["builds"]["wordpiece-paper"]
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    collator = DifferenceMaskingCollator(MaskMap.from_version(build["root"]),
+                                         AutoTokenizer.from_pretrained(build["tokenizer_path"]))
+    assert collator.sample_indices(["a text", "another text", "a third"]) == [rank, 2 + rank, 4 + rank]
+
+
 def test_export_sizes_are_reported(builds, tmp_path):
     written = export_mask_map(builds["builds"]["wordpiece-paper"]["root"], str(tmp_path / "m"))
     assert written["word_types"] == len(MaskMap.load(str(tmp_path / "m")))

@@ -37,8 +37,9 @@ one at a time, batched again by the Trainer with the mixture's batch size, maske
 
 Any text, in the loop a user already has, with a version's signal applied at load time
 (`DifferenceMaskingCollator`, below; exported as `maskstream.DifferenceMaskingCollator`). The three
-collators here are the only ones: each pads with `collate_sequences` and masks with `apply_masking`
-(a mixture's through `mask_by_source`), as the loader and `maskstream train` do.
+collators here draw masks as the loader's workers and `maskstream train` do: rows padded by
+`collate_sequences` (a mixture's joined by `concat_rows`), masked by `apply_masking` (a mixture's
+through `mask_by_source`), the one place masks are drawn.
 
 `DifferenceMaskingCollator`, in more detail: maskstream's masks for any dataset.
 
@@ -73,8 +74,8 @@ Randomness: a row's mask is a function of (seed, epoch, sample index, its tokens
 `maskstream train`: for the same three and the same tokens it draws the same mask (in a batch of
 the same width, since the strategies draw over the padded row). The sample index is the row's
 `sample_index` if it has one (e.g. `dataset.map(lambda row, i: {"sample_index": i}, with_indices=True)`);
-otherwise the collator numbers rows itself, worker by worker (counter * workers + worker id), which
-is unique in a run but depends on the loader's workers. Set `collator.epoch` (or `set_epoch`) each epoch.
+otherwise the collator numbers rows itself, by worker and rank ((counter * workers + worker id) *
+ranks + rank), which is unique in a run but depends on the loader's workers and the ranks. Set `collator.epoch` (or `set_epoch`) each epoch.
 """
 
 from __future__ import annotations
@@ -251,15 +252,15 @@ class DifferenceMaskingCollator:
         return {name: masked[name] for name in MODEL_INPUTS}
 
     def sample_indices(self, rows: Sequence[Any]) -> list[int]:
-        """Each row's `sample_index`, or this copy's own numbering (interleaved across loader workers)."""
-        world = World.detect(0, 1)  # the worker only: rows are numbered per copy of the collator
-        workers, worker = world.workers, world.worker
+        """Each row's `sample_index`, or this copy's own numbering (interleaved across loader workers and
+        ranks, so that no two copies give a number twice)."""
+        world = World.detect()
         out = []
         for row in rows:
             if isinstance(row, Mapping) and "sample_index" in row:
                 out.append(int(row["sample_index"]))
             else:
-                out.append(self.rows_seen * workers + worker)
+                out.append((self.rows_seen * world.workers + world.worker) * world.world_size + world.rank)
                 self.rows_seen += 1
         return out
 

@@ -1,5 +1,5 @@
 """Where a reader runs, as MosaicML streaming's `World`: its rank among the training processes and its
-DataLoader worker among its rank's. Every reader (the dataset, a text source, the collators) asks
+DataLoader worker among its rank's. Every reader (the dataset, a text source, the text collator) asks
 `World.detect()` instead of reading torch.distributed, the environment or `get_worker_info()` itself."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Stage 2: the dataset build, one folder per role, each importing only the ones above it here:
 
-- `core/`: Beam-free and pure: words as compact arrays (word_lookup, vocabulary), tokens and windows
-  (sequences, tokenizer_facts), the word encoder, per-token mask probabilities, and the signal
-  tallies and figures the build records (signal_tallies);
+- `core/`: Beam-free and pure: the word table's rows (vocabulary; the lookup and the per-token
+  mask probabilities are `maskstream.mask_signal`'s), tokens and windows (sequences,
+  tokenizer_facts), the word encoder, and the signal tallies and figures the build records
+  (signal_tallies);
 - `storage/`: writing a version (shards, word table, manifest, `latest`) and checking it;
 - `inspect/`: what people read of a version: the signal's lines and plots, the HTML page, the
   tokenizer check;

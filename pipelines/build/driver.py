@@ -11,7 +11,7 @@ from typing import Any
 
 import fsspec
 
-from maskstream.mask_signal.words import WORD_NORMALIZATION, words
+from maskstream.mask_signal.words import words
 from maskstream.pipelines.build.steps import BuildConfig, manifest_fields, pipeline_counters
 from maskstream.pipelines.build.storage.dataset_writer import (
     join,
@@ -19,6 +19,7 @@ from maskstream.pipelines.build.storage.dataset_writer import (
     prepare_version,
 )
 from maskstream.pipelines.dataflow_job import is_dry_run, job_size
+from maskstream.schemas.formulas import WORD_NORMALIZATION
 from maskstream.schemas.manifest import MANIFEST_NAME, SEEDS_NAME, load_manifest
 from maskstream.storage.publish import write_atomically
 

@@ -39,7 +39,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from maskstream.mask_signal.words import WORD_NORMALIZATION
 from maskstream.models import MAX_WORD_TOKENS
 from maskstream.pipelines.build.core.sequences import TOKENIZED_SCHEMA, natural_key, tokenize_documents
 from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
@@ -52,6 +51,7 @@ from maskstream.pipelines.build.storage.dataset_writer import (
 )
 from maskstream.pipelines.corpus import Document, FileParser
 from maskstream.pipelines.statistics.counting import word_counts_of_texts
+from maskstream.schemas.formulas import WORD_NORMALIZATION
 from maskstream.storage.publish import open_atomically, write_atomically
 
 LOG = logging.getLogger("maskstream.update")

@@ -1,2 +1,3 @@
-"""The pure core of a build: word types as compact arrays, tokens and windows, the word encoder and
-per-token mask probabilities; no Beam, no I/O beyond the tokenizer cache."""
+"""The pure core of a build: the word table's rows, tokens and windows, the word encoder and the
+signal tallies (the word lookup and the mask-probability formula are `maskstream.mask_signal`'s);
+no Beam, no I/O beyond the tokenizer cache."""
