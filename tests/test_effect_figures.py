@@ -232,3 +232,18 @@ def test_a_changed_figure_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert edited != read(relative)
     monkeypatch.setattr(sys.modules[__name__], "read", lambda _: edited)
     assert missing(template, relative) is not None
+
+
+CONFIRMATORY_REPORT = EFFECT / "results" / "confirmatory" / "REPORT.md"
+DECISION = "**Decision (the pre-registered rule):** "
+
+
+@pytest.mark.parametrize("relative", ["README.md", "docs/evidence.md"])
+def test_the_docs_carry_the_confirmatory_runs_decision(relative: str) -> None:
+    """The sentence the pre-registered rule gives (the confirmatory report's, generated from its results)
+    is the one README.md and docs/evidence.md carry, once every planned seed is in."""
+    line = next(line for line in CONFIRMATORY_REPORT.read_text(encoding="utf-8").splitlines()
+                if line.startswith(DECISION))
+    sentence = normalized(line[len(DECISION):])
+    assert "interim" not in sentence, "the confirmatory run is not finished: the docs quote no decision yet"
+    assert sentence.rstrip(".") in read(relative).replace("**", ""), (relative, sentence)
