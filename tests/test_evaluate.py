@@ -143,6 +143,20 @@ def test_the_decision_sentence_follows_the_pre_registered_rule() -> None:
         "Undecided at 5 of 12 seeds (interim)")
 
 
+def test_a_failing_control_is_said_under_the_decision() -> None:
+    from maskstream.evaluate.report import control_warning
+
+    def control(mean: float, low: float, high: float, n: int = 2) -> dict:
+        return {"mean": mean, "n": n, "bootstrap": {"hierarchical": {"ci": [low, high]}}}
+
+    # a run like the one docs/evidence.md shows: TAPT with random masking below no TAPT
+    assert control_warning(control(-0.0754, -0.1238, -0.0331)).startswith(
+        "**The control does not pass:** random − none -7.54 [-12.38, -3.31]")
+    assert control_warning(control(0.01, -0.002, 0.02)) is not None  # not above zero: not passed
+    assert control_warning(control(0.0625, 0.0429, 0.0832)) is None  # the confirmatory run's control passes
+    assert control_warning(None) is None and control_warning(control(0.01, -0.1, 0.1, n=1)) is None
+
+
 def test_pilot_rule_picks_the_largest_gain_ties_to_fewer_passes() -> None:
     def line(arm: str, seed: int | None, passes: float, score: float) -> dict:
         return {"arm": arm, "seed": seed, "passes": passes, "macro_f1": score}

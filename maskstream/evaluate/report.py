@@ -194,7 +194,25 @@ def section_comparisons(prepared: dict[str, Any], lines: list[dict[str, Any]], m
     if primary and primary["n"] > 1 and planned is not None:
         out += ["", "**Decision (the pre-registered rule):** " + decision(primary, results.get(CONTROL), margin,
                                                                           planned)]
+        warning = control_warning(results.get(CONTROL))
+        if warning:
+            out += ["", warning]
     return out, primary
+
+
+def control_warning(control: dict[str, Any] | None) -> str | None:
+    """A line under the decision when the control fails: the rule decides superiority without it (the
+    pre-registration's), but a reader must know the setup has not shown it can see a masking effect."""
+    if control is None or control["n"] < 2:
+        return None
+    h = control["bootstrap"]["hierarchical"]["ci"]
+    if h[0] > 0:
+        return None
+    return (f"**The control does not pass:** random − none {pts(control['mean'])} {ci(h)}. TAPT with random masking "
+            "did not beat no TAPT on this readout, so this setup has not shown that it can detect a masking "
+            "strategy's effect: a difference between arms may be how much each one's TAPT moved the model, not "
+            "how well it masks. More task text, more --passes or a model that has not seen text like this "
+            "first.")
 
 
 def plot(primary: dict[str, Any] | None, path: Path) -> bool:
