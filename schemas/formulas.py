@@ -35,6 +35,12 @@ WORD_NORMALIZATION = "nfkc-lower-alnum-v1"
 TF_ICF_UNSEEN_COUNT = 0.5
 WORDFREQ_RESOLUTION = 1e-8
 
+# The peers' signals (`maskstream build --peer-signals`): pipelines/statistics/collocations.py.
+PEER_FORMULA_VERSIONS: dict[str, str] = {
+    "collocations": "pmi-ngram-v1",
+    "informative_relevance": "informative-relevance-v1",
+}
+
 FORMULA_VERSIONS: dict[str, str] = {
     "word_normalization": WORD_NORMALIZATION,
     "tf_icf": "tf-icf-v1",

@@ -9,6 +9,7 @@ Layout of a dataset root (local path or `gs://bucket/prefix`):
                                      types a file by word_index (`word_table_format` 2; format 1,
                                      before 0.2, was one file, words.parquet: `read_word_table` reads both)
     ROOT/VERSION/seeds.json
+    ROOT/VERSION/collocations.parquet, informativeness.parquet   the peers' signals (`--peer-signals`)
 
 Every path inside a manifest is relative to its version folder and must stay inside it.
 """
@@ -36,6 +37,8 @@ WORD_TABLE_FORMAT = 2
 # not depend on how the build's workers read the statistics, and no worker writes more than this.
 WORD_TABLE_SHARD_ROWS = 1_000_000
 SEEDS_NAME = "seeds.json"
+COLLOCATIONS_NAME = "collocations.parquet"  # COLLOCATION_SCHEMA, with `--peer-signals`
+INFORMATIVENESS_NAME = "informativeness.parquet"  # INFORMATIVENESS_SCHEMA, with `--peer-signals`
 
 
 class ManifestError(ValueError):
@@ -134,6 +137,9 @@ class Manifest:
     # fallback_similarity, word_types (_encoded, _skipped), word_occurrences (_encoded, _coverage),
     # tokens_in_words, tokens_encoded, token_coverage; {} in older versions (every word encoded).
     vocabulary: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The peers' signals (`maskstream build --peer-signals`): their settings, formulas, files and
+    # sizes; {} when the version has none, and then absent from manifest.json.
+    peer_signals: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def total_rows(self) -> int:
@@ -149,6 +155,8 @@ class Manifest:
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
+        if not data["peer_signals"]:
+            del data["peer_signals"]  # a version without them reads as before they existed
         data["totals"] = {"rows": self.total_rows, "tokens": self.total_tokens, "bytes": self.total_bytes}
         return json.dumps(data, indent=2, sort_keys=True)
 

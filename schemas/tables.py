@@ -46,6 +46,28 @@ WORD_TABLE_SCHEMA = pa.schema(
     ]
 )
 
+# `maskstream build --peer-signals`: PMI-Masking's collocation vocabulary, best first
+# (pipelines/statistics/collocations.py has the formulas).
+COLLOCATION_SCHEMA = pa.schema(
+    [
+        pa.field("ngram", pa.string(), nullable=False),  # its words joined by one space
+        pa.field("n", pa.int8(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),  # occurrences inside sentences
+        pa.field("pmi", pa.float64(), nullable=False),  # pmi_n: the least PMI over its cuts
+        pa.field("word_index", pa.list_(pa.int32()), nullable=False),  # its words' rows of the word table
+    ]
+)
+
+# `maskstream build --peer-signals`: InforMask's informative relevance, one row per word type by word_index.
+INFORMATIVENESS_SCHEMA = pa.schema(
+    [
+        pa.field("word_index", pa.int32(), nullable=False),
+        pa.field("sentences", pa.int64(), nullable=False),  # sentences holding the word
+        pa.field("relevance", pa.float64(), nullable=False),  # mean sum of its PMI with its sentences' words
+        pa.field("mask_weight", pa.float32(), nullable=False),  # average rank of relevance / word types, in (0, 1]
+    ]
+)
+
 # `maskstream build`: one row per training sequence, in shards. No padding is stored.
 # List columns all have the sequence's length.
 SEQUENCE_SCHEMA = pa.schema(

@@ -85,6 +85,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from torch.utils.data import IterableDataset
 
+from maskstream.mask_signal.peer_signals import PeerSignals
 from maskstream.schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
 from maskstream.schemas.tables import SEQUENCE_SCHEMA, check_schema
 from maskstream.storage.retry import retry_read
@@ -186,7 +187,9 @@ class RankPlan:
 class StreamingSequenceDataset(IterableDataset):
     """Rows of a dataset version split across ranks and workers (module doc). dataset: root or version folder,
     local or gs://; seed: the order's; shuffle: seeded global order, else dataset order; shuffle_buffer: rows
-    shuffled together; verify_checksums: sha256 checked as read; rank, world_size; cache: a ShardCache."""
+    shuffled together; verify_checksums: sha256 checked as read; rank, world_size; cache: a ShardCache;
+    peer_signals: each sample also gets `span_ids` and `informativeness` (maskstream.mask_signal.peer_signals),
+    which the strategies of PEER_SIGNAL_STRATEGIES read."""
 
     def __init__(
         self,
@@ -199,9 +202,11 @@ class StreamingSequenceDataset(IterableDataset):
         rank: int | None = None,
         world_size: int | None = None,
         cache: ShardCache | None = None,
+        peer_signals: bool = False,
     ) -> None:
         super().__init__()
         self.version_url, self.manifest = load_manifest(dataset)
+        self.peer_signals = PeerSignals.load(self.version_url, self.manifest) if peer_signals else None
         self.seed = seed
         self.shuffle = shuffle
         if shuffle_buffer < 1:
@@ -545,4 +550,7 @@ class StreamingSequenceDataset(IterableDataset):
             sample = {"sample_index": int(sample_index[row])}
             for name, (values, offsets) in columns.items():
                 sample[name] = values[offsets[row] : offsets[row + 1]]
+            if self.peer_signals is not None:
+                sample["span_ids"] = self.peer_signals.span_ids(sample["word_ids"], sample["word_index"])
+                sample["informativeness"] = self.peer_signals.informativeness(sample["word_index"])
             yield sample

@@ -28,9 +28,11 @@ def select_rows(batch: dict[str, Any], keep) -> dict[str, Any]:
     return {k: v[keep] for k, v in batch.items()}
 
 
-def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id: int, batch_size: int):
-    """The first `limit` held-out rows in dataset order, collated into batches (unmasked)."""
-    reader = StreamingSequenceDataset(dataset_url, shuffle=False, rank=0, world_size=1)
+def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id: int, batch_size: int,
+                     peer_signals: bool = False):
+    """The first `limit` held-out rows in dataset order, collated into batches (unmasked), with the peer
+    signals when asked (the strategies that read them)."""
+    reader = StreamingSequenceDataset(dataset_url, shuffle=False, rank=0, world_size=1, peer_signals=peer_signals)
     rows = []
     for sample in reader:
         if held_out(np.array([sample["sample_index"]]), fraction)[0]:

@@ -33,6 +33,12 @@ Strategies (the budget is `round(budget * non-special tokens)` per sequence, hal
   is never chosen: a sequence with fewer than the budget of tokens of p > 0 gets all of those and
   no more (the build reports such sequences as its budget shortfall; a sequence of all zeros is
   drawn uniformly).
+- `pmi_span` (PMI-Masking, Levine et al. 2021): the units of `span_ids` (a collocation of the
+  version's vocabulary is one unit, every other word one unit) in a uniformly random order, taken
+  as `whole_word` takes words; `difference_pmi_span` orders them by an exponential race on their
+  summed `mask_probability` instead. 80/10/10 is decided per token, as in BERT.
+- `informask` (InforMask, Sadeq et al. 2022): as `difference`, with each token's word's
+  `informativeness` weight in place of `mask_probability`.
 - `tmr`: Token Masking Regularization for fine-tuning: each non-special token becomes
   `[MASK]` with probability `tmr_probability`; no random or kept tokens.
 
@@ -372,6 +378,12 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
     weights = difference_weights(batch, can_mask)
     if config.whole_word:
         return choose_words(batch, keys, budget, weights)
+    return choose_weighted(keys, can_mask, budget, weights)
+
+
+def choose_weighted(keys: torch.Tensor, can_mask: torch.Tensor, budget: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Exactly `budget` tokens per sequence, token i included with probability proportional to
+    `weights[i]` (randomized systematic sampling)."""
     inclusion = scale_to_budget(weights, can_mask, budget)  # each at most 1, summing to the budget
     # Random order, then the points start + 0, 1, 2, ... on the cumulative inclusion line: token i
     # is chosen iff a point falls in its interval, which happens with probability inclusion[i]
@@ -386,6 +398,34 @@ def choose_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config
     chosen_in_order = torch.diff(points_up_to, dim=1, prepend=torch.zeros_like(points_up_to[:, :1])) > 0
     # Tokens with inclusion 0 (specials, padding) have empty intervals: never chosen.
     return torch.zeros_like(chosen_in_order).scatter(1, order, chosen_in_order)
+
+
+def _peer_column(batch: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    if name not in batch:
+        raise ValueError(f"the batch has no {name!r}: the peer-signal strategies need a dataset built with "
+                         "`maskstream build --peer-signals`, read with peer_signals=True")
+    return batch[name]
+
+
+def choose_pmi_units(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig,
+                     difference: bool) -> torch.Tensor:
+    """PMI-Masking: whole units (`span_ids`: collocations and words) in a uniformly random order, or in
+    an exponential race on their summed `mask_probability` with `difference`, to the budget (as
+    `whole_word`: the last unit may pass it)."""
+    units = {**batch, "word_ids": _peer_column(batch, "span_ids")}
+    can_mask = maskable(batch)
+    weights = difference_weights(batch, can_mask) if difference else None
+    return choose_words(units, keys, budget_counts(can_mask, config.budget), weights)
+
+
+def choose_informask(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
+    """InforMask: exactly the budget of tokens, each included with probability proportional to its
+    word's informativeness weight (a sequence whose weights are all 0 is drawn uniformly)."""
+    can_mask = maskable(batch)
+    weights = _peer_column(batch, "informativeness").clamp(min=0.0).to(torch.float64).masked_fill(~can_mask, 0.0)
+    total = weights.sum(dim=1, keepdim=True)
+    weights = torch.where(total > 0, weights, can_mask.to(torch.float64))
+    return choose_weighted(keys, can_mask, budget_counts(can_mask, config.budget), weights)
 
 
 def _span_length_thresholds(config: MaskingConfig) -> list[float]:
@@ -452,6 +492,11 @@ def apply_masking(
         return corrupt(batch, chosen, keys, config, action_counters=span_id)
     if strategy == "difference":
         return corrupt(batch, choose_difference(batch, keys, config), keys, config)
+    if strategy in ("pmi_span", "difference_pmi_span"):
+        chosen = choose_pmi_units(batch, keys, config, difference=strategy == "difference_pmi_span")
+        return corrupt(batch, chosen, keys, config)
+    if strategy == "informask":
+        return corrupt(batch, choose_informask(batch, keys, config), keys, config)
     if strategy == "tmr":
         chosen = choose_tmr(batch, keys, config)
         input_ids = batch["input_ids"]

@@ -8,6 +8,11 @@ STRATEGIES = {
     "whole_word": "random masking of whole words: every token of a chosen word",
     "span": "SpanBERT: spans of geometric length (p 0.2, at most 10 words) up to the budget",
     "difference": "Difference-Masking: exactly the budget, drawn by the dataset's stored mask probabilities",
+    "pmi_span": "PMI-Masking: whole collocations (the version's --peer-signals vocabulary) and words, random order, to the budget",
+    "difference_pmi_span": "PMI-Masking's units, chosen by their summed difference-masking probability, to the budget",
+    "informask": "InforMask: exactly the budget, drawn by each word's informativeness weight (--peer-signals)",
     "tmr": "Token Masking Regularization, for fine-tuning only: each token [MASK] with probability p, no 80/10/10",
 }
+# The strategies that read the version's peer signals (`maskstream build --peer-signals`).
+PEER_SIGNAL_STRATEGIES = ("pmi_span", "difference_pmi_span", "informask")
 PRETRAINING_STRATEGIES = tuple(name for name in STRATEGIES if name != "tmr")  # what `train` offers

@@ -5,7 +5,8 @@ Reads the domain corpus, the word statistics (`maskstream stats`) and the seeds
 --max-length tokens (no padding stored); encodes every word type and seed once and scores each
 word by its similarity to the seeds; computes each token's mask probability; and writes
 DATASET_ROOT/VERSION/ (Parquet shards, the word table words/, seeds.json, rejects-*.jsonl and, last,
-manifest.json), then points DATASET_ROOT/latest at the new version.
+manifest.json), then points DATASET_ROOT/latest at the new version. With --peer-signals it also
+counts the corpus's n-grams and sentence co-occurrences for PMI-Masking's and InforMask's signals.
 
 Example:
   maskstream build --input data/debian-science.jsonl --stats out/stats \\
@@ -26,6 +27,7 @@ from maskstream.pipelines.build.core.vocabulary import vocabulary_line
 from maskstream.pipelines.build.driver import LOG, build_version
 from maskstream.pipelines.build.inspect.signal import build_lines
 from maskstream.pipelines.build.steps import DEFAULTS, BuildConfig
+from maskstream.pipelines.statistics.collocations import PeerSignalSettings
 from maskstream.schemas.manifest import load_manifest
 
 
@@ -46,6 +48,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="documents per tokenizer call and per table of windows (default: %(default)s)")
     parser.add_argument("--write-embeddings", action="store_true",
                         help="also write embeddings/ (word, embedding) for every word and seed (default: off)")
+    peers = parser.add_argument_group(
+        "the peers' signals", "--peer-signals also computes PMI-Masking's collocations and InforMask's informative "
+        "relevance (docs/signal.md) for the strategies pmi_span, difference_pmi_span and informask")
+    peers.add_argument("--peer-signals", action="store_true",
+                       help="write collocations.parquet and informativeness.parquet into the version (default: off)")
+    peers.add_argument("--ngram-min-count", type=int, default=PeerSignalSettings.ngram_min_count,
+                       help="least count of a collocation (default: %(default)s)")
+    peers.add_argument("--max-collocations", type=int, default=PeerSignalSettings.max_collocations,
+                       help="the collocation vocabulary's size at most, best PMI first (default: %(default)s)")
+    peers.add_argument("--pair-min-count", type=int, default=PeerSignalSettings.pair_min_count,
+                       help="least number of sentences two words share for their PMI to count (default: %(default)s)")
 
 
 def add_dataset_options(parser: argparse.ArgumentParser) -> None:
@@ -121,8 +134,10 @@ def build_config(args: argparse.Namespace, **overrides: Any) -> BuildConfig:
 def run(args: argparse.Namespace) -> int:
     try:
         config = build_config(args)
+        peer_signals = PeerSignalSettings(args.ngram_min_count, args.max_collocations,
+                                          args.pair_min_count) if args.peer_signals else None
         report = build_version(config, args.input, args.text_field, args.txt_mode, args.stats, args.seeds,
-                               args.output, args.version, list(args.beam_args))
+                               args.output, args.version, list(args.beam_args), peer_signals=peer_signals)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         LOG.error("%s", e)
         return 2

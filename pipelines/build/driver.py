@@ -19,6 +19,7 @@ from maskstream.pipelines.build.storage.dataset_writer import (
     prepare_version,
 )
 from maskstream.pipelines.dataflow_job import is_dry_run, job_size
+from maskstream.pipelines.statistics.collocations import PeerSignalSettings
 from maskstream.schemas.formulas import WORD_NORMALIZATION
 from maskstream.schemas.manifest import MANIFEST_NAME, SEEDS_NAME, load_manifest
 from maskstream.storage.publish import write_atomically
@@ -72,11 +73,13 @@ def check_seed_words(seeds_json: str, seeds: list[str], formulas: dict[str, str]
 
 
 def build_version(config: BuildConfig, inputs: list[str], text_field: str, txt_mode: str, stats: str,
-                  seeds_json: str, root: str, version: str | None, beam_args: list[str]) -> dict[str, Any]:
+                  seeds_json: str, root: str, version: str | None, beam_args: list[str],
+                  peer_signals: PeerSignalSettings | None = None) -> dict[str, Any]:
     """Builds ROOT/VERSION/ of the corpus `inputs` with Beam's `beam_args` and points ROOT/latest at it;
     returns the pipeline's report with "version_url" ({"dry_run": the job's size line} when Beam is asked
     only to build the job). Raises ValueError, FileNotFoundError or FileExistsError on bad input, before
-    a version is written, and ValueError when no document gave a sequence."""
+    a version is written, and ValueError when no document gave a sequence. `peer_signals`: also
+    compute the peers' signals (pipelines/build/beam/peer_signals.py) with these settings."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -102,7 +105,8 @@ def build_version(config: BuildConfig, inputs: list[str], text_field: str, txt_m
     pipeline = beam.Pipeline(options=PipelineOptions(list(beam_args)))
     corpus = pipeline | "ReadCorpus" >> ReadCorpus(inputs, text_field=text_field, txt_mode=txt_mode)
     fingerprint = corpus["files"] | "FingerprintCorpus" >> FingerprintFiles()
-    _ = {**corpus, "fingerprint": fingerprint} | "BuildDataset" >> BuildDataset(config, stats, seeds, root, fields)
+    _ = {**corpus, "fingerprint": fingerprint} | "BuildDataset" >> BuildDataset(config, stats, seeds, root, fields,
+                                                                                   peer_signals)
     if dry_run:
         return {"dry_run": job_size(pipeline.run()).line("build")}
     LOG.info("building %s from the word statistics in %s, %d seeds, min word count %d", version_url, stats,

@@ -368,11 +368,13 @@ def document_counts(documents: int, read_rejects: int, no_tokens: int) -> dict[s
 
 def assemble_manifest(fields: dict[str, Any], shards: Iterable[ShardEntry], *, read: int, accepted: int,
                       rejected: int, extra_files: Iterable[str], tallies: dict[str, Any] | None,
-                      vocabulary: dict[str, Any], lookup: WordLookup, scores: WordScores, version_url: str) -> Manifest:
+                      vocabulary: dict[str, Any], lookup: WordLookup, scores: WordScores, version_url: str,
+                      peer_signals: dict[str, Any] | None = None) -> Manifest:
     """`manifest_fields` + what the rows gave: the shards, documents read = accepted + rejected,
     the word types, the signal diagnostics and the vocabulary's coverage (`vocabulary_counts`, and
     the tokens from the merged tallies). The few words the diagnostics name are read back from the
-    word table already written under `version_url`."""
+    word table already written under `version_url`. `peer_signals`: the manifest's entry of the
+    peers' signals (`pipelines/build/core/peer_signals.py`), when they were computed."""
 
     fields = json.loads(json.dumps(fields))
     fields["source_fingerprint"]["documents"] = {"read": read, "accepted": accepted, "rejected": rejected}
@@ -381,6 +383,7 @@ def assemble_manifest(fields: dict[str, Any], shards: Iterable[ShardEntry], *, r
     words = WordsForReport(scores.similarity, lookup.index_of, lambda indices: words_of(version_url, fields, indices))
     fields["diagnostics"] = build_diagnostics(tallies, words, fields["seeds"])
     fields["vocabulary"] = {**vocabulary, **token_coverage(tallies, scores)}
+    fields["peer_signals"] = dict(peer_signals or {})
     return Manifest(shards=sorted(shards, key=lambda s: s.path), **fields)
 
 

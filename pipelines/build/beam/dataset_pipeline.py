@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from maskstream.mask_signal.word_lookup import WordLookup
 from maskstream.pipelines.build.beam.embeddings import EmbedWords, NearestSeedRowsFn, WordEncoderHandler
+from maskstream.pipelines.build.beam.peer_signals import WritePeerSignals
 from maskstream.pipelines.build.beam.tokenize_to_windows import TokenizeToWindows
 from maskstream.pipelines.build.core.signal_tallies import merge_map_tallies
 from maskstream.pipelines.build.core.vocabulary import WordScores, encoded_mask
@@ -69,6 +70,7 @@ from maskstream.pipelines.build.storage.dataset_writer import (
     write_parquet,
     write_shard,
 )
+from maskstream.pipelines.statistics.collocations import PeerSignalSettings
 from maskstream.schemas.manifest import WORD_TABLE_SHARD_ROWS, ShardEntry
 
 
@@ -452,7 +454,7 @@ class Bookkeeping(beam.PTransform):
 
 def finalize(_, root: str, fields: dict[str, Any], shards: list[ShardEntry], documents: dict[str, int],
              tallies: dict[str, Any] | None, vocabulary: dict[str, Any], lookup: WordLookup, scores: WordScores,
-             fingerprint: dict[str, Any], extra_files: list, written: list) -> str | None:
+             fingerprint: dict[str, Any], extra_files: list, written: list, peer_signals: dict[str, Any]) -> str | None:
     """Runs once, after every shard and file is written (`written`): the manifest, then `latest`.
     Writes no manifest when no document gave a sequence (the caller reports it)."""
     version_url = join(root, fields["version"])
@@ -463,7 +465,8 @@ def finalize(_, root: str, fields: dict[str, Any], shards: list[ShardEntry], doc
         return None
     fields = {**fields, "source_fingerprint": fingerprint}
     manifest = assemble_manifest(fields, shards, **documents, extra_files=extra_files, tallies=tallies,
-                                 vocabulary=vocabulary, lookup=lookup, scores=scores, version_url=version_url)
+                                 vocabulary=vocabulary, lookup=lookup, scores=scores, version_url=version_url,
+                                 peer_signals=peer_signals)
     return write_manifest_and_latest(root, manifest)
 
 
@@ -478,7 +481,7 @@ class WriteManifest(beam.PTransform):
 
     def expand(self, pbegin):
         inputs = self._inputs
-        singletons = ("documents", "tallies", "vocabulary", "lookup", "scores", "fingerprint")
+        singletons = ("documents", "tallies", "vocabulary", "lookup", "scores", "fingerprint", "peer_signals")
         lists = ("shards", "extra_files", "written")
         return (
             pbegin
@@ -497,9 +500,10 @@ class BuildDataset(beam.PTransform):
     workers (nothing per word in the job's graph)."""
 
     def __init__(self, config: BuildConfig, stats_dir: str, seeds: Sequence[str], root: str,
-                 manifest_fields: dict[str, Any]):
+                 manifest_fields: dict[str, Any], peer_signals: PeerSignalSettings | None = None):
         super().__init__()
         self._config = config
+        self._peer_signals = peer_signals
         self._stats_dir = stats_dir
         self._seeds = list(seeds)
         self._root = root
@@ -524,8 +528,14 @@ class BuildDataset(beam.PTransform):
             extra = words["embeddings"] | "WriteEmbeddings" >> WriteEmbeddings(version_url, words["lookup"])
         else:
             extra = pipeline | "NoEmbeddings" >> beam.Create([])
+        if self._peer_signals is not None:
+            peer_signals = corpus["documents"] | "PeerSignals" >> WritePeerSignals(
+                version_url, self._peer_signals, words["lookup"])
+        else:
+            peer_signals = pipeline | "NoPeerSignals" >> beam.Create([{}])
         written = (word_tables, books["rejects_written"], extra) | "FilesWritten" >> beam.Flatten()
         return pipeline | "WriteManifest" >> WriteManifest(
             self._root, self._fields, shards=masked["shards"], documents=books["documents"],
             tallies=masked["tallies"], vocabulary=words["vocabulary"], lookup=words["lookup"],
-            scores=words["scores"], fingerprint=corpus["fingerprint"], extra_files=extra, written=written)
+            scores=words["scores"], fingerprint=corpus["fingerprint"], extra_files=extra, written=written,
+            peer_signals=peer_signals)

@@ -1,0 +1,197 @@
+"""`maskstream build --peer-signals`: the peers' signals as Beam transforms (the formulas and their
+in-process form: pipelines/statistics/collocations.py).
+
+    CountNgrams            documents -> (n-gram, count), n = 1..5, inside sentences
+    ScoreCollocations      counts -> the collocation vocabulary: candidates joined with their parts'
+                           counts (CoGroupByKey), scored, the best `max_collocations` (Top)
+    InformativeRelevance   documents -> (word, sentences, relevance): sentence word sets -> word and
+                           pair counts -> each pair joined with both words' counts -> terms -> per word
+    WritePeerSignals       both -> collocations.parquet, informativeness.parquet; the manifest's entry
+
+Nothing per word or per n-gram is in the job's graph: every table is a PCollection, so the job's size
+does not grow with the vocabulary. Keyed combines hold one (key, count) per n-gram type a worker
+sees (docs/signal.md gives the measured bytes); the vocabulary and the per-word relevances are
+gathered once, to be written as one table each, as the word scores are.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import apache_beam as beam
+
+from maskstream.pipelines.build.core.peer_signals import (
+    collocation_table,
+    informativeness_table,
+    write_peer_signals,
+)
+from maskstream.pipelines.corpus import Document
+from maskstream.pipelines.statistics.collocations import (
+    PeerSignalSettings,
+    collocation_order,
+    is_candidate,
+    ngrams,
+    pair_pmi,
+    parts,
+    pmi_n,
+    relevance,
+    sentence_word_sets,
+    sentences,
+    word_pairs,
+)
+from maskstream.pipelines.statistics.stats_transforms import BATCH_CHARACTERS, _document_characters
+
+
+class CountNgramsFn(beam.DoFn):
+    """A batch of documents -> (n-gram, count) for each distinct n-gram of the batch."""
+
+    def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, ...], int]]:
+        counts: Counter[tuple[str, ...]] = Counter()
+        for document in batch:
+            for sentence in sentences(document.text):
+                counts.update(ngrams(sentence))
+        yield from counts.items()
+
+
+class CountNgrams(beam.PTransform):
+    """PCollection[Document] -> PCollection[(n-gram, count)]."""
+
+    def expand(self, documents):
+        return (
+            documents
+            | "BatchDocuments" >> beam.BatchElements(
+                min_batch_size=BATCH_CHARACTERS, max_batch_size=BATCH_CHARACTERS, element_size_fn=_document_characters)
+            | "CountPerBatch" >> beam.ParDo(CountNgramsFn())
+            | "SumPerNgram" >> beam.CombinePerKey(sum)
+        )
+
+
+def _parts_wanted(element: tuple[tuple[str, ...], int]) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
+    ngram, _ = element
+    for part in parts(ngram):
+        yield part, ngram
+
+
+def _counts_to_wanting(element: tuple[tuple[str, ...], dict[str, list]]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    part, joined = element
+    for count in joined["count"]:
+        for ngram in joined["wanted_by"]:
+            yield ngram, (part, count)
+
+
+def _score(element: tuple[tuple[str, ...], Any], totals: dict[int, int]) -> tuple[tuple[str, ...], int, float]:
+    ngram, part_counts = element
+    counts = dict(part_counts)
+    return ngram, counts[ngram], pmi_n(ngram, counts, totals)
+
+
+class ScoreCollocations(beam.PTransform):
+    """PCollection[(n-gram, count)] -> a singleton list of (n-gram, count, pmi_n), best first."""
+
+    def __init__(self, settings: PeerSignalSettings):
+        super().__init__()
+        self._settings = settings
+
+    def expand(self, counts):
+        settings = self._settings
+        totals = (counts
+                  | "LengthAndCount" >> beam.Map(lambda kv: (len(kv[0]), kv[1]))
+                  | "SumPerLength" >> beam.CombinePerKey(sum))
+        wanted = (counts
+                  | "Candidates" >> beam.Filter(lambda kv: is_candidate(kv[0], kv[1], settings))
+                  | "PartsWanted" >> beam.FlatMap(_parts_wanted))
+        return (
+            {"count": counts, "wanted_by": wanted}
+            | "JoinPartCounts" >> beam.CoGroupByKey()
+            | "PartCountToNgram" >> beam.FlatMap(_counts_to_wanting)
+            | "GroupParts" >> beam.GroupByKey()
+            | "ScoreNgram" >> beam.Map(_score, beam.pvalue.AsDict(totals))
+            | "PositivePmi" >> beam.Filter(lambda row: row[2] > 0)
+            | "BestCollocations" >> beam.combiners.Top.Of(settings.max_collocations, key=collocation_order)
+        )
+
+
+def _first_word_joined(element: tuple[str, dict[str, list]]) -> Iterator[tuple[str, tuple[str, int, int]]]:
+    a, joined = element
+    for sentences_a in joined["sentences"]:
+        for b, count in joined["pairs"]:
+            yield b, (a, count, sentences_a)
+
+
+def _terms(element: tuple[str, dict[str, list]], total_sentences: int) -> Iterator[tuple[str, float]]:
+    b, joined = element
+    for sentences_b in joined["sentences"]:
+        for a, count, sentences_a in joined["pairs"]:
+            term = count * pair_pmi(count, sentences_a, sentences_b, total_sentences)
+            yield a, term
+            yield b, term
+
+
+def _relevance(element: tuple[str, dict[str, list]]) -> tuple[str, int, float]:
+    word, joined = element
+    (sentences_with_word,) = joined["sentences"]
+    return word, sentences_with_word, relevance(joined["terms"], sentences_with_word)
+
+
+class InformativeRelevance(beam.PTransform):
+    """PCollection[Document] -> {"relevance": PCollection[(word, sentences, relevance)],
+    "sentences": singleton S}."""
+
+    def __init__(self, settings: PeerSignalSettings):
+        super().__init__()
+        self._settings = settings
+
+    def expand(self, documents):
+        min_count = self._settings.pair_min_count
+        word_sets = documents | "SentenceWordSets" >> beam.FlatMap(lambda document: sentence_word_sets(document.text))
+        total = word_sets | "CountSentences" >> beam.combiners.Count.Globally()
+        sentence_counts = (word_sets
+                           | "WordsOfSentences" >> beam.FlatMap(lambda word_set: word_set)
+                           | "SentencesPerWord" >> beam.combiners.Count.PerElement())
+        by_first = (word_sets
+                    | "PairsOfSentences" >> beam.FlatMap(word_pairs)
+                    | "SentencesPerPair" >> beam.combiners.Count.PerElement()
+                    | "FrequentPairs" >> beam.Filter(lambda kv: kv[1] >= min_count)
+                    | "KeyByFirstWord" >> beam.Map(lambda kv: (kv[0][0], (kv[0][1], kv[1]))))
+        by_second = ({"sentences": sentence_counts, "pairs": by_first}
+                     | "JoinFirstWord" >> beam.CoGroupByKey()
+                     | "KeyBySecondWord" >> beam.FlatMap(_first_word_joined))
+        terms = ({"sentences": sentence_counts, "pairs": by_second}
+                 | "JoinSecondWord" >> beam.CoGroupByKey()
+                 | "PairTerms" >> beam.FlatMap(_terms, beam.pvalue.AsSingleton(total)))
+        relevances = ({"sentences": sentence_counts, "terms": terms}
+                      | "JoinTerms" >> beam.CoGroupByKey()
+                      | "Relevance" >> beam.Map(_relevance))
+        return {"relevance": relevances, "sentences": total}
+
+
+def _write(_, version_url: str, settings: PeerSignalSettings, vocabulary: list, relevances: list,
+           total_sentences: int, lookup) -> dict[str, Any]:
+    rows = sorted(vocabulary, key=collocation_order, reverse=True)
+    words, counts, values = zip(*relevances, strict=True) if relevances else ((), (), ())
+    return write_peer_signals(version_url, collocation_table(rows, lookup),
+                              informativeness_table(words, counts, values, lookup), settings, total_sentences)
+
+
+class WritePeerSignals(beam.PTransform):
+    """PCollection[Document] -> a singleton: the manifest's `peer_signals` entry, once both tables are written."""
+
+    def __init__(self, version_url: str, settings: PeerSignalSettings, lookup):
+        super().__init__()
+        self._version_url, self._settings, self._lookup = version_url, settings, lookup
+
+    def expand(self, documents):
+        vocabulary = (documents
+                      | "CountNgrams" >> CountNgrams()
+                      | "ScoreCollocations" >> ScoreCollocations(self._settings))
+        informative = documents | "InformativeRelevance" >> InformativeRelevance(self._settings)
+        return (
+            documents.pipeline
+            | "Once" >> beam.Create([None])
+            | "WriteTables" >> beam.Map(
+                _write, self._version_url, self._settings,
+                beam.pvalue.AsSingleton(vocabulary), beam.pvalue.AsList(informative["relevance"]),
+                beam.pvalue.AsSingleton(informative["sentences"]), beam.pvalue.AsSingleton(self._lookup))
+        )

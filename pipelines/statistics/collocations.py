@@ -1,0 +1,204 @@
+"""The peers' corpus statistics, as plain functions both drivers call: PMI-Masking's collocations
+(Levine et al., ICLR 2021) and InforMask's informative relevance (Sadeq et al., EMNLP 2022).
+
+Words are `maskstream.mask_signal.words`' words; a *sentence* is the words between two sentence
+ends (`.`, `!` or `?` before white space or the end of the text, or a line break). Neither an
+n-gram nor a co-occurring pair crosses a sentence end.
+
+Collocations (formula `pmi-ngram-v1`):
+    count every word n-gram, n = 1..MAX_N, inside sentences; p(g) = count(g) / (n-grams of g's length);
+    pmi_n(g) = min over the ways to cut g into 2 or more contiguous parts s_1..s_k of
+               log p(g) - sum_i log p(s_i)          (the paper's measure; n = 2: plain PMI)
+    the vocabulary: n = 2..MAX_N, count >= ngram_min_count, pmi_n > 0, the `max_collocations` best
+    by (pmi_n, n-gram text). A count is never smaller than the count of a longer n-gram holding it,
+    so every part of a candidate is counted too.
+
+Informative relevance (formula `informative-relevance-v1`):
+    each sentence's distinct words (the first SENTENCE_WORDS of them, so pairs stay <= 2016 a sentence);
+    s(w): sentences holding w, S: sentences, c(a, b): sentences holding both, kept when >= pair_min_count;
+    pmi(a, b) = log(c(a, b) * S / (s(a) * s(b)));
+    relevance(w) = sum_b c(w, b) * pmi(w, b) / s(w): the mean over w's sentences of the sum of w's
+                   PMI with the other words of the sentence (InforMask's informative relevance), the
+                   sum exactly rounded (`math.fsum`), so it does not depend on the order of the terms;
+    mask_weight(w) = the average rank of relevance(w) among the word types, / word types: in (0, 1].
+    InforMask turns relevance into per-token masking rates; ours is that rank, scaled to the budget
+    per sequence like the difference signal (docs/signal.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from maskstream.mask_signal.words import normalize_word, word_boundaries
+
+MAX_N = 5
+SENTENCE_WORDS = 64
+SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)|\n")
+
+Ngram = tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerSignalSettings:
+    """`maskstream build --peer-signals`' options, stored in the manifest's `peer_signals`.
+
+    ngram_min_count: least count of a collocation. max_collocations: the vocabulary's size at most.
+    pair_min_count: least number of sentences two words share for their PMI to count."""
+
+    ngram_min_count: int = 5
+    max_collocations: int = 100_000
+    pair_min_count: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("ngram_min_count", "max_collocations", "pair_min_count"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+
+
+# ---------------------------------------------------------------- sentences and n-grams
+
+
+def sentences(text: str) -> list[list[str]]:
+    """The normalized words of `text`, sentence by sentence (sentences without a word dropped)."""
+    starts, ends = word_boundaries(text)
+    if not len(starts):
+        return []
+    cuts = np.fromiter((match.end() for match in SENTENCE_END.finditer(text)), np.int64)
+    sentence_of = np.searchsorted(cuts, starts, side="right")
+    words = [normalize_word(text[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    breaks = np.flatnonzero(np.diff(sentence_of)) + 1
+    bounds = [0, *breaks.tolist(), len(words)]
+    return [words[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def ngrams(sentence: Sequence[str], max_n: int = MAX_N) -> Iterator[Ngram]:
+    """Every n-gram of `sentence`, n = 1..max_n, in order of length then position."""
+    for n in range(1, max_n + 1):
+        for start in range(len(sentence) - n + 1):
+            yield tuple(sentence[start : start + n])
+
+
+def ngram_counts(texts: Iterable[str], max_n: int = MAX_N) -> Counter[Ngram]:
+    """count(g) of every n-gram of `texts`' sentences."""
+    counts: Counter[Ngram] = Counter()
+    for text in texts:
+        for sentence in sentences(text):
+            counts.update(ngrams(sentence, max_n))
+    return counts
+
+
+def ngram_totals(counts: Iterable[tuple[Ngram, int]]) -> dict[int, int]:
+    """n -> the number of n-grams of length n (positions, not types)."""
+    totals: dict[int, int] = {}
+    for ngram, count in counts:
+        totals[len(ngram)] = totals.get(len(ngram), 0) + count
+    return totals
+
+
+def cuts(n: int) -> list[tuple[tuple[int, int], ...]]:
+    """Every way to cut range(n) into 2 or more contiguous parts, as (start, end) pairs: 2^(n-1) - 1."""
+    ways = []
+    for mask in range(1, 1 << (n - 1)):
+        points = [0, *(i + 1 for i in range(n - 1) if mask >> i & 1), n]
+        ways.append(tuple(itertools.pairwise(points)))
+    return ways
+
+
+def parts(ngram: Ngram) -> list[Ngram]:
+    """The distinct proper contiguous parts of `ngram` (the counts its score needs), and itself."""
+    n = len(ngram)
+    return sorted({ngram[a:b] for a in range(n) for b in range(a + 1, n + 1)})
+
+
+def pmi_n(ngram: Ngram, counts: Mapping[Ngram, int], totals: Mapping[int, int]) -> float:
+    """Levine et al.'s PMI of an n-gram (n >= 2): the least, over its cuts, of log p(g) - sum log p(part)."""
+
+    def log_p(g: Ngram) -> float:
+        return math.log(counts[g]) - math.log(totals[len(g)])
+
+    whole = log_p(ngram)
+    return min(whole - math.fsum(log_p(ngram[a:b]) for a, b in way) for way in cuts(len(ngram)))
+
+
+def is_candidate(ngram: Ngram, count: int, settings: PeerSignalSettings) -> bool:
+    return len(ngram) >= 2 and count >= settings.ngram_min_count
+
+
+def collocation_order(row: tuple[Ngram, int, float]) -> tuple[float, str]:
+    """The vocabulary's order, best first when reversed: (pmi_n, the n-gram's text); a total order."""
+    return row[2], " ".join(row[0])
+
+
+def collocation_vocabulary(counts: Mapping[Ngram, int], settings: PeerSignalSettings) -> list[tuple[Ngram, int, float]]:
+    """(n-gram, count, pmi_n) of the vocabulary, best first: the in-process form of the Beam transforms."""
+    totals = ngram_totals(counts.items())
+    scored = [(g, c, pmi_n(g, counts, totals)) for g, c in counts.items() if is_candidate(g, c, settings)]
+    kept = [row for row in scored if row[2] > 0]
+    return sorted(kept, key=collocation_order, reverse=True)[: settings.max_collocations]
+
+
+# ---------------------------------------------------------------- informative relevance
+
+
+def sentence_word_sets(text: str) -> list[tuple[str, ...]]:
+    """Each sentence's distinct words (its first SENTENCE_WORDS distinct ones), sorted."""
+    return [tuple(sorted(list(dict.fromkeys(sentence))[:SENTENCE_WORDS]))
+            for sentence in sentences(text)]
+
+
+def word_pairs(word_set: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """The pairs (a, b), a < b, of a sorted distinct word set."""
+    return itertools.combinations(word_set, 2)
+
+
+def pair_pmi(count: int, sentences_a: int, sentences_b: int, total_sentences: int) -> float:
+    """pmi(a, b) = log(c(a, b) * S / (s(a) * s(b)))."""
+    return math.log(count) + math.log(total_sentences) - math.log(sentences_a) - math.log(sentences_b)
+
+
+def relevance(terms: Iterable[float], sentences_with_word: int) -> float:
+    """The mean informative relevance of a word: its terms c * pmi summed exactly, / s(w)."""
+    return math.fsum(terms) / sentences_with_word
+
+
+def mask_weights(relevances: np.ndarray) -> np.ndarray:
+    """Average rank of each relevance (1 = least relevant; ties share their mean rank) / the count."""
+    relevances = np.asarray(relevances, np.float64)
+    if not len(relevances):
+        return np.zeros(0, np.float32)
+    distinct, inverse, tally = np.unique(relevances, return_inverse=True, return_counts=True)
+    upper = np.cumsum(tally)
+    mean_rank = upper - (tally - 1) / 2.0
+    return (mean_rank[inverse] / len(relevances)).astype(np.float32)
+
+
+def informativeness(texts: Iterable[str], settings: PeerSignalSettings) -> tuple[dict[str, int], dict[str, float], int]:
+    """(s(w), relevance(w), S) over `texts`: the in-process form of the Beam transforms."""
+    sentence_counts: Counter[str] = Counter()
+    pair_counts: Counter[tuple[str, str]] = Counter()
+    total = 0
+    for text in texts:
+        for word_set in sentence_word_sets(text):
+            total += 1
+            sentence_counts.update(word_set)
+            pair_counts.update(word_pairs(word_set))
+    return (dict(sentence_counts), relevance_of_counts(sentence_counts, pair_counts, total, settings), total)
+
+
+def relevance_of_counts(sentence_counts: Mapping[str, int], pair_counts: Mapping[tuple[str, str], int], total: int,
+                        settings: PeerSignalSettings) -> dict[str, float]:
+    """relevance(w) for every word of `sentence_counts` from the counts."""
+    terms: dict[str, list[float]] = {word: [] for word in sentence_counts}
+    for (a, b), count in pair_counts.items():
+        if count >= settings.pair_min_count:
+            term = count * pair_pmi(count, sentence_counts[a], sentence_counts[b], total)
+            terms[a].append(term)
+            terms[b].append(term)
+    return {word: relevance(word_terms, sentence_counts[word]) for word, word_terms in terms.items()}

@@ -1,0 +1,220 @@
+"""The peers' signals (issue 52): PMI-Masking's collocations and InforMask's informative relevance,
+checked against independent computations on the shipped corpus, and `maskstream build --peer-signals`
+against the in-process form of the same formulas."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from maskstream.cli import main
+from maskstream.mask_signal.peer_signals import PeerSignals, PeerSignalsMissing
+from maskstream.mask_signal.words import words
+from maskstream.pipelines.build.beam.peer_signals import CountNgrams, InformativeRelevance
+from maskstream.pipelines.corpus import Document
+from maskstream.pipelines.statistics.collocations import (
+    PeerSignalSettings,
+    collocation_vocabulary,
+    cuts,
+    informativeness,
+    mask_weights,
+    ngram_counts,
+    ngram_totals,
+    pmi_n,
+)
+from maskstream.schemas.manifest import load_manifest, read_word_table
+from maskstream.schemas.tables import COLLOCATION_SCHEMA, INFORMATIVENESS_SCHEMA, check_schema
+from tests.pipelines.test_build import build_args, make_inputs
+
+
+@pytest.fixture(scope="module")
+def texts(sample_corpus: Path) -> list[str]:
+    with open(sample_corpus, encoding="utf-8") as f:
+        return [json.loads(line)["text"] for line in f]
+
+
+def independent_sentences(text: str) -> list[list[str]]:
+    """Sentences by re.split on the documented rule, words by the word regex: not the code under test."""
+    pieces = re.split(r"(?<=[.!?])(?=\s)|(?<=[.!?])$|\n", text)
+    return [found for piece in pieces if (found := words(piece))]
+
+
+def independent_ngram_counts(texts: list[str]) -> Counter:
+    counts: Counter = Counter()
+    for text in texts:
+        for sentence in independent_sentences(text):
+            for n in range(1, 6):
+                counts.update(zip(*(sentence[i:] for i in range(n)), strict=False))
+    return counts
+
+
+def test_ngram_counts_equal_an_independent_count_of_the_shipped_corpus(texts):
+    assert ngram_counts(texts) == independent_ngram_counts(texts)
+
+
+def test_beam_ngram_counts_equal_the_independent_count(texts):
+    sample = texts[:60]
+    expected = list(independent_ngram_counts(sample).items())
+    with BeamTestPipeline() as pipeline:
+        documents = pipeline | beam.Create([Document(f"corpus:line {i}", "corpus", t) for i, t in enumerate(sample)])
+        assert_that(documents | CountNgrams(), equal_to(expected))
+
+
+def test_pmi_n_is_the_least_pmi_over_the_cuts():
+    counts = Counter({("a",): 8, ("b",): 4, ("c",): 2, ("a", "b"): 3, ("b", "c"): 2, ("a", "b", "c"): 2})
+    totals = {1: 14, 2: 10, 3: 5}
+    p = {g: c / totals[len(g)] for g, c in counts.items()}
+    bigram = math.log(p[("a", "b")] / (p[("a",)] * p[("b",)]))
+    assert pmi_n(("a", "b"), counts, totals) == pytest.approx(bigram)
+    by_cut = [math.log(p[("a", "b", "c")] / (p[("a",)] * p[("b", "c")])),
+              math.log(p[("a", "b", "c")] / (p[("a", "b")] * p[("c",)])),
+              math.log(p[("a", "b", "c")] / (p[("a",)] * p[("b",)] * p[("c",)]))]
+    assert pmi_n(("a", "b", "c"), counts, totals) == pytest.approx(min(by_cut))
+    assert [len(cuts(n)) for n in range(2, 6)] == [1, 3, 7, 15]
+
+
+def test_textbook_collocations_rank_above_function_word_pairs(texts):
+    counts = ngram_counts(texts)
+    totals = ngram_totals(counts.items())
+    collocations = ["command line", "open source", "machine learning", "molecular dynamics", "finite element"]
+    function_pairs = ["of the", "for the", "in the", "and the"]
+    score = {g: pmi_n(tuple(g.split()), counts, totals) for g in collocations + function_pairs}
+    assert min(score[g] for g in collocations) > max(score[g] for g in function_pairs) + 2, score
+    vocabulary = {" ".join(g) for g, _, _ in collocation_vocabulary(counts, PeerSignalSettings())}
+    assert set(collocations) <= vocabulary
+    assert "and the" not in vocabulary  # PMI below 0
+
+
+def direct_relevance(texts: list[str], pair_min_count: int) -> dict[str, float]:
+    """InforMask's relevance straight from its definition: per sentence, a word's summed PMI with the
+    sentence's other words; averaged over the word's sentences. Sentences: the independent split."""
+    sentence_sets = [sorted(set(s)) for text in texts for s in independent_sentences(text)]
+    holding = Counter(w for s in sentence_sets for w in s)
+    together = Counter(pair for s in sentence_sets for pair in itertools.combinations(s, 2))
+    total = len(sentence_sets)
+
+    def pmi(a: str, b: str) -> float:
+        c = together[tuple(sorted((a, b)))]
+        return math.log(c * total / (holding[a] * holding[b])) if c >= pair_min_count else 0.0
+
+    sums: dict[str, list[float]] = {}
+    for s in sentence_sets:
+        for w in s:
+            sums.setdefault(w, []).append(sum(pmi(w, other) for other in s if other != w))
+    return {w: sum(values) / len(values) for w, values in sums.items()}
+
+
+def test_relevance_equals_the_direct_computation_on_a_handful_of_sentences(texts):
+    sample = texts[:12]  # every sentence of these is below the 64-word cap
+    settings = PeerSignalSettings(pair_min_count=2)
+    sentence_counts, relevance, total = informativeness(sample, settings)
+    direct = direct_relevance(sample, 2)
+    assert relevance.keys() == direct.keys()
+    for word, value in direct.items():
+        assert relevance[word] == pytest.approx(value, rel=1e-12, abs=1e-12), word
+    assert total == sum(len(independent_sentences(t)) for t in sample)
+    assert any(value > 0 for value in relevance.values())
+
+
+def test_beam_relevance_equals_the_in_process_form(texts):
+    sample = texts[:80]
+    settings = PeerSignalSettings(pair_min_count=2)
+    sentence_counts, relevance, total = informativeness(sample, settings)
+    expected = [(w, sentence_counts[w], relevance[w]) for w in relevance]
+    with BeamTestPipeline() as pipeline:
+        documents = pipeline | beam.Create([Document(f"c:line {i}", "c", t) for i, t in enumerate(sample)])
+        result = documents | InformativeRelevance(settings)
+        assert_that(result["relevance"], equal_to(expected), label="Relevance")
+        assert_that(result["sentences"], equal_to([total]), label="Sentences")
+
+
+def test_mask_weights_are_average_ranks():
+    weights = mask_weights(np.array([0.5, -1.0, 0.5, 3.0]))
+    assert weights.tolist() == [0.625, 0.25, 0.625, 1.0]
+
+
+@pytest.fixture(scope="module")
+def peer_build(sample_corpus, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("peer-build")
+    inputs = make_inputs(sample_corpus, folder, 400)
+    root = str(folder / "dataset")
+    assert main(build_args(inputs, root, "--peer-signals", "--ngram-min-count", "3", "--max-collocations", "500")) == 0
+    version_url, manifest = load_manifest(root)
+    with open(inputs["corpus"], encoding="utf-8") as f:
+        corpus = [json.loads(line)["text"] for line in f]
+    return {"version_url": version_url, "manifest": manifest, "texts": corpus, "inputs": inputs, "folder": folder}
+
+
+def test_the_build_writes_what_the_in_process_form_computes(peer_build):
+    version_url, manifest, corpus = peer_build["version_url"], peer_build["manifest"], peer_build["texts"]
+    settings = PeerSignalSettings(ngram_min_count=3, max_collocations=500)
+    entry = manifest.peer_signals
+    assert entry["settings"]["ngram_min_count"] == 3 and entry["formulas"]["collocations"] == "pmi-ngram-v1"
+    collocations = pq.read_table(f"{version_url}/{entry['collocations']}")
+    check_schema(collocations.schema, COLLOCATION_SCHEMA, "collocations")
+    expected = collocation_vocabulary(ngram_counts(corpus), settings)
+    assert len(expected) == 500 == entry["collocation_count"]
+    assert collocations.column("ngram").to_pylist() == [" ".join(g) for g, _, _ in expected]
+    assert collocations.column("pmi").to_pylist() == [p for _, _, p in expected]
+    assert collocations.column("count").to_pylist() == [c for _, c, _ in expected]
+    words_of = read_word_table(version_url, manifest.word_table, columns=["word"]).column("word").to_pylist()
+    assert [" ".join(words_of[i] for i in row) for row in collocations.column("word_index").to_pylist()] == \
+        collocations.column("ngram").to_pylist()
+
+    table = pq.read_table(f"{version_url}/{entry['informativeness']}")
+    check_schema(table.schema, INFORMATIVENESS_SCHEMA, "informativeness")
+    sentence_counts, relevance, total = informativeness(corpus, settings)
+    assert entry["sentences"] == total
+    assert table.column("word_index").to_pylist() == list(range(len(words_of)))
+    assert table.column("relevance").to_pylist() == [relevance.get(w, 0.0) for w in words_of]
+    assert table.column("sentences").to_pylist() == [sentence_counts.get(w, 0) for w in words_of]
+
+
+def test_a_build_without_peer_signals_names_the_flag(sample_corpus, tmp_path):
+    inputs = make_inputs(sample_corpus, tmp_path, 30)
+    assert main(build_args(inputs, str(tmp_path / "dataset"))) == 0
+    version_url, manifest = load_manifest(str(tmp_path / "dataset"))
+    assert manifest.peer_signals == {}
+    assert "peer_signals" not in json.loads(Path(version_url, "manifest.json").read_text())
+    with pytest.raises(PeerSignalsMissing, match="--peer-signals"):
+        PeerSignals.load(version_url, manifest)
+
+
+def test_span_ids_join_the_words_of_each_collocation_found(peer_build):
+    version_url, manifest = peer_build["version_url"], peer_build["manifest"]
+    signals = PeerSignals.load(version_url, manifest)
+    words_of = read_word_table(version_url, manifest.word_table, columns=["word"]).column("word").to_pylist()
+    vocabulary = set(pq.read_table(f"{version_url}/collocations.parquet").column("ngram").to_pylist())
+    rows = pq.read_table(f"{version_url}/{manifest.shards[0].path}").to_pylist()
+    multiword = 0
+    for row in rows:
+        span_ids = signals.span_ids(row["word_ids"], row["word_index"])
+        word_ids = np.array(row["word_ids"])
+        assert np.array_equal(span_ids < 0, word_ids < 0)
+        # a unit is whole words: tokens of one word share its unit
+        for word in np.unique(word_ids[word_ids >= 0]):
+            assert len(np.unique(span_ids[word_ids == word])) == 1
+        units: dict[int, list[tuple[int, int]]] = {}
+        for w, i, s in zip(row["word_ids"], row["word_index"], span_ids.tolist(), strict=True):
+            if w >= 0 and i >= 0 and (w, i) not in units.setdefault(s, []):
+                units[s].append((w, i))
+        for members in units.values():
+            if len(members) > 1:
+                multiword += 1
+                assert 2 <= len(members) <= 5
+                assert " ".join(words_of[i] for _, i in members) in vocabulary
+        # numbered 0, 1, 2, ... in order of first token, like word_ids
+        first = [s for k, s in enumerate(span_ids.tolist()) if s >= 0 and s not in span_ids[:k]]
+        assert first == list(range(len(first)))
+    assert multiword > 0
