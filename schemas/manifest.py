@@ -113,7 +113,7 @@ class Manifest:
     config: the BuildConfig and inputs the version was built with. source_fingerprint: the input
     files (paths, sizes, sha256) and the documents read, accepted and rejected. shards: each shard's
     path, rows, bytes, sha256 and tokens. word_table / word_table_format: where the word table is and
-    its layout. schema_version: the manifest format. diagnostics and vocabulary: below.
+    its layout. schema_version: the manifest format. diagnostics, vocabulary and peer_signals: below.
     """
 
     version: str

@@ -48,17 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="documents per tokenizer call and per table of windows (default: %(default)s)")
     parser.add_argument("--write-embeddings", action="store_true",
                         help="also write embeddings/ (word, embedding) for every word and seed (default: off)")
-    peers = parser.add_argument_group(
-        "the peers' signals", "--peer-signals also computes PMI-Masking's collocations and InforMask's informative "
-        "relevance (docs/signal.md) for the strategies pmi_span, difference_pmi_span and informask")
-    peers.add_argument("--peer-signals", action="store_true",
-                       help="write collocations.parquet and informativeness.parquet into the version (default: off)")
-    peers.add_argument("--ngram-min-count", type=int, default=PeerSignalSettings.ngram_min_count,
-                       help="least count of a collocation (default: %(default)s)")
-    peers.add_argument("--max-collocations", type=int, default=PeerSignalSettings.max_collocations,
-                       help="the collocation vocabulary's size at most, best PMI first (default: %(default)s)")
-    peers.add_argument("--pair-min-count", type=int, default=PeerSignalSettings.pair_min_count,
-                       help="least number of sentences two words share for their PMI to count (default: %(default)s)")
 
 
 def add_dataset_options(parser: argparse.ArgumentParser) -> None:
@@ -118,6 +107,29 @@ def add_dataset_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoder-threads", type=int, default=DEFAULTS.encoder_threads,
                         help="torch threads per encoder process; 0 keeps torch's default (all cores). With several "
                              "worker processes on one machine, set cores / workers (default: %(default)s)")
+    add_peer_signal_options(parser)
+
+
+def add_peer_signal_options(parser: argparse.ArgumentParser) -> None:
+    """`--peer-signals` and its settings (build, update and watch)."""
+    peers = parser.add_argument_group(
+        "the peers' signals", "--peer-signals also computes PMI-Masking's collocations and InforMask's informative "
+        "relevance (docs/signal.md) for the strategies pmi_span, difference_pmi_span and informask")
+    peers.add_argument("--peer-signals", action="store_true",
+                       help="write collocations.parquet and informativeness.parquet into the version (default: off)")
+    peers.add_argument("--ngram-min-count", type=int, default=PeerSignalSettings.ngram_min_count,
+                       help="least count of a collocation (default: %(default)s)")
+    peers.add_argument("--max-collocations", type=int, default=PeerSignalSettings.max_collocations,
+                       help="the collocation vocabulary's size at most, best PMI first (default: %(default)s)")
+    peers.add_argument("--pair-min-count", type=int, default=PeerSignalSettings.pair_min_count,
+                       help="least number of sentences two words share for their PMI to count (default: %(default)s)")
+
+
+def peer_signal_settings(args: argparse.Namespace) -> PeerSignalSettings | None:
+    """The PeerSignalSettings of `--peer-signals` and its options, None without it."""
+    if not args.peer_signals:
+        return None
+    return PeerSignalSettings(args.ngram_min_count, args.max_collocations, args.pair_min_count)
 
 
 def build_config(args: argparse.Namespace, **overrides: Any) -> BuildConfig:
@@ -134,8 +146,7 @@ def build_config(args: argparse.Namespace, **overrides: Any) -> BuildConfig:
 def run(args: argparse.Namespace) -> int:
     try:
         config = build_config(args)
-        peer_signals = PeerSignalSettings(args.ngram_min_count, args.max_collocations,
-                                          args.pair_min_count) if args.peer_signals else None
+        peer_signals = peer_signal_settings(args)
         report = build_version(config, args.input, args.text_field, args.txt_mode, args.stats, args.seeds,
                                args.output, args.version, list(args.beam_args), peer_signals=peer_signals)
     except (ValueError, FileNotFoundError, FileExistsError) as e:

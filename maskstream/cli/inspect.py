@@ -14,6 +14,9 @@ plotted to a second PNG (the first one's name with `_signal`). Where they are th
 manifest, which `build` printed, one line says so; otherwise (an older version, or figures that
 differ) they are printed in full.
 
+A version built with --peer-signals also gets its top collocations, the ones its sequences hold and
+the share of words inside one, and its most and least informative words.
+
 With --html PAGE, also one self-contained HTML page of all of it, with a sequence browser
 (pipelines/build/inspect/inspect_html.py).
 """
@@ -27,6 +30,7 @@ import numpy as np
 
 from maskstream.models import manifest_model_name
 from maskstream.pipelines.build.inspect import inspect_html
+from maskstream.pipelines.build.inspect.peer_signals import peer_signal_lines, peer_signal_rows, summarize
 from maskstream.pipelines.build.inspect.signal import (
     inspect_lines,
     plot_histograms,
@@ -124,10 +128,14 @@ def run(args: argparse.Namespace) -> int:
         signal_plot = args.plot.removesuffix(".png") + "_signal.png"
         plot_report(built, signal_plot, f"{manifest.version}: {built_name}")
         print(f"signal plot      {signal_plot}")
+    peers = summarize(version_url, manifest, contents.word_table)
+    print()
+    print("\n".join(peer_signal_lines(peers, manifest)))
     if args.html:
         page = inspect_html.write_page(args.html, version_url, manifest, tokenizer=tokenizer,
                                        word_table=contents.word_table, reports=reports, probabilities=probabilities,
-                                       rates=rates, verified=not args.no_verify, sequences=args.html_sequences)
+                                       rates=rates, verified=not args.no_verify, sequences=args.html_sequences,
+                                       peer_rows=peer_signal_rows(peers) if peers else None)
         print(f"html page        {args.html} ({page['bytes']:,} bytes, {page['sequences']} sequences); "
               "open it in a browser")
     return 0

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 
-from maskstream.cli.build import add_dataset_options, build_config, print_signal
+from maskstream.cli.build import add_dataset_options, build_config, peer_signal_settings, print_signal
 from maskstream.cli.seeds import add_seed_options, seeds_config
 from maskstream.pipelines.build.steps import BuildConfig
 from maskstream.pipelines.update.incremental import leased_update
@@ -59,6 +59,7 @@ def update_options(args: argparse.Namespace, inputs: list[str], root: str) -> Up
                            write_embeddings=False),
         seeds=seeds_config(args), text_field=args.text_field, txt_mode=args.txt_mode,
         version=getattr(args, "version", None), beam_args=list(getattr(args, "beam_args", [])),
+        peer_signals=peer_signal_settings(args),
     )
 
 

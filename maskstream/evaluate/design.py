@@ -56,6 +56,13 @@ ARMS: dict[str, Arm] = {
                                 "(sharpness 8, floor 0.01)", train=("--strategy", "difference"),
                                 stats=("--background-input", "{background}"), seeds=("--contrast", "background"),
                                 build=("--sharpness", "8", "--floor", "0.01")),
+    # The peers (issue 52), exploratory: one dataset with the peer signals serves all three.
+    "pmi_span": Arm("PMI-Masking: collocations of the task corpus masked as one unit", train=("--strategy", "pmi_span"),
+                    build=("--peer-signals",)),
+    "difference_pmi_span": Arm("PMI-Masking's units chosen by difference-masking probability",
+                               train=("--strategy", "difference_pmi_span"), build=("--peer-signals",)),
+    "informask": Arm("InforMask: masks weighted by each word's informative relevance",
+                     train=("--strategy", "informask"), build=("--peer-signals",)),
 }
 BASELINE = "random"  # every arm is compared with it, paired by seed
 PRIMARY = ("difference", "random")  # the one confirmatory comparison; the others are exploratory (Holm)

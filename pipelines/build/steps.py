@@ -19,6 +19,7 @@ byte-identical by construction:
     manifest_fields         what a version's manifest states before the rows exist
     document_counts         documents accepted, read rejects, no-token documents -> read = accepted + rejected
     assemble_manifest       + shards, document counts, tallies and word table -> the Manifest
+    write_peer_signals      (`--peer-signals`) the collocation vocabulary and the relevances -> their two tables
     write_rejects           (the in-process driver) rejects -> the file names Beam's text sink gives
 
 Each function works on whole Arrow tables / numpy arrays and knows no runner.
@@ -38,6 +39,7 @@ import pyarrow as pa
 from maskstream.mask_signal.probability import MaskSettings
 from maskstream.mask_signal.word_lookup import WordLookup, word_keys
 from maskstream.models import MAX_WORD_TOKENS, model_entry
+from maskstream.pipelines.build.core.peer_signals import peer_signals_entry
 from maskstream.pipelines.build.core.sequences import natural_key
 from maskstream.pipelines.build.core.signal_tallies import WordsForReport, build_diagnostics, map_tallies
 from maskstream.pipelines.build.core.tokenizer_facts import tokenizer_facts
@@ -53,10 +55,14 @@ from maskstream.pipelines.build.storage.dataset_writer import (
     dataset_rows,
     join,
     word_table,
+    write_parquet,
     write_word_table,
 )
+from maskstream.pipelines.statistics.collocations import PeerSignalSettings
 from maskstream.schemas.formulas import FORMULA_VERSIONS
 from maskstream.schemas.manifest import (
+    COLLOCATIONS_NAME,
+    INFORMATIVENESS_NAME,
     WORD_TABLE_FORMAT,
     WORD_TABLE_NAME,
     WORD_TABLE_SHARD_ROWS,
@@ -67,6 +73,7 @@ from maskstream.schemas.manifest import (
 )
 from maskstream.schemas.tables import WORD_TABLE_SCHEMA
 
+PEER_TABLE_ROW_GROUP_ROWS = 100_000  # collocations.parquet, informativeness.parquet
 REJECTS_PREFIX = "rejects"  # VERSION/rejects-SSSSS-of-NNNNN.jsonl, as `maskstream stats` writes its rejects
 
 
@@ -395,6 +402,14 @@ def words_of(version_url: str, fields: dict[str, Any], indices: np.ndarray) -> l
     table = read_word_table(version_url, fields["word_table"], ["word", "word_index"], ds.field("word_index").isin(wanted))
     text = dict(zip(table.column("word_index").to_pylist(), table.column("word").to_pylist(), strict=True))
     return [text[int(i)] for i in indices]
+
+
+def write_peer_signals(version_url: str, collocations: pa.Table, informativeness: pa.Table,
+                       settings: PeerSignalSettings, total_sentences: int) -> dict[str, Any]:
+    """Writes both tables into the version; returns the manifest's `peer_signals` entry."""
+    write_parquet(collocations, join(version_url, COLLOCATIONS_NAME), PEER_TABLE_ROW_GROUP_ROWS)
+    write_parquet(informativeness, join(version_url, INFORMATIVENESS_NAME), PEER_TABLE_ROW_GROUP_ROWS)
+    return peer_signals_entry(settings, len(collocations), total_sentences)
 
 
 def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:

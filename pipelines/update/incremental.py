@@ -8,7 +8,9 @@ in one process, stage by stage:
 - the words the embedding cache lacks are encoded in the encoder's own process (encoder_process.py),
   started as soon as a counted file brings such a word, while this process cuts the windows;
 - the windows (the build's one windowing rule, `sequences.windows`), the nearest-seed similarities,
-  the mask probabilities and the shards, then the word table, seeds.json and, last, the manifest.
+  the mask probabilities and the shards, then the word table, seeds.json and, last, the manifest;
+- with `--peer-signals`, each file's peer counts (peer_counts.py), summed and scored into the
+  version's collocations and informativeness.
 
 So an update with a warm cache writes the same rows as one with an empty cache, and as `maskstream
 build` of the same corpus in either packing mode. The caches' layout, keys and compaction are
@@ -91,6 +93,7 @@ from maskstream.pipelines.update.merged_statistics import (
     word_similarity,
 )
 from maskstream.pipelines.update.options import UpdateOptions
+from maskstream.pipelines.update.peer_counts import count_peer_files, write_merged_peer_signals
 from maskstream.schemas.manifest import SEEDS_NAME, Manifest
 from maskstream.storage.lease import VersionLease
 
@@ -146,6 +149,10 @@ def _update(options: UpdateOptions) -> dict[str, Any]:
     clock.lap("fingerprint")
     count_changed_files(run)
     clock.lap("count_and_tokenize")
+    if options.peer_signals is not None:  # the files whose entries lack them (all, the first time)
+        run.counters["files_peer_counted"] = count_peer_files(run.cache_url, run.keys, options.text_field,
+                                                              options.txt_mode)
+        clock.lap("peer_counts")
     check_memory(run.cache_url, run.keys)
     entries = read_cache(run)
     for entry in entries:  # files a Beam pipeline counted
@@ -326,6 +333,10 @@ def write_version(run: UpdateRun, entries: Sequence[FileEntry], statistics: Stat
     no_tokens = sum(1 for r in rejects if r["reason"] == "no tokens")
     documents = document_counts(statistics.documents, len(rejects) - no_tokens, no_tokens)
     write_rejects(run.version_url, rejects)
+    peer_signals = None
+    if options.peer_signals is not None:
+        peer_signals = write_merged_peer_signals(run.cache_url, [run.keys[path] for path in sorted(run.keys)],
+                                                 statistics.index, run.version_url, options.peer_signals)
     write_seeds_json(join(run.version_url, SEEDS_NAME), update_seeds_document(
         statistics, options.seed_filters(), options.stats_config(), run.fingerprint))
     fields = manifest_fields(
@@ -337,6 +348,7 @@ def write_version(run: UpdateRun, entries: Sequence[FileEntry], statistics: Stat
          "embedding_cache": run.embedding_key,
          "beam_args": list(options.beam_args)})
     manifest = assemble_manifest(fields, shards, **documents, extra_files=[], tallies=tallies, vocabulary=vocabulary,
-                                 lookup=statistics.index, scores=scores, version_url=run.version_url)
+                                 lookup=statistics.index, scores=scores, version_url=run.version_url,
+                                 peer_signals=peer_signals)
     write_manifest_and_latest(run.root, manifest)
     return manifest

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from maskstream.pipelines.build.steps import BuildConfig
+from maskstream.pipelines.statistics.collocations import PeerSignalSettings
 from maskstream.pipelines.statistics.seeds import SeedsConfig
 from maskstream.pipelines.statistics.stats import StatsConfig
 
@@ -26,6 +27,7 @@ class UpdateOptions:
     txt_mode: str = StatsConfig.txt_mode
     version: str | None = None
     beam_args: list[str] = dataclasses.field(default_factory=list)
+    peer_signals: PeerSignalSettings | None = None  # `--peer-signals`: also maintain the peers' signals
     general_language: ClassVar[str] = StatsConfig.general_language
     unseen_count: ClassVar[float] = StatsConfig.unseen_count
 

@@ -1,7 +1,8 @@
 """Dataflow dry runs from the command line (issue 28 item 2): `maskstream stats` and `maskstream build`
 with `--runner=DataflowRunner --no_auth --dry_run=True` build the job offline, print its size, write
 nothing and exit 0; the job stays the same size from 1,000 to 1,000,000 word types of real
-`maskstream stats` output (synthetic Zipf corpora, benchmarks/vocabulary_scale.py)."""
+`maskstream stats` output (synthetic Zipf corpora, benchmarks/vocabulary_scale.py), and so does the
+build with `--peer-signals` (issue 52: the n-gram and pair counts are PCollections, not graph data)."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def dry_run(env: dict[str, str], command: str, corpus: dict[str, str], output: s
     else:
         arguments = ["build", "--input", corpus["input"], "--stats", corpus["stats"], "--seeds", corpus["seeds"],
                      "--model", minilm_path, "--min-word-count", corpus["min_word_count"],
-                     "--encoder-dtype", "float32"]
+                     "--encoder-dtype", "float32", *command.split()[1:]]
     result = maskstream(env, *arguments, "--output", output, *DATAFLOW_DRY_RUN)
     text = result.stdout + result.stderr
     assert result.returncode == 0, text[-3000:]
@@ -92,7 +93,7 @@ def dry_run(env: dict[str, str], command: str, corpus: dict[str, str], output: s
     return int(match.group(1).replace(",", "")), int(match.group(2)), text
 
 
-@pytest.mark.parametrize("command", ["stats", "build"])
+@pytest.mark.parametrize("command", ["stats", "build", "build --peer-signals"])
 def test_dry_run_job_is_small_flat_in_the_vocabulary_and_writes_nothing(
         command: str, corpora: dict[int, dict[str, str]], subprocess_env: dict[str, str], minilm_path: str) -> None:
     env = offline_env(subprocess_env)
@@ -100,12 +101,14 @@ def test_dry_run_job_is_small_flat_in_the_vocabulary_and_writes_nothing(
     for word_types, corpus in corpora.items():
         root = Path(corpus["root"])
         before = tree(root)
-        job_bytes, transforms, text = dry_run(env, command, corpus, f"gs://mask-bucket/{command}", minilm_path)
+        job_bytes, transforms, text = dry_run(env, command, corpus, f"gs://mask-bucket/{command.split()[0]}",
+                                              minilm_path)
         assert tree(root) == before  # no fingerprint, no seeds copy, the stats and the corpus untouched
         assert "not checked" in text  # it says that the remote paths were not checked
         jobs[word_types] = job_bytes
         assert job_bytes <= MAX_JOB_BYTES, f"{word_types:,} word types: a job of {job_bytes:,} bytes"
         assert transforms > 0
+    print(f"maskstream {command}: Dataflow job bytes by word types {jobs}")
     small, large = jobs[WORD_TYPES[0]], jobs[WORD_TYPES[-1]]
     assert abs(large - small) <= 0.05 * small, f"job bytes {jobs} grow with the vocabulary"
 
@@ -113,6 +116,6 @@ def test_dry_run_job_is_small_flat_in_the_vocabulary_and_writes_nothing(
     corpus = corpora[WORD_TYPES[-1]]
     root = Path(corpus["root"])
     before = tree(root)
-    output = root / f"{command}-output"
+    output = root / f"{command.replace(' --', '-')}-output"
     dry_run(env, command, corpus, str(output), minilm_path)
     assert tree(root) == before, sorted(set(tree(root)) - set(before))

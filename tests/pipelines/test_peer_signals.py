@@ -218,3 +218,26 @@ def test_span_ids_join_the_words_of_each_collocation_found(peer_build):
         first = [s for k, s in enumerate(span_ids.tolist()) if s >= 0 and s not in span_ids[:k]]
         assert first == list(range(len(first)))
     assert multiword > 0
+
+
+def test_inspect_shows_the_collocations_found_and_the_informative_words(peer_build, tmp_path, capsys):
+    page = tmp_path / "page.html"
+    assert main(["inspect", str(peer_build["version_url"]), "--samples", "0", "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert "peer signals     500 collocations" in out
+    top = pq.read_table(f"{peer_build['version_url']}/collocations.parquet").column("ngram")[0].as_py()
+    assert f"top collocations (PMI, count): {top} (" in out
+    found = out.split("most found: ")[1].splitlines()[0]
+    assert found.count(";") >= 5  # collocations the sequences hold, by how often
+    assert "most informative words" in out and "least informative words" in out
+    html = page.read_text(encoding="utf-8")
+    assert 'id="peers-section"' in html and top in html and "Peer signals" in html
+
+
+def test_inspect_of_a_version_without_them_says_how_to_get_them(tmp_path, sample_corpus, capsys):
+    inputs = make_inputs(sample_corpus, tmp_path, 20)
+    assert main(build_args(inputs, str(tmp_path / "dataset"))) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "dataset"), "--samples", "0", "--html", str(tmp_path / "p.html")]) == 0
+    assert "peer signals     none (build with --peer-signals" in capsys.readouterr().out
+    assert 'id="peers-section"' not in (tmp_path / "p.html").read_text(encoding="utf-8")

@@ -11,8 +11,11 @@ from testing import sequence_dataset as factory
 
 @pytest.fixture(scope="session")
 def debian_rows() -> list[dict[str, Any]]:
-    """400 real sequences (the first 400 descriptions of the shipped sample, up to 128 tokens)."""
-    return factory.sequence_rows(factory.read_texts(limit=400))
+    """400 real sequences (the first 400 descriptions of the shipped sample, up to 128 tokens), with the
+    peer signals (`span_ids`, `informativeness`) of a `--peer-signals` build of them."""
+    texts = factory.read_texts(limit=400)
+    rows, vocabulary = factory.rows_and_vocabulary(texts)
+    return factory.with_peer_signals(rows, factory.peer_signals_of(texts, vocabulary))
 
 
 @pytest.fixture(scope="session")

@@ -22,11 +22,8 @@ from typing import Any
 
 import apache_beam as beam
 
-from maskstream.pipelines.build.core.peer_signals import (
-    collocation_table,
-    informativeness_table,
-    write_peer_signals,
-)
+from maskstream.pipelines.build.core.peer_signals import collocation_table, informativeness_table
+from maskstream.pipelines.build.steps import write_peer_signals
 from maskstream.pipelines.corpus import Document
 from maskstream.pipelines.statistics.collocations import (
     PeerSignalSettings,

@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 
 from maskstream.mask_signal.word_lookup import WordLookup
-from maskstream.pipelines.build.storage.dataset_writer import join, write_parquet
 from maskstream.pipelines.statistics.collocations import (
     MAX_N,
     SENTENCE_WORDS,
@@ -24,8 +23,6 @@ from maskstream.pipelines.statistics.collocations import (
 from maskstream.schemas.formulas import PEER_FORMULA_VERSIONS
 from maskstream.schemas.manifest import COLLOCATIONS_NAME, INFORMATIVENESS_NAME
 from maskstream.schemas.tables import COLLOCATION_SCHEMA, INFORMATIVENESS_SCHEMA
-
-TABLE_ROW_GROUP_ROWS = 100_000
 
 
 def collocation_table(rows: Iterable[tuple[Ngram, int, float]], lookup: WordLookup) -> pa.Table:
@@ -63,14 +60,6 @@ def informativeness_table(words: Sequence[str], sentences: Sequence[int], releva
         "relevance": relevance,
         "mask_weight": mask_weights(relevance),
     }, schema=INFORMATIVENESS_SCHEMA)
-
-
-def write_peer_signals(version_url: str, collocations: pa.Table, informativeness: pa.Table,
-                       settings: PeerSignalSettings, total_sentences: int) -> dict[str, Any]:
-    """Writes both tables into the version; returns the manifest's `peer_signals` entry."""
-    write_parquet(collocations, join(version_url, COLLOCATIONS_NAME), TABLE_ROW_GROUP_ROWS)
-    write_parquet(informativeness, join(version_url, INFORMATIVENESS_NAME), TABLE_ROW_GROUP_ROWS)
-    return peer_signals_entry(settings, len(collocations), total_sentences)
 
 
 def peer_signals_entry(settings: PeerSignalSettings, collocations: int, total_sentences: int) -> dict[str, Any]:

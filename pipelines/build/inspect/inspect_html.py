@@ -244,10 +244,25 @@ def words_section(report: dict[str, Any], vmax: float, stops: list[list[int]]) -
             + _table(header, rows(report["frequent_least_masked"])) + "</div></div>")
 
 
+def peers_section(rows: dict[str, list[list[Any]]] | None) -> str:
+    """The peer signals' tables (`peer_signal_rows`); '' for a version without them."""
+    if rows is None:
+        return ""
+    escaped = {name: [[html.escape(str(cell)) for cell in row] for row in table] for name, table in rows.items()}
+    return ("<p>PMI-Masking masks these collocations as one unit (<code>pmi_span</code>); InforMask weighs each "
+            "word by its informative relevance (<code>informask</code>).</p>"
+            + _table(["top collocation", "PMI", "count"], escaped["collocations"])
+            + _table(["collocation found in the sequences", "times"], escaped["found"])
+            + _table(["most informative word", "relevance", "sentences"], escaped["informative"])
+            + _table(["least informative word", "relevance", "sentences"], escaped["uninformative"]))
+
+
 def write_page(path: str, version_url: str, manifest: Any, *, tokenizer: Any, word_table: Any,
                reports: dict[str, dict[str, Any]], probabilities: np.ndarray, rates: list[float],
-               verified: bool, sequences: int = DEFAULT_SEQUENCES) -> dict[str, Any]:
-    """Writes the page to `path` (local or remote); returns {"bytes", "sequences", "requested"}."""
+               verified: bool, sequences: int = DEFAULT_SEQUENCES,
+               peer_rows: dict[str, list[list[Any]]] | None = None) -> dict[str, Any]:
+    """Writes the page to `path` (local or remote); returns {"bytes", "sequences", "requested"}.
+    `peer_rows`: the peer signals' tables (pipelines/build/inspect/peer_signals.py), when the version has them."""
     if sequences < 1:
         raise ValueError(f"--html-sequences must be at least 1, not {sequences}")
     built_name, built = next(iter(reports.items()))
@@ -264,6 +279,7 @@ def write_page(path: str, version_url: str, manifest: Any, *, tokenizer: Any, wo
         "signal": signal_section(reports, histogram_uri, plot_uris),
         "words": words_section(built, vmax, stops),
         "provenance": provenance_section(version_url, manifest, verified),
+        "peers": peers_section(peer_rows),
     }
     requested = min(sequences, manifest.total_rows)
     # A token takes at least MIN_TOKEN_BYTES of the page's data, so a larger sample cannot fit: cap it
@@ -295,7 +311,9 @@ def render(manifest: Any, version_url: str, data: dict[str, Any], sections: dict
     gradient = ", ".join(f"rgb({r},{g},{b})" for r, g, b in data["stops"])
     nav = "".join(f'<a href="#{key}-section">{label}</a>' for key, label in (
         ("browser", "Sequences"), ("seeds", "Seeds"), ("signal", "Signal"), ("words", "Words"),
-        ("provenance", "Provenance")))
+        *((("peers", "Peer signals"),) if sections["peers"] else ()), ("provenance", "Provenance")))
+    peers = (f'<section id="peers-section"><h2>Peer signals: collocations and informativeness</h2>'
+             f'{sections["peers"]}</section>\n' if sections["peers"] else "")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -329,7 +347,7 @@ its word, nearest seed, similarity and probability.</p>
 <section id="seeds-section"><h2>Seeds</h2>{sections['seeds']}</section>
 <section id="signal-section"><h2>Signal diagnostics</h2>{sections['signal']}</section>
 <section id="words-section"><h2>Most and least masked frequent words</h2>{sections['words']}</section>
-<section id="provenance-section"><h2>Provenance</h2>{sections['provenance']}</section>
+{peers}<section id="provenance-section"><h2>Provenance</h2>{sections['provenance']}</section>
 </main>
 <script type="application/json" id="sequence-data">{payload}</script>
 <script>{JAVASCRIPT}</script>

@@ -1,0 +1,72 @@
+"""`maskstream update --peer-signals` (issue 52 item 5): the peers' counts are kept per file, so an
+update after a tenth of the files changed counts only those, and writes the same collocations and
+informativeness, byte for byte, as a fresh update and as `maskstream build --peer-signals`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from maskstream.schemas.manifest import load_manifest
+from tests.conftest import run_cli
+from tests.pipelines.test_incremental import run_update
+
+FILES, DOCUMENTS_PER_FILE = 20, 10
+PEER = ("--peer-signals", "--ngram-min-count", "2", "--pair-min-count", "2")
+
+
+def table_hashes(dataset: str) -> dict[str, str]:
+    url, manifest = load_manifest(dataset)
+    entry = manifest.peer_signals
+    return {name: hashlib.sha256(Path(url, entry[name]).read_bytes()).hexdigest()
+            for name in ("collocations", "informativeness")}
+
+
+@pytest.fixture(scope="module")
+def corpus(sample_corpus: Path, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("peer-incremental") / "corpus"
+    folder.mkdir()
+    lines = sample_corpus.read_text(encoding="utf-8").splitlines()[: FILES * DOCUMENTS_PER_FILE]
+    for i in range(FILES):
+        chunk = lines[i * DOCUMENTS_PER_FILE : (i + 1) * DOCUMENTS_PER_FILE]
+        (folder / f"part-{i:03d}.jsonl").write_text("\n".join(chunk) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_an_update_after_a_tenth_changed_equals_a_fresh_update_and_the_build(corpus, subprocess_env, tmp_path):
+    root = tmp_path / "root"
+    inputs = f"{corpus}/*.jsonl"
+    first = run_update(inputs, str(root), *PEER)
+    assert first["counts"]["files_peer_counted"] == FILES
+    before = table_hashes(first["version"])
+
+    # A tenth of the files change: one loses a document, one gains a sentence of known words.
+    changed = [corpus / "part-003.jsonl", corpus / "part-011.jsonl"]
+    lines = changed[0].read_text(encoding="utf-8").splitlines()
+    changed[0].write_text("\n".join(lines[1:]) + "\n", encoding="utf-8")
+    with changed[1].open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"text": "A command line tool for molecular dynamics. Open source machine learning."}) + "\n")
+
+    second = run_update(inputs, str(root), *PEER)
+    assert second["counts"]["files_peer_counted"] == 2
+    after = table_hashes(second["version"])
+    assert after != before  # the change reaches the tables
+
+    fresh = run_update(inputs, str(tmp_path / "fresh"), *PEER)
+    assert fresh["counts"]["files_peer_counted"] == FILES
+    assert table_hashes(fresh["version"]) == after
+
+    run_cli(["stats", "--input", inputs, "--output", str(tmp_path / "stats")], subprocess_env)
+    run_cli(["seeds", "--stats", str(tmp_path / "stats"), "--output", str(tmp_path / "seeds.json")], subprocess_env)
+    run_cli(["build", "--input", inputs, "--stats", str(tmp_path / "stats"), "--seeds", str(tmp_path / "seeds.json"),
+             "--output", str(tmp_path / "built"), "--shard-rows", "100", *PEER], subprocess_env)
+    assert table_hashes(str(tmp_path / "built")) == after
+    assert load_manifest(str(tmp_path / "built"))[1].peer_signals == load_manifest(second["version"])[1].peer_signals
+
+    # Without the flag, the next update writes a version without them, and counts nothing for them.
+    plain = run_update(inputs, str(root))
+    assert "files_peer_counted" not in plain["counts"]
+    assert load_manifest(plain["version"])[1].peer_signals == {}
