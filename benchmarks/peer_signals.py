@@ -28,6 +28,7 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from benchmarks.masking import BATCH, LENGTH, as_stored, real_sequences, timed
@@ -131,8 +132,13 @@ def masking_table(corpus: Path, batches: int) -> None:
         results.append((name, timed(lambda c=collator, f=features: c([dict(x) for x in f]), batches), 0.0, masked))
 
     def joined() -> list[dict]:
-        return [{**s, "span_ids": signals.span_ids(s["word_ids"], s["word_index"]),
-                 "informativeness": signals.informativeness(s["word_index"])} for s in samples]
+        # As the loader joins them: for its window of rows at once (here the batch's), then sliced per row.
+        offsets = np.cumsum([0] + [len(s["word_ids"]) for s in samples])
+        word_index = np.concatenate([s["word_index"] for s in samples])
+        span_ids = signals.span_ids_of_rows(np.concatenate([s["word_ids"] for s in samples]), word_index, offsets)
+        weights = signals.informativeness(word_index)
+        return [{**s, "span_ids": span_ids[a:b], "informativeness": weights[a:b]}
+                for s, a, b in zip(samples, offsets[:-1], offsets[1:], strict=True)]
 
     join_seconds = timed(joined, batches)
     with_signals = joined()

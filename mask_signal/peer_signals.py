@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from maskstream.schemas.manifest import Manifest
 from maskstream.storage.retry import retry_read
 
+FILTER_BITS = 18
 _PRIME = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime
 _OFFSET = np.uint64(0xCBF29CE484222325)
 
@@ -55,6 +56,16 @@ class PeerSignals:
 
     collocations: dict[int, np.ndarray]  # n -> sorted uint64 keys
     mask_weight: np.ndarray  # float32, by word_index
+    # n -> True at the low FILTER_BITS bits of every key: most keys of a row are no collocation, and one
+    # look-up here rules them out before the binary search (a few times cheaper than searching all).
+    filters: dict[int, np.ndarray] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        filters = {}
+        for n, keys in self.collocations.items():
+            filters[n] = np.zeros(1 << FILTER_BITS, bool)
+            filters[n][(keys & np.uint64((1 << FILTER_BITS) - 1)).astype(np.int64)] = True
+        object.__setattr__(self, "filters", filters)
 
     @classmethod
     def load(cls, version_url: str, manifest: Manifest) -> PeerSignals:
@@ -81,30 +92,71 @@ class PeerSignals:
 
     def span_ids(self, word_ids: np.ndarray, word_index: np.ndarray) -> np.ndarray:
         """One row's PMI-Masking units (module doc), int32 like `word_ids`."""
-        word_ids = np.asarray(word_ids)
+        return self.span_ids_of_rows(word_ids, word_index, np.array([0, len(word_ids)]))
+
+    def span_ids_of_rows(self, word_ids: np.ndarray, word_index: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """The units of many rows at once: `word_ids` and `word_index` are the rows' tokens end to end, row
+        r being [offsets[r], offsets[r + 1]) (the loader passes a window of rows). Array work over all
+        the rows; the greedy choice among overlapping matches runs in rounds (below), not per match."""
+        word_ids, word_index = np.asarray(word_ids, np.int64), np.asarray(word_index, np.int64)
+        rows = len(offsets) - 1
+        row_of_token = np.repeat(np.arange(rows), np.diff(offsets))
         in_word = word_ids >= 0
-        if not in_word.any():
-            return word_ids.astype(np.int32)
-        occurrences, first_token = np.unique(word_ids[in_word], return_index=True)
-        occurrence_type = np.full(int(occurrences[-1]) + 1, -1, np.int64)
-        occurrence_type[occurrences] = np.asarray(word_index)[in_word][first_token]
-        words = np.flatnonzero(occurrence_type >= 0)  # occurrences that are words, in order
+        # Occurrences numbered across the rows: row r's occurrence k is first[r] + k.
+        per_row = np.zeros(rows, np.int64)
+        np.maximum.at(per_row, row_of_token[in_word], word_ids[in_word] + 1)
+        first = np.concatenate([[0], np.cumsum(per_row)])
+        occurrence = np.where(in_word, word_ids + first[row_of_token], -1)
+        if first[-1] == 0:  # no row holds a word
+            return np.full(len(word_ids), -1, np.int32)
+        occurrence_type = np.full(first[-1], -1, np.int64)
+        occurrence_type[occurrence[in_word]] = word_index[in_word]  # every token of a word has its word_index
+        row_of_occurrence = np.repeat(np.arange(rows), per_row)
+        words = np.flatnonzero(occurrence_type >= 0)  # the rows' words (punctuation skipped), in order
+        unit_start = self._match(occurrence_type[words], row_of_occurrence[words])
         unit = np.arange(len(occurrence_type))
-        covered = np.zeros(len(words), bool)
+        unit[words] = words[unit_start]
+        # Units numbered 0, 1, 2, ... within each row, in order (a unit is named by its first occurrence).
+        is_start = unit == np.arange(len(unit))
+        starts_so_far = np.concatenate([[0], np.cumsum(is_start)])
+        dense = starts_so_far[unit] - starts_so_far[first[row_of_occurrence]]
+        return np.where(in_word, dense[np.maximum(occurrence, 0)], -1).astype(np.int32)
+
+    def _match(self, types: np.ndarray, row: np.ndarray) -> np.ndarray:
+        """For each word of `types` (word_index end to end, `row` saying whose), the position of the
+        first word of its unit: collocations longest first, then leftmost, never overlapping, never
+        across rows. The leftmost greedy in rounds: a match with no remaining overlapping match to its
+        left is taken, the matches it overlaps drop out, and again (a round per link of a chain)."""
+        unit_start = np.arange(len(types))
+        covered = np.zeros(len(types), bool)
         for n in sorted(self.collocations, reverse=True):
-            if len(words) < n:
+            if len(types) < n:
                 continue
-            keys = ngram_keys(occurrence_type[words], n)
+            keys = ngram_keys(types, n)
             table = self.collocations[n]
-            at = np.minimum(np.searchsorted(table, keys), len(table) - 1)
-            for start in np.flatnonzero(table[at] == keys).tolist():
-                if not covered[start : start + n].any():
-                    covered[start : start + n] = True
-                    unit[words[start : start + n]] = words[start]
-        _, dense = np.unique(unit, return_inverse=True)
-        return np.where(in_word, dense[np.maximum(word_ids, 0)], -1).astype(np.int32)
+            maybe = np.flatnonzero(self.filters[n][(keys & np.uint64((1 << FILTER_BITS) - 1)).astype(np.int64)])
+            at = np.minimum(np.searchsorted(table, keys[maybe]), len(table) - 1)
+            candidate = np.zeros(len(keys), bool)
+            candidate[maybe[table[at] == keys[maybe]]] = True
+            candidate &= row[: len(keys)] == row[n - 1 :]
+
+            def free(candidate: np.ndarray, n: int = n) -> np.ndarray:
+                covered_before = np.concatenate([[0], np.cumsum(covered)])  # a window is free of covered words
+                return candidate & (covered_before[n:] == covered_before[:-n])
+
+            candidate = free(candidate)
+            while candidate.any():
+                left = np.zeros_like(candidate)
+                for distance in range(1, n):
+                    left[distance:] |= candidate[:-distance]
+                taken = np.flatnonzero(candidate & ~left)
+                for offset in range(n):
+                    covered[taken + offset] = True
+                    unit_start[taken + offset] = taken
+                candidate = free(candidate)
+        return unit_start
 
     def informativeness(self, word_index: np.ndarray) -> np.ndarray:
-        """One row's InforMask weight per token (0 outside words), float32."""
+        """InforMask's weight of each token (0 outside words), float32: of one row or of rows end to end."""
         word_index = np.asarray(word_index)
         return np.where(word_index >= 0, self.mask_weight[np.maximum(word_index, 0)], 0.0).astype(np.float32)

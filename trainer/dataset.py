@@ -504,6 +504,10 @@ class StreamingSequenceDataset(IterableDataset):
             array = table.column(name).chunk(0)
             offsets = array.offsets.to_numpy()
             columns[name] = (array.flatten().to_numpy(zero_copy_only=False), offsets - offsets[0])
+        if self.peer_signals is not None:  # joined for the whole window at once (array work, not per row)
+            (word_ids, offsets), (word_index, _) = columns["word_ids"], columns["word_index"]
+            columns["span_ids"] = (self.peer_signals.span_ids_of_rows(word_ids, word_index, offsets), offsets)
+            columns["informativeness"] = (self.peer_signals.informativeness(word_index), offsets)
         return columns
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -550,7 +554,4 @@ class StreamingSequenceDataset(IterableDataset):
             sample = {"sample_index": int(sample_index[row])}
             for name, (values, offsets) in columns.items():
                 sample[name] = values[offsets[row] : offsets[row + 1]]
-            if self.peer_signals is not None:
-                sample["span_ids"] = self.peer_signals.span_ids(sample["word_ids"], sample["word_index"])
-                sample["informativeness"] = self.peer_signals.informativeness(sample["word_index"])
             yield sample

@@ -85,13 +85,40 @@ def ngrams(sentence: Sequence[str], max_n: int = MAX_N) -> Iterator[Ngram]:
             yield tuple(sentence[start : start + n])
 
 
-def ngram_counts(texts: Iterable[str], max_n: int = MAX_N) -> Counter[Ngram]:
-    """count(g) of every n-gram of `texts`' sentences."""
-    counts: Counter[Ngram] = Counter()
-    for text in texts:
-        for sentence in sentences(text):
-            counts.update(ngrams(sentence, max_n))
-    return counts
+class PeerCounts:
+    """The counts both signals are computed from, all sums over sentences (so over batches or files):
+    n-grams, the sentences holding each word, the sentences holding each word pair, sentences."""
+
+    def __init__(self) -> None:
+        self.ngrams: Counter[Ngram] = Counter()
+        self.sentences: Counter[str] = Counter()
+        self.pairs: Counter[tuple[str, str]] = Counter()
+        self.total = 0
+
+    def count_ngrams(self, texts: Iterable[str]) -> PeerCounts:
+        for text in texts:
+            for sentence in sentences(text):
+                self.ngrams.update(ngrams(sentence))
+        return self
+
+    def count_sentences(self, texts: Iterable[str]) -> PeerCounts:
+        for text in texts:
+            for word_set in sentence_word_sets(text):
+                self.total += 1
+                self.sentences.update(word_set)
+                self.pairs.update(word_pairs(word_set))
+        return self
+
+    def add(self, other: PeerCounts) -> None:
+        self.ngrams.update(other.ngrams)
+        self.sentences.update(other.sentences)
+        self.pairs.update(other.pairs)
+        self.total += other.total
+
+
+def ngram_counts(texts: Iterable[str]) -> Counter[Ngram]:
+    """count(g) of every n-gram of `texts`' sentences, n = 1..MAX_N."""
+    return PeerCounts().count_ngrams(texts).ngrams
 
 
 def ngram_totals(counts: Iterable[tuple[Ngram, int]]) -> dict[int, int]:
@@ -181,15 +208,8 @@ def mask_weights(relevances: np.ndarray) -> np.ndarray:
 
 def informativeness(texts: Iterable[str], settings: PeerSignalSettings) -> tuple[dict[str, int], dict[str, float], int]:
     """(s(w), relevance(w), S) over `texts`: the in-process form of the Beam transforms."""
-    sentence_counts: Counter[str] = Counter()
-    pair_counts: Counter[tuple[str, str]] = Counter()
-    total = 0
-    for text in texts:
-        for word_set in sentence_word_sets(text):
-            total += 1
-            sentence_counts.update(word_set)
-            pair_counts.update(word_pairs(word_set))
-    return (dict(sentence_counts), relevance_of_counts(sentence_counts, pair_counts, total, settings), total)
+    counts = PeerCounts().count_sentences(texts)
+    return dict(counts.sentences), relevance_of_counts(counts.sentences, counts.pairs, counts.total, settings), counts.total
 
 
 def relevance_of_counts(sentence_counts: Mapping[str, int], pair_counts: Mapping[tuple[str, str], int], total: int,

@@ -17,8 +17,7 @@ n-gram types fit in memory; larger ones are rebuilt with `maskstream build --pee
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,13 +30,10 @@ from maskstream.pipelines.build.core.peer_signals import collocation_table, info
 from maskstream.pipelines.build.steps import write_peer_signals
 from maskstream.pipelines.corpus import Document
 from maskstream.pipelines.statistics.collocations import (
+    PeerCounts,
     PeerSignalSettings,
     collocation_vocabulary,
-    ngrams,
     relevance_of_counts,
-    sentence_word_sets,
-    sentences,
-    word_pairs,
 )
 from maskstream.pipelines.update.cache import (
     ENTRY_NAME,
@@ -49,33 +45,7 @@ from maskstream.pipelines.update.cache import (
 from maskstream.storage.publish import write_atomically
 
 PEER_DIR = "peer"
-PEER_BYTES_PER_TYPE = 250  # measured: benchmarks/peer_signals.py
-
-
-class PeerCounts:
-    """Summable counts: n-grams, sentences per word, sentences per word pair, sentences."""
-
-    def __init__(self) -> None:
-        self.ngrams: Counter[tuple[str, ...]] = Counter()
-        self.sentences: Counter[str] = Counter()
-        self.pairs: Counter[tuple[str, str]] = Counter()
-        self.total = 0
-
-    def count(self, texts: Iterable[str]) -> PeerCounts:
-        for text in texts:
-            for sentence in sentences(text):
-                self.ngrams.update(ngrams(sentence))
-            for word_set in sentence_word_sets(text):
-                self.total += 1
-                self.sentences.update(word_set)
-                self.pairs.update(word_pairs(word_set))
-        return self
-
-    def add(self, other: PeerCounts) -> None:
-        self.ngrams.update(other.ngrams)
-        self.sentences.update(other.sentences)
-        self.pairs.update(other.pairs)
-        self.total += other.total
+PEER_BYTES_PER_TYPE = 133  # an n-gram type of the shipped corpus (a word pair: 96), benchmarks/peer_signals.py
 
 
 def peer_entry_url(cache_url: str, key: str) -> str:
@@ -129,8 +99,8 @@ def count_peer_files(cache_url: str, keys: dict[str, str], text_field: str, txt_
     missing = sorted((path, key) for path, key in keys.items() if not has_peer_entry(cache_url, key))
     for path, key in missing:
         documents, _ = parse_file(path, text_field, txt_mode)
-        write_peer_entry(peer_entry_url(cache_url, key), PeerCounts().count(d.text for d in documents
-                                                                            if isinstance(d, Document)))
+        texts = [d.text for d in documents if isinstance(d, Document)]
+        write_peer_entry(peer_entry_url(cache_url, key), PeerCounts().count_ngrams(texts).count_sentences(texts))
     return len(missing)
 
 

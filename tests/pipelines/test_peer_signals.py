@@ -241,3 +241,18 @@ def test_inspect_of_a_version_without_them_says_how_to_get_them(tmp_path, sample
     assert main(["inspect", str(tmp_path / "dataset"), "--samples", "0", "--html", str(tmp_path / "p.html")]) == 0
     assert "peer signals     none (build with --peer-signals" in capsys.readouterr().out
     assert 'id="peers-section"' not in (tmp_path / "p.html").read_text(encoding="utf-8")
+
+
+def test_the_loader_joins_the_signals_to_every_row(peer_build):
+    from maskstream.trainer.dataset import StreamingSequenceDataset
+
+    version_url, manifest = peer_build["version_url"], peer_build["manifest"]
+    signals = PeerSignals.load(version_url, manifest)
+    dataset = StreamingSequenceDataset(version_url, seed=3, peer_signals=True)
+    samples = list(dataset)
+    assert len(samples) == manifest.total_rows
+    for sample in samples:
+        assert sample["span_ids"].tolist() == signals.span_ids(sample["word_ids"], sample["word_index"]).tolist()
+        assert sample["informativeness"].tolist() == signals.informativeness(sample["word_index"]).tolist()
+    plain = next(iter(StreamingSequenceDataset(version_url, seed=3)))
+    assert "span_ids" not in plain and "informativeness" not in plain

@@ -4,8 +4,8 @@ in-process form: pipelines/statistics/collocations.py).
     CountNgrams            documents -> (n-gram, count), n = 1..5, inside sentences
     ScoreCollocations      counts -> the collocation vocabulary: candidates joined with their parts'
                            counts (CoGroupByKey), scored, the best `max_collocations` (Top)
-    InformativeRelevance   documents -> (word, sentences, relevance): sentence word sets -> word and
-                           pair counts -> each pair joined with both words' counts -> terms -> per word
+    InformativeRelevance   documents -> (word, sentences, relevance): word and pair counts per batch,
+                           summed -> each pair joined with both words' counts -> terms -> per word
     WritePeerSignals       both -> collocations.parquet, informativeness.parquet; the manifest's entry
 
 Nothing per word or per n-gram is in the job's graph: every table is a PCollection, so the job's size
@@ -16,7 +16,6 @@ gathered once, to be written as one table each, as the word scores are.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,30 +25,42 @@ from maskstream.pipelines.build.core.peer_signals import collocation_table, info
 from maskstream.pipelines.build.steps import write_peer_signals
 from maskstream.pipelines.corpus import Document
 from maskstream.pipelines.statistics.collocations import (
+    PeerCounts,
     PeerSignalSettings,
     collocation_order,
     is_candidate,
-    ngrams,
     pair_pmi,
     parts,
     pmi_n,
     relevance,
-    sentence_word_sets,
-    sentences,
-    word_pairs,
 )
 from maskstream.pipelines.statistics.stats_transforms import BATCH_CHARACTERS, _document_characters
+
+WORDS, SENTENCES = "words", "sentences"
+
+
+def _batches(documents, label: str):
+    return documents | label >> beam.BatchElements(
+        min_batch_size=BATCH_CHARACTERS, max_batch_size=BATCH_CHARACTERS, element_size_fn=_document_characters)
 
 
 class CountNgramsFn(beam.DoFn):
     """A batch of documents -> (n-gram, count) for each distinct n-gram of the batch."""
 
     def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, ...], int]]:
-        counts: Counter[tuple[str, ...]] = Counter()
-        for document in batch:
-            for sentence in sentences(document.text):
-                counts.update(ngrams(sentence))
-        yield from counts.items()
+        yield from PeerCounts().count_ngrams(document.text for document in batch).ngrams.items()
+
+
+class CountSentencesFn(beam.DoFn):
+    """A batch of documents -> (word pair, sentences holding both) for each distinct pair of the batch;
+    on WORDS (word, sentences holding it), on SENTENCES the batch's number of sentences."""
+
+    def process(self, batch: Sequence[Document]) -> Iterator[Any]:
+        counts = PeerCounts().count_sentences(document.text for document in batch)
+        yield from counts.pairs.items()
+        for word, holding in counts.sentences.items():
+            yield beam.pvalue.TaggedOutput(WORDS, (word, holding))
+        yield beam.pvalue.TaggedOutput(SENTENCES, counts.total)
 
 
 class CountNgrams(beam.PTransform):
@@ -57,9 +68,7 @@ class CountNgrams(beam.PTransform):
 
     def expand(self, documents):
         return (
-            documents
-            | "BatchDocuments" >> beam.BatchElements(
-                min_batch_size=BATCH_CHARACTERS, max_batch_size=BATCH_CHARACTERS, element_size_fn=_document_characters)
+            _batches(documents, "BatchDocuments")
             | "CountPerBatch" >> beam.ParDo(CountNgramsFn())
             | "SumPerNgram" >> beam.CombinePerKey(sum)
         )
@@ -142,14 +151,12 @@ class InformativeRelevance(beam.PTransform):
 
     def expand(self, documents):
         min_count = self._settings.pair_min_count
-        word_sets = documents | "SentenceWordSets" >> beam.FlatMap(lambda document: sentence_word_sets(document.text))
-        total = word_sets | "CountSentences" >> beam.combiners.Count.Globally()
-        sentence_counts = (word_sets
-                           | "WordsOfSentences" >> beam.FlatMap(lambda word_set: word_set)
-                           | "SentencesPerWord" >> beam.combiners.Count.PerElement())
-        by_first = (word_sets
-                    | "PairsOfSentences" >> beam.FlatMap(word_pairs)
-                    | "SentencesPerPair" >> beam.combiners.Count.PerElement()
+        per_batch = (_batches(documents, "BatchDocuments")
+                     | "CountPerBatch" >> beam.ParDo(CountSentencesFn()).with_outputs(WORDS, SENTENCES, main="pairs"))
+        total = per_batch[SENTENCES] | "SumSentences" >> beam.CombineGlobally(sum)
+        sentence_counts = per_batch[WORDS] | "SentencesPerWord" >> beam.CombinePerKey(sum)
+        by_first = (per_batch.pairs
+                    | "SentencesPerPair" >> beam.CombinePerKey(sum)
                     | "FrequentPairs" >> beam.Filter(lambda kv: kv[1] >= min_count)
                     | "KeyByFirstWord" >> beam.Map(lambda kv: (kv[0][0], (kv[0][1], kv[1]))))
         by_second = ({"sentences": sentence_counts, "pairs": by_first}

@@ -1,0 +1,69 @@
+"""PMI-Masking's units as the loader computes them for a window of rows at once
+(`PeerSignals.span_ids_of_rows`), against a plain per-row greedy written here: the rule of
+maskstream.mask_signal.peer_signals, one match at a time. Hypothesis draws the rows (punctuation,
+words of several tokens, specials, rows without words) and the collocation table."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from maskstream.mask_signal.peer_signals import PeerSignals, hash_rows
+
+
+def reference_units(word_ids: list[int], word_index: list[int], collocations: set[tuple[int, ...]]) -> list[int]:
+    """Longest first, then leftmost, never overlapping, over the row's words (punctuation skipped)."""
+    occurrences: dict[int, int] = {}
+    for occurrence, index in zip(word_ids, word_index, strict=True):
+        if occurrence >= 0:
+            occurrences.setdefault(occurrence, index)
+    count = max(occurrences, default=-1) + 1
+    words = [k for k in range(count) if occurrences.get(k, -1) >= 0]
+    unit = list(range(count))
+    covered = [False] * len(words)
+    for n in range(5, 1, -1):
+        for start in range(len(words) - n + 1):
+            ngram = tuple(occurrences[words[start + k]] for k in range(n))
+            if ngram in collocations and not any(covered[start : start + n]):
+                for k in range(n):
+                    covered[start + k] = True
+                    unit[words[start + k]] = words[start]
+    starts = sorted(set(unit))
+    rank = {value: i for i, value in enumerate(starts)}
+    return [rank[unit[w]] if w >= 0 else -1 for w in word_ids]
+
+
+@st.composite
+def rows(draw) -> tuple[list[int], list[int]]:
+    """One row: specials at both ends, words of 1-3 tokens from a vocabulary of 6 (so n-grams recur),
+    punctuation tokens (word_index -1) between them."""
+    word_ids, word_index = [-1], [-1]
+    for occurrence in range(draw(st.integers(0, 14))):
+        is_punctuation = draw(st.booleans()) and draw(st.booleans())
+        index = -1 if is_punctuation else draw(st.integers(0, 5))
+        tokens = 1 if is_punctuation else draw(st.integers(1, 3))
+        word_ids += [occurrence] * tokens
+        word_index += [index] * tokens
+    return word_ids + [-1], word_index + [-1]
+
+
+ngram_tables = st.sets(st.lists(st.integers(0, 5), min_size=2, max_size=5).map(tuple), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(rows(), min_size=1, max_size=6), ngram_tables)
+def test_units_of_a_window_equal_the_per_row_greedy(window, collocations):
+    by_length: dict[int, list[tuple[int, ...]]] = {}
+    for ngram in collocations:
+        by_length.setdefault(len(ngram), []).append(ngram)
+    signals = PeerSignals({n: np.sort(hash_rows(np.array(grams))) for n, grams in by_length.items()},
+                          np.zeros(6, np.float32))
+    word_ids = np.concatenate([np.array(r[0]) for r in window])
+    word_index = np.concatenate([np.array(r[1]) for r in window])
+    offsets = np.cumsum([0] + [len(r[0]) for r in window])
+    got = signals.span_ids_of_rows(word_ids, word_index, offsets)
+    expected = [u for ids, indices in window for u in reference_units(ids, indices, collocations)]
+    assert got.tolist() == expected
+    for (ids, indices), start, end in zip(window, offsets[:-1], offsets[1:], strict=True):
+        assert signals.span_ids(np.array(ids), np.array(indices)).tolist() == got[start:end].tolist()
