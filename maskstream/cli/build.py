@@ -114,7 +114,7 @@ def add_peer_signal_options(parser: argparse.ArgumentParser) -> None:
     """`--peer-signals` and its settings (build, update and watch)."""
     peers = parser.add_argument_group(
         "the peers' signals", "--peer-signals also computes PMI-Masking's collocations and InforMask's informative "
-        "relevance (docs/signal.md) for the strategies pmi_span, difference_pmi_span and informask")
+        "relevance (docs/peer-signals.md) for the strategies pmi_span, difference_pmi_span and informask")
     peers.add_argument("--peer-signals", action="store_true",
                        help="write collocations.parquet and informativeness.parquet into the version (default: off)")
     peers.add_argument("--ngram-min-count", type=int, default=PeerSignalSettings.ngram_min_count,

@@ -22,7 +22,7 @@ Informative relevance (formula `informative-relevance-v1`):
                    sum exactly rounded (`math.fsum`), so it does not depend on the order of the terms;
     mask_weight(w) = the average rank of relevance(w) among the word types, / word types: in (0, 1].
     InforMask turns relevance into per-token masking rates; ours is that rank, scaled to the budget
-    per sequence like the difference signal (docs/signal.md).
+    per sequence like the difference signal (docs/peer-signals.md).
 """
 
 from __future__ import annotations

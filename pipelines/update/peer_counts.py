@@ -10,7 +10,7 @@ byte for byte, as `maskstream build --peer-signals` of the same corpus.
 inside the file's own entry (`maskstream gc` removes them with it); entry.json is written last.
 
 Limit: the merge holds every n-gram type and word pair of the corpus in this process, about
-PEER_BYTES_PER_TYPE bytes each (docs/signal.md): the in-process paths are for corpora whose
+PEER_BYTES_PER_TYPE bytes each (docs/peer-signals.md): the in-process paths are for corpora whose
 n-gram types fit in memory; larger ones are rebuilt with `maskstream build --peer-signals`.
 """
 

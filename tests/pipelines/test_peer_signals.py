@@ -68,7 +68,9 @@ def test_beam_ngram_counts_equal_the_independent_count(texts):
     expected = list(independent_ngram_counts(sample).items())
     with BeamTestPipeline() as pipeline:
         documents = pipeline | beam.Create([Document(f"corpus:line {i}", "corpus", t) for i, t in enumerate(sample)])
-        assert_that(documents | CountNgrams(), equal_to(expected))
+        counted = documents | CountNgrams()
+        assert_that(counted["counts"], equal_to(expected), label="Counts")
+        assert_that(counted["totals"], equal_to(list(ngram_totals(expected).items())), label="Totals")
 
 
 def test_pmi_n_is_the_least_pmi_over_the_cuts():

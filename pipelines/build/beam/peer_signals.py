@@ -10,12 +10,13 @@ in-process form: pipelines/statistics/collocations.py).
 
 Nothing per word or per n-gram is in the job's graph: every table is a PCollection, so the job's size
 does not grow with the vocabulary. Keyed combines hold one (key, count) per n-gram type a worker
-sees (docs/signal.md gives the measured bytes); the vocabulary and the per-word relevances are
+sees (docs/peer-signals.md gives the measured bytes); the vocabulary and the per-word relevances are
 gathered once, to be written as one table each, as the word scores are.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from maskstream.pipelines.statistics.collocations import (
     PeerSignalSettings,
     collocation_order,
     is_candidate,
+    ngram_totals,
     pair_pmi,
     parts,
     pmi_n,
@@ -36,7 +38,7 @@ from maskstream.pipelines.statistics.collocations import (
 )
 from maskstream.pipelines.statistics.stats_transforms import BATCH_CHARACTERS, _document_characters
 
-WORDS, SENTENCES = "words", "sentences"
+WORDS, SENTENCES, LENGTHS = "words", "sentences", "lengths"
 
 
 def _batches(documents, label: str):
@@ -45,18 +47,32 @@ def _batches(documents, label: str):
 
 
 class CountNgramsFn(beam.DoFn):
-    """A batch of documents -> (n-gram, count) for each distinct n-gram of the batch."""
+    """A batch of documents -> (n-gram, count) for each distinct n-gram of the batch; on LENGTHS
+    (n, n-grams of length n) for each n."""
 
-    def process(self, batch: Sequence[Document]) -> Iterator[tuple[tuple[str, ...], int]]:
-        yield from PeerCounts().count_ngrams(document.text for document in batch).ngrams.items()
+    def __init__(self) -> None:
+        self._ms = beam.metrics.Metrics.counter("build", "ngram_counts_ms")
+
+    def process(self, batch: Sequence[Document]) -> Iterator[Any]:
+        started = time.perf_counter()
+        counts = PeerCounts().count_ngrams(document.text for document in batch).ngrams
+        self._ms.inc(int((time.perf_counter() - started) * 1000))
+        yield from counts.items()
+        for n, total in ngram_totals(counts.items()).items():
+            yield beam.pvalue.TaggedOutput(LENGTHS, (n, total))
 
 
 class CountSentencesFn(beam.DoFn):
     """A batch of documents -> (word pair, sentences holding both) for each distinct pair of the batch;
     on WORDS (word, sentences holding it), on SENTENCES the batch's number of sentences."""
 
+    def __init__(self) -> None:
+        self._ms = beam.metrics.Metrics.counter("build", "pair_counts_ms")
+
     def process(self, batch: Sequence[Document]) -> Iterator[Any]:
+        started = time.perf_counter()
         counts = PeerCounts().count_sentences(document.text for document in batch)
+        self._ms.inc(int((time.perf_counter() - started) * 1000))
         yield from counts.pairs.items()
         for word, holding in counts.sentences.items():
             yield beam.pvalue.TaggedOutput(WORDS, (word, holding))
@@ -64,14 +80,13 @@ class CountSentencesFn(beam.DoFn):
 
 
 class CountNgrams(beam.PTransform):
-    """PCollection[Document] -> PCollection[(n-gram, count)]."""
+    """PCollection[Document] -> {"counts": PCollection[(n-gram, count)], "totals": PCollection[(n, n-grams)]}."""
 
     def expand(self, documents):
-        return (
-            _batches(documents, "BatchDocuments")
-            | "CountPerBatch" >> beam.ParDo(CountNgramsFn())
-            | "SumPerNgram" >> beam.CombinePerKey(sum)
-        )
+        per_batch = (_batches(documents, "BatchDocuments")
+                     | "CountPerBatch" >> beam.ParDo(CountNgramsFn()).with_outputs(LENGTHS, main="counts"))
+        return {"counts": per_batch.counts | "SumPerNgram" >> beam.CombinePerKey(sum),
+                "totals": per_batch[LENGTHS] | "SumPerLength" >> beam.CombinePerKey(sum)}
 
 
 def _parts_wanted(element: tuple[tuple[str, ...], int]) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -94,22 +109,21 @@ def _score(element: tuple[tuple[str, ...], Any], totals: dict[int, int]) -> tupl
 
 
 class ScoreCollocations(beam.PTransform):
-    """PCollection[(n-gram, count)] -> a singleton list of (n-gram, count, pmi_n), best first."""
+    """CountNgrams' {"counts", "totals"} -> a singleton list of (n-gram, count, pmi_n), best first."""
 
     def __init__(self, settings: PeerSignalSettings):
         super().__init__()
         self._settings = settings
 
-    def expand(self, counts):
-        settings = self._settings
-        totals = (counts
-                  | "LengthAndCount" >> beam.Map(lambda kv: (len(kv[0]), kv[1]))
-                  | "SumPerLength" >> beam.CombinePerKey(sum))
-        wanted = (counts
+    def expand(self, counted):
+        settings, totals = self._settings, counted["totals"]
+        # A part is at least as frequent as the n-gram holding it: only these counts can be wanted.
+        frequent = counted["counts"] | "FrequentNgrams" >> beam.Filter(lambda kv: kv[1] >= settings.ngram_min_count)
+        wanted = (frequent
                   | "Candidates" >> beam.Filter(lambda kv: is_candidate(kv[0], kv[1], settings))
                   | "PartsWanted" >> beam.FlatMap(_parts_wanted))
         return (
-            {"count": counts, "wanted_by": wanted}
+            {"count": frequent, "wanted_by": wanted}
             | "JoinPartCounts" >> beam.CoGroupByKey()
             | "PartCountToNgram" >> beam.FlatMap(_counts_to_wanting)
             | "GroupParts" >> beam.GroupByKey()
