@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maskstream.mask_signal.alignment import token_words
+from maskstream.mask_signal.peer_signals import PeerSignals
 from maskstream.mask_signal.probability import MaskSettings, mask_probabilities_flat
 from maskstream.mask_signal.word_lookup import WordLookup
 from maskstream.schemas.manifest import (
@@ -71,11 +72,13 @@ class MaskMap:
     probability settings (budget, alpha, weighting, sharpness, floor). tokenizer: the manifest's
     tokenizer entry (its vocabulary hash is checked against the tokenizer a text is masked with).
     identity: where the map came from (version, manifest digest), for logs and reports.
+    peer_signals: the version's PeerSignals (`--peer-signals`), for the strategies that read them.
     """
 
     def __init__(self, lookup: WordLookup, similarity: np.ndarray, settings: MaskSettings | Mapping[str, Any],
-                 tokenizer: dict[str, Any], identity: dict[str, Any]) -> None:
+                 tokenizer: dict[str, Any], identity: dict[str, Any], peer_signals: PeerSignals | None = None) -> None:
         self.lookup = lookup
+        self.peer_signals = peer_signals  # the version's collocations and informativeness, if it has them
         self.similarity = np.asarray(similarity, np.float32)  # by word_index
         self.settings = settings if isinstance(settings, MaskSettings) else MaskSettings.of(settings)
         self.tokenizer = dict(tokenizer)
@@ -84,13 +87,14 @@ class MaskMap:
 
     @classmethod
     def of_words(cls, words: pa.Array | pa.ChunkedArray, word_index: np.ndarray, similarity: np.ndarray,
-                 settings: MaskSettings | Mapping[str, Any], tokenizer: dict[str, Any], identity: dict[str, Any]) -> MaskMap:
+                 settings: MaskSettings | Mapping[str, Any], tokenizer: dict[str, Any], identity: dict[str, Any],
+                 peer_signals: PeerSignals | None = None) -> MaskMap:
         """From a word table's columns (any order)."""
         words = words.combine_chunks() if isinstance(words, pa.ChunkedArray) else words
         word_index = np.asarray(word_index, np.int32)
         dense = np.zeros(int(word_index.max(initial=-1)) + 1, np.float32)
         dense[word_index] = np.asarray(similarity, np.float32)
-        return cls(WordLookup.indexed(words, word_index), dense, settings, tokenizer, identity)
+        return cls(WordLookup.indexed(words, word_index), dense, settings, tokenizer, identity, peer_signals)
 
     @classmethod
     def from_version(cls, dataset: str) -> MaskMap:
@@ -99,7 +103,8 @@ class MaskMap:
         table = read_word_table(version_url, manifest.word_table, columns=["word", "word_index", "similarity"])
         return cls.of_words(table.column("word"), table.column("word_index").to_numpy(),
                             table.column("similarity").to_numpy(), manifest.config, manifest.tokenizer,
-                            version_identity(version_url, manifest))
+                            version_identity(version_url, manifest),
+                            PeerSignals.load(version_url, manifest) if manifest.peer_signals else None)
 
     @classmethod
     def load(cls, folder: str) -> MaskMap:
@@ -111,8 +116,9 @@ class MaskMap:
                              f"{MAP_FORMAT}")
         with fsspec.open(posixpath.join(folder, WORDS_NAME), "rb") as f:
             table = pq.read_table(f)
+        peer_signals = PeerSignals.read(folder, document["peer_signals"]) if "peer_signals" in document else None
         return cls.of_words(table.column("word"), np.arange(table.num_rows), table.column("similarity").to_numpy(),
-                            document["settings"], document["tokenizer"], document["version"])
+                            document["settings"], document["tokenizer"], document["version"], peer_signals)
 
     def __len__(self) -> int:
         return len(self.lookup)
@@ -157,11 +163,19 @@ class MaskMap:
         `[offsets[i], offsets[i + 1])`. `offset_mapping` are each token's character offsets into its
         text; special tokens get word id -1 and probability 0. Rows are padded to `width` inside, as
         the build pads to its max length, so a row's result does not depend on its batch."""
+        word_ids, _, p, offsets = self.token_words_and_signal(texts, offset_mapping, special_tokens_mask, width)
+        return word_ids, p, offsets
+
+    def token_words_and_signal(self, texts: Sequence[str], offset_mapping: Sequence[Sequence],
+                               special_tokens_mask: Sequence,
+                               width: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`token_signal` with each token's word_index too (-1 outside the map's words): (word ids,
+        word_index, mask probabilities, row offsets)."""
         special = [np.asarray(s, np.int8).reshape(-1) for s in special_tokens_mask]
         lengths = np.fromiter(map(len, special), np.int64, len(special))
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         if not len(texts) or offsets[-1] == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32), offsets
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), offsets
         flat_special = np.concatenate(special)
         pairs = np.concatenate([np.asarray(o, np.int64).reshape(-1, 2) for o in offset_mapping])
         keep = flat_special == 0
@@ -172,7 +186,7 @@ class MaskMap:
         word_ids[keep], word_index[keep] = occurrence, rows
         p = mask_probabilities_flat(word_ids, word_index, flat_special, offsets, self.similarity,
                                     **{**self.settings.options(), "width": width})
-        return word_ids, p, offsets
+        return word_ids, word_index, p, offsets
 
 
 def version_identity(version_url: str, manifest: Manifest) -> dict[str, Any]:
@@ -225,18 +239,33 @@ def export_mask_map(dataset: str, output: str) -> dict[str, Any]:
     }
     tokens = {"mask_probability": [round(float(v), 7) for v in mean], "occurrences": count.tolist()}
     words = pa.table({"word": table.column("word"), "similarity": table.column("similarity")})
-    sizes = write_mask_map(output, document, words, tokens)
+    peer_files = {}
+    if manifest.peer_signals:  # the strategies that read them work on text too (DifferenceMaskingCollator)
+        entry = manifest.peer_signals
+        document["peer_signals"] = {"collocations": entry["collocations"], "informativeness": entry["informativeness"],
+                                    "settings": entry["settings"], "formulas": entry["formulas"]}
+        document["files"].update({entry["collocations"]: "the version's collocations (PMI-Masking)",
+                                  entry["informativeness"]: "the version's informativeness (InforMask)"})
+        peer_files = {name: posixpath.join(version_url, name)
+                      for name in (entry["collocations"], entry["informativeness"])}
+    sizes = write_mask_map(output, document, words, tokens, peer_files)
     return {"output": output, "word_types": table.num_rows, "token_ids": len(mean),
             "tokens_seen": int((count > 0).sum()), "bytes": sizes, "total_bytes": sum(sizes.values())}
 
 
-def write_mask_map(output: str, document: dict[str, Any], words: pa.Table, tokens: dict[str, Any]) -> dict[str, int]:
-    """The three files of an exported map; returns each one's bytes."""
+def write_mask_map(output: str, document: dict[str, Any], words: pa.Table, tokens: dict[str, Any],
+                   copied: Mapping[str, str] | None = None) -> dict[str, int]:
+    """The three files of an exported map, and `copied` (name -> the version's file URL); returns each
+    file's bytes."""
     fs, root = fsspec.core.url_to_fs(output)
     fs.makedirs(root, exist_ok=True)
+    for name, url in (copied or {}).items():
+        with fsspec.open(url, "rb") as source, fs.open(posixpath.join(root, name), "wb") as f:
+            f.write(source.read())
     with fs.open(posixpath.join(root, WORDS_NAME), "wb") as f:
         pq.write_table(words, f, compression="zstd")
     for name, value in ((TOKEN_TABLE_NAME, tokens), (MAP_NAME, document)):
         with fs.open(posixpath.join(root, name), "w", encoding="utf-8") as f:
             json.dump(value, f, indent=1 if name == MAP_NAME else None)
-    return {name: fs.size(posixpath.join(root, name)) for name in (MAP_NAME, WORDS_NAME, TOKEN_TABLE_NAME)}
+    return {name: fs.size(posixpath.join(root, name)) for name in (MAP_NAME, WORDS_NAME, TOKEN_TABLE_NAME,
+                                                                   *(copied or {}))}

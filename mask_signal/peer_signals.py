@@ -69,14 +69,19 @@ class PeerSignals:
 
     @classmethod
     def load(cls, version_url: str, manifest: Manifest) -> PeerSignals:
-        entry = manifest.peer_signals
-        if not entry:
+        """The signals of a dataset version; PeerSignalsMissing for one built without them."""
+        if not manifest.peer_signals:
             raise PeerSignalsMissing(
                 f"{version_url} has no collocations or informativeness: build it with `maskstream build --peer-signals` "
                 "to mask with pmi_span, difference_pmi_span or informask")
+        return cls.read(version_url, manifest.peer_signals)
+
+    @classmethod
+    def read(cls, folder: str, entry: dict) -> PeerSignals:
+        """The signals in `folder`, whose files `entry` names (a manifest's or an exported map's `peer_signals`)."""
 
         def read(name: str, columns: list[str]):
-            return retry_read(lambda: pq.read_table(posixpath.join(version_url, name), columns=columns), version_url)
+            return retry_read(lambda: pq.read_table(posixpath.join(folder, name), columns=columns), folder)
 
         table = read(entry["collocations"], ["n", "word_index"])
         lengths = table.column("n").to_numpy()

@@ -20,6 +20,7 @@ import torch
 from maskstream import DifferenceMaskingCollator, MaskMap
 from maskstream.cli import main
 from maskstream.mask_signal.mask_map import TokenizerMismatch, export_mask_map
+from maskstream.mask_signal.peer_signals import PeerSignals
 from maskstream.schemas.manifest import load_manifest
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.masking import MaskingConfig, apply_masking
@@ -28,7 +29,7 @@ from tests.pipelines.test_build import build_args, make_inputs, read_rows
 
 # name -> (tokenizer family, build options)
 BUILDS = {
-    "wordpiece-paper": ("wordpiece", []),
+    "wordpiece-paper": ("wordpiece", ["--peer-signals"]),  # and the peers' signals, for their strategies
     "bytelevel-sharpened": ("bytelevel", ["--sharpness", "8", "--floor", "0.01"]),
     "unigram-paper": ("unigram", []),
 }
@@ -147,16 +148,46 @@ def test_export_writes_what_load_reads(builds, tmp_path):
     for token, values in list(sums.items())[:500]:
         assert math.isclose(table[token], float(np.mean(values)), abs_tol=1e-6)
     assert all(table[i] == 0 for i in tokenizer.all_special_ids)
+    assert loaded.peer_signals is None and "peer_signals" not in document  # built without them
+
+
+def test_an_exported_map_carries_the_peer_signals(builds, tmp_path):
+    build = builds["builds"]["wordpiece-paper"]
+    assert main(["export-map", build["root"], "--output", str(tmp_path / "map")]) == 0
+    loaded, direct = MaskMap.load(str(tmp_path / "map")), MaskMap.from_version(build["root"])
+    assert direct.peer_signals is not None and loaded.peer_signals is not None
+    assert loaded.peer_signals.collocations.keys() == direct.peer_signals.collocations.keys()
+    for n, keys in direct.peer_signals.collocations.items():
+        assert np.array_equal(loaded.peer_signals.collocations[n], keys)
+    assert np.array_equal(loaded.peer_signals.mask_weight, direct.peer_signals.mask_weight)
+    document = json.loads((tmp_path / "map" / "mask_map.json").read_text())
+    assert document["peer_signals"]["formulas"]["collocations"] == "pmi-ngram-v1"
+
+
+def test_a_peer_strategy_without_the_signals_is_refused(builds):
+    from transformers import AutoTokenizer
+
+    from maskstream.mask_signal.peer_signals import PeerSignalsMissing
+
+    build = builds["builds"]["unigram-paper"]
+    tokenizer = AutoTokenizer.from_pretrained(build["tokenizer_path"])
+    with pytest.raises(PeerSignalsMissing, match="--peer-signals"):
+        DifferenceMaskingCollator(MaskMap.from_version(build["root"]), tokenizer, "pmi_span")
 
 
 def shard_masks(rows: list[dict], indices: list[int], strategy: str, masking: MaskingConfig, pad: int,
-                epoch: int) -> dict[str, torch.Tensor]:
-    """What `maskstream train` draws for these shard rows (maskstream.trainer.hf.MaskingCollator's steps)."""
+                epoch: int, signals: PeerSignals | None = None) -> dict[str, torch.Tensor]:
+    """What `maskstream train` draws for these shard rows (maskstream.trainer.hf.MaskingCollator's steps),
+    with the peer signals joined as the loader joins them when `signals` are given."""
     samples = [{**row, "sample_index": i} for row, i in zip(rows, indices, strict=True)]
+    if signals is not None:
+        samples = [{**s, "span_ids": signals.span_ids(np.array(s["word_ids"]), np.array(s["word_index"])),
+                    "informativeness": signals.informativeness(np.array(s["word_index"]))} for s in samples]
     return apply_masking(collate_sequences(samples, pad), strategy, masking, seed=3, epoch=epoch)
 
 
-@pytest.mark.parametrize("strategy", ["difference", "whole_word", "random", "span"])
+@pytest.mark.parametrize("strategy", ["difference", "whole_word", "random", "span", "pmi_span", "difference_pmi_span",
+                                      "informask"])
 def test_the_collator_draws_the_masks_maskstream_train_draws(builds, strategy):
     from transformers import AutoTokenizer
 
@@ -170,7 +201,8 @@ def test_the_collator_draws_the_masks_maskstream_train_draws(builds, strategy):
     for start in range(0, 256, 32):
         indices = list(range(1000 + start, 1032 + start))
         ours = collator([{"text": t, "sample_index": i} for t, i in zip(texts[start:start + 32], indices, strict=True)])
-        train = shard_masks(windows[start:start + 32], indices, strategy, masking, tokenizer.pad_token_id, epoch=2)
+        train = shard_masks(windows[start:start + 32], indices, strategy, masking, tokenizer.pad_token_id, epoch=2,
+                            signals=mask_map.peer_signals)
         for key in ("input_ids", "attention_mask", "labels"):
             assert torch.equal(ours[key], train[key]), (strategy, start, key)
         assert (ours["labels"] != -100).any()

@@ -92,11 +92,13 @@ from torch.utils.data import IterableDataset
 
 from maskstream.mask_signal.alignment import encoding_arrays
 from maskstream.mask_signal.mask_map import MaskMap
+from maskstream.mask_signal.peer_signals import PeerSignalsMissing
 from maskstream.schemas.manifest import load_manifest, safe_relative_path
 from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
 from maskstream.trainer.mixture import Mixture, mask_by_source
+from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES
 from maskstream.trainer.world import World
 
 LOG = logging.getLogger("maskstream.collator")
@@ -128,6 +130,9 @@ class MaskingCollator:
         pad_token_id = dataset.manifest.tokenizer.get("pad_token_id")
         if pad_token_id is None:
             raise ValueError(f"manifest tokenizer entry lacks pad_token_id; it has {sorted(dataset.manifest.tokenizer)}")
+        if strategy in PEER_SIGNAL_STRATEGIES and dataset.peer_signals is None:
+            raise PeerSignalsMissing(f"{strategy} reads the version's peer signals: open the dataset with "
+                                     "StreamingSequenceDataset(..., peer_signals=True)")
         self.dataset = dataset
         self.strategy = strategy
         self.masking = masking or MaskingConfig.from_manifest(dataset.manifest)
@@ -211,6 +216,9 @@ class DifferenceMaskingCollator:
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {tuple(STRATEGIES)}")
+        if strategy in PEER_SIGNAL_STRATEGIES and mask_map.peer_signals is None:
+            raise PeerSignalsMissing(f"{strategy} reads the version's peer signals, and this map has none: build the "
+                                     "version with `maskstream build --peer-signals` (and export it again)")
         if not getattr(tokenizer, "is_fast", False):
             raise ValueError(f"tokenizer {tokenizer.name_or_path} is not a fast tokenizer: words are found from the "
                              "character offsets only a fast (Rust) tokenizer gives")
@@ -243,10 +251,17 @@ class DifferenceMaskingCollator:
         if not len(rows):
             raise ValueError("cannot collate an empty batch")
         texts, ids, offsets, special = self.encoded(rows)
-        word_ids, p, bounds = self.mask_map.token_signal(texts, offsets, special, width=self.max_length)
+        word_ids, word_index, p, bounds = self.mask_map.token_words_and_signal(texts, offsets, special,
+                                                                               width=self.max_length)
         samples = [{"input_ids": ids[i], "special_tokens_mask": special[i],
                     "word_ids": word_ids[bounds[i] : bounds[i + 1]], "mask_probability": p[bounds[i] : bounds[i + 1]],
                     "sample_index": index} for i, index in enumerate(self.sample_indices(rows))]
+        if self.strategy in PEER_SIGNAL_STRATEGIES:  # the version's collocations and informativeness
+            span_ids = self.mask_map.peer_signals.span_ids_of_rows(word_ids, word_index, bounds)
+            weights = self.mask_map.peer_signals.informativeness(word_index)
+            for i, sample in enumerate(samples):
+                sample["span_ids"], sample["informativeness"] = (span_ids[bounds[i] : bounds[i + 1]],
+                                                                 weights[bounds[i] : bounds[i + 1]])
         batch = collate_sequences(samples, int(self.tokenizer.pad_token_id), self.pad_to_multiple_of)
         masked = apply_masking(batch, self.strategy, self.masking, seed=self.seed, epoch=self.epoch)
         return {name: masked[name] for name in MODEL_INPUTS}
