@@ -258,3 +258,23 @@ def test_the_loader_joins_the_signals_to_every_row(peer_build):
         assert sample["informativeness"].tolist() == signals.informativeness(sample["word_index"]).tolist()
     plain = next(iter(StreamingSequenceDataset(version_url, seed=3)))
     assert "span_ids" not in plain and "informativeness" not in plain
+
+
+def test_train_with_pmi_span_resumes_exactly(peer_build, tiny_bert, tmp_path):
+    """`maskstream train --strategy pmi_span` (held-out loss with informask) on a --peer-signals version: a
+    resume from step 3 of 6 gives the uninterrupted run's losses exactly (masks are f(seed, epoch, row))."""
+    import shutil
+
+    from tests.trainer.test_train import _train, _train_losses
+
+    args = ["--strategy", "pmi_span", "--eval-strategy", "informask", "--batch-size", "5", "--max-steps", "6",
+            "--save-every", "3", "--num-workers", "2", "--eval-samples", "10", "--eval-every", "6"]
+    dataset = str(peer_build["version_url"])
+    _train(dataset, tmp_path / "straight", tiny_bert, *args)
+    expected = _train_losses(tmp_path / "straight")
+    resumed = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "straight" / "checkpoints" / "step-00000003", resumed / "checkpoints" / "step-00000003")
+    (resumed / "checkpoints" / "latest").write_text("step-00000003\n")
+    _train(dataset, resumed, tiny_bert, *args, "--resume")
+    losses = _train_losses(resumed)
+    assert sorted(losses) == [4, 5, 6] and [losses[s] for s in (4, 5, 6)] == [expected[s] for s in (4, 5, 6)]
