@@ -90,7 +90,13 @@ def stage_table(texts: list[str]) -> None:
 
 
 def memory_table(texts: list[str]) -> None:
-    from maskstream.pipelines.statistics.collocations import ngrams, sentence_word_sets, sentences, word_pairs
+    from maskstream.pipelines.statistics.collocations import (
+        ngrams,
+        phrases,
+        sentence_word_set,
+        sentences,
+        word_pairs,
+    )
 
     def held(make) -> tuple[int, int]:
         tracemalloc.start()
@@ -99,8 +105,9 @@ def memory_table(texts: list[str]) -> None:
         tracemalloc.stop()
         return size, len(counts)
 
-    ngram_bytes, ngram_types = held(lambda: Counter(g for t in texts for s in sentences(t) for g in ngrams(s)))
-    pair_bytes, pair_types = held(lambda: Counter(p for t in texts for s in sentence_word_sets(t) for p in word_pairs(s)))
+    ngram_bytes, ngram_types = held(lambda: Counter(g for t in texts for s in phrases(t) for g in ngrams(s)))
+    pair_bytes, pair_types = held(lambda: Counter(p for t in texts for s in sentences(t)
+                                                  for p in word_pairs(sentence_word_set(s))))
     print("\n## Memory of the keyed counts (tracemalloc: the dict, its tuple keys and their strings)\n")
     print("| counts | types | bytes | bytes per type |")
     print("| --- | ---: | ---: | ---: |")
@@ -134,10 +141,9 @@ def masking_table(corpus: Path, batches: int) -> None:
     def joined() -> list[dict]:
         # As the loader joins them: for its window of rows at once (here the batch's), then sliced per row.
         offsets = np.cumsum([0] + [len(s["word_ids"]) for s in samples])
-        word_index = np.concatenate([s["word_index"] for s in samples])
-        span_ids = signals.span_ids_of_rows(np.concatenate([s["word_ids"] for s in samples]), word_index, offsets)
-        weights = signals.informativeness(word_index)
-        return [{**s, "span_ids": span_ids[a:b], "informativeness": weights[a:b]}
+        columns = signals.columns(np.concatenate([s["word_ids"] for s in samples]),
+                                  np.concatenate([s["word_index"] for s in samples]), offsets)
+        return [{**s, **{name: values[a:b] for name, values in columns.items()}}
                 for s, a, b in zip(samples, offsets[:-1], offsets[1:], strict=True)]
 
     join_seconds = timed(joined, batches)

@@ -3,11 +3,13 @@
 
 - `span_ids`: PMI-Masking's units, numbered like `word_ids` (0, 1, 2, ... in order; specials -1): the
   words of a collocation the sequence holds share one id; every other word occurrence and every
-  punctuation token is its own unit. Collocations are matched on the sequence's words (punctuation
-  between them skipped, as the counts skip it), longest first, then leftmost, never overlapping.
-  The shards do not store sentence ends, so a match may cross one (the counts never do).
+  punctuation token is its own unit. Collocations are matched on consecutive word occurrences,
+  longest first, then leftmost, never overlapping. A punctuation token, a word the word table lacks
+  and a special token (a packed window's document separator) end a match, as punctuation and line
+  breaks end the phrases the counts are made of. (A line break alone leaves no token, so a match can
+  cross one the counts did not.)
 - `informativeness`: InforMask's per-word mask weight (`mask_weight`), at each of the word's tokens;
-  0 for specials and punctuation.
+  0 for specials, punctuation and words the word table lacks.
 
 No torch: the loader's workers call it on each row (numpy); n-grams are matched by a 64-bit hash of
 their word_index tuple (a false match needs two of ~1e5 n-grams to collide in 2^64).
@@ -18,10 +20,12 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 
+import fsspec
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from maskstream.schemas.manifest import Manifest
+from maskstream.schemas.manifest import Manifest, safe_relative_path
 from maskstream.storage.retry import retry_read
 
 FILTER_BITS = 18
@@ -78,22 +82,40 @@ class PeerSignals:
 
     @classmethod
     def read(cls, folder: str, entry: dict) -> PeerSignals:
-        """The signals in `folder`, whose files `entry` names (a manifest's or an exported map's `peer_signals`)."""
+        """The signals in `folder` (local or gs://), whose files `entry` names (a manifest's or an exported
+        map's `peer_signals`)."""
 
-        def read(name: str, columns: list[str]):
-            return retry_read(lambda: pq.read_table(posixpath.join(folder, name), columns=columns), folder)
+        def read(name: str, columns: list[str]) -> pa.Table:
+            url = posixpath.join(folder, safe_relative_path(name))
 
-        table = read(entry["collocations"], ["n", "word_index"])
-        lengths = table.column("n").to_numpy()
-        indices = table.column("word_index").combine_chunks()
+            def table() -> pa.Table:
+                with fsspec.open(url, "rb") as f:
+                    return pq.read_table(f, columns=columns)
+
+            return retry_read(table, url)
+
+        return cls.of_tables(read(entry["collocations"], ["n", "word_index"]),
+                             read(entry["informativeness"], ["word_index", "mask_weight"]))
+
+    @classmethod
+    def of_tables(cls, collocations: pa.Table, informativeness: pa.Table) -> PeerSignals:
+        """From the two tables (COLLOCATION_SCHEMA's `n` and `word_index`, INFORMATIVENESS_SCHEMA's
+        `word_index` and `mask_weight`)."""
+        lengths = collocations.column("n").to_numpy()
+        indices = collocations.column("word_index").combine_chunks()
         flat, offsets = indices.flatten().to_numpy(), indices.offsets.to_numpy()
-        collocations = {}
+        by_length = {}
         for n in np.unique(lengths).tolist():
             rows = np.flatnonzero(lengths == n)
-            words = flat[(offsets[rows][:, None] + np.arange(n)[None, :])]  # [rows, n]
-            collocations[int(n)] = np.sort(hash_rows(words))
-        weights = read(entry["informativeness"], ["word_index", "mask_weight"]).sort_by("word_index")
-        return cls(collocations, weights.column("mask_weight").to_numpy().astype(np.float32))
+            by_length[int(n)] = np.sort(hash_rows(flat[offsets[rows][:, None] + np.arange(n)[None, :]]))
+        weights = informativeness.sort_by("word_index").column("mask_weight").to_numpy()
+        return cls(by_length, np.asarray(weights, np.float32))
+
+    def columns(self, word_ids: np.ndarray, word_index: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
+        """{"span_ids", "informativeness"} of rows end to end (row r is [offsets[r], offsets[r + 1])), flat:
+        what the loader adds to each sample, sliced as the rows are."""
+        return {"span_ids": self.span_ids_of_rows(word_ids, word_index, offsets),
+                "informativeness": self.informativeness(word_index)}
 
     def span_ids(self, word_ids: np.ndarray, word_index: np.ndarray) -> np.ndarray:
         """One row's PMI-Masking units (module doc), int32 like `word_ids`."""
@@ -102,38 +124,44 @@ class PeerSignals:
     def span_ids_of_rows(self, word_ids: np.ndarray, word_index: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         """The units of many rows at once: `word_ids` and `word_index` are the rows' tokens end to end, row
         r being [offsets[r], offsets[r + 1]) (the loader passes a window of rows). Array work over all
-        the rows; the greedy choice among overlapping matches runs in rounds (below), not per match."""
+        the rows; the greedy choice among overlapping matches runs in rounds (`_match`), not per match."""
         word_ids, word_index = np.asarray(word_ids, np.int64), np.asarray(word_index, np.int64)
+        offsets = np.asarray(offsets, np.int64)
         rows = len(offsets) - 1
         row_of_token = np.repeat(np.arange(rows), np.diff(offsets))
-        in_word = word_ids >= 0
+        in_word = word_ids >= 0  # -1: a special token (or padding)
         # Occurrences numbered across the rows: row r's occurrence k is first[r] + k.
         per_row = np.zeros(rows, np.int64)
         np.maximum.at(per_row, row_of_token[in_word], word_ids[in_word] + 1)
         first = np.concatenate([[0], np.cumsum(per_row)])
-        occurrence = np.where(in_word, word_ids + first[row_of_token], -1)
         if first[-1] == 0:  # no row holds a word
             return np.full(len(word_ids), -1, np.int32)
+        occurrence = np.where(in_word, word_ids + first[row_of_token], -1)
         occurrence_type = np.full(first[-1], -1, np.int64)
         occurrence_type[occurrence[in_word]] = word_index[in_word]  # every token of a word has its word_index
-        row_of_occurrence = np.repeat(np.arange(rows), per_row)
-        words = np.flatnonzero(occurrence_type >= 0)  # the rows' words (punctuation skipped), in order
-        unit_start = self._match(occurrence_type[words], row_of_occurrence[words])
-        unit = np.arange(len(occurrence_type))
-        unit[words] = words[unit_start]
+        # Segments: a row's occurrences between two special tokens (and a row's start).
+        row_start = np.zeros(len(word_ids), bool)
+        row_start[offsets[:-1][np.diff(offsets) > 0]] = True
+        segment_of_token = np.cumsum(~in_word | row_start)
+        segment = np.zeros(first[-1], np.int64)
+        segment[occurrence[in_word]] = segment_of_token[in_word]
+        unit = self._match(occurrence_type, segment)
         # Units numbered 0, 1, 2, ... within each row, in order (a unit is named by its first occurrence).
+        row_of_occurrence = np.repeat(np.arange(rows), per_row)
         is_start = unit == np.arange(len(unit))
         starts_so_far = np.concatenate([[0], np.cumsum(is_start)])
         dense = starts_so_far[unit] - starts_so_far[first[row_of_occurrence]]
         return np.where(in_word, dense[np.maximum(occurrence, 0)], -1).astype(np.int32)
 
-    def _match(self, types: np.ndarray, row: np.ndarray) -> np.ndarray:
-        """For each word of `types` (word_index end to end, `row` saying whose), the position of the
-        first word of its unit: collocations longest first, then leftmost, never overlapping, never
-        across rows. The leftmost greedy in rounds: a match with no remaining overlapping match to its
-        left is taken, the matches it overlaps drop out, and again (a round per link of a chain)."""
+    def _match(self, types: np.ndarray, segment: np.ndarray) -> np.ndarray:
+        """For each occurrence of `types` (word_index end to end, -1 for punctuation and unknown words;
+        `segment` numbering the runs between special tokens), the position of the first occurrence of
+        its unit: collocations longest first, then leftmost, never overlapping, never over a -1 or
+        across segments. The leftmost greedy in rounds: a match with no remaining overlapping match to
+        its left is taken, the matches it overlaps drop out, and again (a round per link of a chain)."""
         unit_start = np.arange(len(types))
         covered = np.zeros(len(types), bool)
+        not_words = np.concatenate([[0], np.cumsum(types < 0)])
         for n in sorted(self.collocations, reverse=True):
             if len(types) < n:
                 continue
@@ -143,7 +171,7 @@ class PeerSignals:
             at = np.minimum(np.searchsorted(table, keys[maybe]), len(table) - 1)
             candidate = np.zeros(len(keys), bool)
             candidate[maybe[table[at] == keys[maybe]]] = True
-            candidate &= row[: len(keys)] == row[n - 1 :]
+            candidate &= (segment[: len(keys)] == segment[n - 1 :]) & (not_words[n:] == not_words[:-n])
 
             def free(candidate: np.ndarray, n: int = n) -> np.ndarray:
                 covered_before = np.concatenate([[0], np.cumsum(covered)])  # a window is free of covered words
@@ -163,5 +191,8 @@ class PeerSignals:
 
     def informativeness(self, word_index: np.ndarray) -> np.ndarray:
         """InforMask's weight of each token (0 outside words), float32: of one row or of rows end to end."""
-        word_index = np.asarray(word_index)
-        return np.where(word_index >= 0, self.mask_weight[np.maximum(word_index, 0)], 0.0).astype(np.float32)
+        word_index = np.asarray(word_index, np.int64)
+        known = (word_index >= 0) & (word_index < len(self.mask_weight))
+        weights = np.zeros(len(word_index), np.float32)
+        weights[known] = self.mask_weight[word_index[known]]
+        return weights

@@ -13,33 +13,43 @@ from maskstream.mask_signal.peer_signals import PeerSignals, hash_rows
 
 
 def reference_units(word_ids: list[int], word_index: list[int], collocations: set[tuple[int, ...]]) -> list[int]:
-    """Longest first, then leftmost, never overlapping, over the row's words (punctuation skipped)."""
+    """Longest first, then leftmost, never overlapping, over consecutive occurrences that are words of the
+    table (a punctuation token, an unknown word or a special token in between ends a match)."""
     occurrences: dict[int, int] = {}
+    segment_of: dict[int, int] = {}
+    segment = 0
     for occurrence, index in zip(word_ids, word_index, strict=True):
-        if occurrence >= 0:
-            occurrences.setdefault(occurrence, index)
+        if occurrence < 0:
+            segment += 1
+            continue
+        occurrences.setdefault(occurrence, index)
+        segment_of.setdefault(occurrence, segment)
     count = max(occurrences, default=-1) + 1
-    words = [k for k in range(count) if occurrences.get(k, -1) >= 0]
     unit = list(range(count))
-    covered = [False] * len(words)
+    covered = [False] * count
     for n in range(5, 1, -1):
-        for start in range(len(words) - n + 1):
-            ngram = tuple(occurrences[words[start + k]] for k in range(n))
-            if ngram in collocations and not any(covered[start : start + n]):
-                for k in range(n):
-                    covered[start + k] = True
-                    unit[words[start + k]] = words[start]
-    starts = sorted(set(unit))
-    rank = {value: i for i, value in enumerate(starts)}
+        for start in range(count - n + 1):
+            window = range(start, start + n)
+            if any(occurrences.get(k, -1) < 0 for k in window) or segment_of[start] != segment_of[start + n - 1]:
+                continue
+            if tuple(occurrences[k] for k in window) in collocations and not any(covered[k] for k in window):
+                for k in window:
+                    covered[k] = True
+                    unit[k] = start
+    rank = {value: i for i, value in enumerate(sorted(set(unit)))}
     return [rank[unit[w]] if w >= 0 else -1 for w in word_ids]
 
 
 @st.composite
 def rows(draw) -> tuple[list[int], list[int]]:
     """One row: specials at both ends, words of 1-3 tokens from a vocabulary of 6 (so n-grams recur),
-    punctuation tokens (word_index -1) between them."""
+    punctuation tokens or unknown words (word_index -1) between them, and now and then a special token
+    inside (the separator of a packed window's documents)."""
     word_ids, word_index = [-1], [-1]
     for occurrence in range(draw(st.integers(0, 14))):
+        if draw(st.integers(0, 9)) == 0:
+            word_ids.append(-1)
+            word_index.append(-1)
         is_punctuation = draw(st.booleans()) and draw(st.booleans())
         index = -1 if is_punctuation else draw(st.integers(0, 5))
         tokens = 1 if is_punctuation else draw(st.integers(1, 3))

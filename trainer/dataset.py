@@ -506,8 +506,8 @@ class StreamingSequenceDataset(IterableDataset):
             columns[name] = (array.flatten().to_numpy(zero_copy_only=False), offsets - offsets[0])
         if self.peer_signals is not None:  # joined for the whole window at once (array work, not per row)
             (word_ids, offsets), (word_index, _) = columns["word_ids"], columns["word_index"]
-            columns["span_ids"] = (self.peer_signals.span_ids_of_rows(word_ids, word_index, offsets), offsets)
-            columns["informativeness"] = (self.peer_signals.informativeness(word_index), offsets)
+            for name, values in self.peer_signals.columns(word_ids, word_index, offsets).items():
+                columns[name] = (values, offsets)
         return columns
 
     def __iter__(self) -> Iterator[dict[str, Any]]:

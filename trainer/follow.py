@@ -1,5 +1,6 @@
 """Following a dataset root while training: switch to the newest complete version at an epoch
-boundary, when its tokenizer is the one the model was trained with.
+boundary, when its tokenizer is the one the model was trained with (and it has the peer signals, when
+the masking strategy reads them).
 
 `maskstream update` / `maskstream watch` move `ROOT/latest` only after a version is complete, so
 the version `latest` names is always safe to open. A version whose tokenizer vocabulary hash
@@ -28,10 +29,11 @@ class LatestVersionFollower:
     """Remembers the version in use; `poll()` returns a VersionSwitch when `root/latest` moved to a
     compatible version, else None."""
 
-    def __init__(self, root: str, version_url: str, manifest: Manifest):
+    def __init__(self, root: str, version_url: str, manifest: Manifest, needs_peer_signals: bool = False):
         self.root = root.rstrip("/")
         self.version_url = version_url
         self.manifest = manifest
+        self.needs_peer_signals = needs_peer_signals  # the strategy reads them: a version without them is skipped
         self._skipped: str | None = None
 
     def newest_compatible(self) -> str | None:
@@ -46,13 +48,15 @@ class LatestVersionFollower:
             return None
         wanted = self.manifest.tokenizer.get("vocab_hash")
         if manifest.tokenizer.get("vocab_hash") != wanted:
-            if self._skipped != manifest.version:
-                LOG.warning("latest version %s has another tokenizer (vocab hash %s, training uses %s); "
-                            "staying on %s", manifest.version, manifest.tokenizer.get("vocab_hash"), wanted,
-                            self.manifest.version)
-                self._skipped = manifest.version
-            return None
-        return version_url
+            why = f"has another tokenizer (vocab hash {manifest.tokenizer.get('vocab_hash')}, training uses {wanted})"
+        elif self.needs_peer_signals and not manifest.peer_signals:
+            why = "has no peer signals (built without --peer-signals), which the masking strategy reads"
+        else:
+            return version_url
+        if self._skipped != manifest.version:
+            LOG.warning("latest version %s %s; staying on %s", manifest.version, why, self.manifest.version)
+            self._skipped = manifest.version
+        return None
 
     def switch_to(self, version_url: str) -> VersionSwitch:
         """Makes `version_url` the version in use; logs the switch and the seeds that changed."""

@@ -132,7 +132,8 @@ class MaskingCollator:
             raise ValueError(f"manifest tokenizer entry lacks pad_token_id; it has {sorted(dataset.manifest.tokenizer)}")
         if strategy in PEER_SIGNAL_STRATEGIES and dataset.peer_signals is None:
             raise PeerSignalsMissing(f"{strategy} reads the version's peer signals: open the dataset with "
-                                     "StreamingSequenceDataset(..., peer_signals=True)")
+                                     "StreamingSequenceDataset(..., peer_signals=True), on a version built with "
+                                     "`maskstream build --peer-signals`")
         self.dataset = dataset
         self.strategy = strategy
         self.masking = masking or MaskingConfig.from_manifest(dataset.manifest)
@@ -257,11 +258,9 @@ class DifferenceMaskingCollator:
                     "word_ids": word_ids[bounds[i] : bounds[i + 1]], "mask_probability": p[bounds[i] : bounds[i + 1]],
                     "sample_index": index} for i, index in enumerate(self.sample_indices(rows))]
         if self.strategy in PEER_SIGNAL_STRATEGIES:  # the version's collocations and informativeness
-            span_ids = self.mask_map.peer_signals.span_ids_of_rows(word_ids, word_index, bounds)
-            weights = self.mask_map.peer_signals.informativeness(word_index)
-            for i, sample in enumerate(samples):
-                sample["span_ids"], sample["informativeness"] = (span_ids[bounds[i] : bounds[i + 1]],
-                                                                 weights[bounds[i] : bounds[i + 1]])
+            for name, values in self.mask_map.peer_signals.columns(word_ids, word_index, bounds).items():
+                for i, sample in enumerate(samples):
+                    sample[name] = values[bounds[i] : bounds[i + 1]]
         batch = collate_sequences(samples, int(self.tokenizer.pad_token_id), self.pad_to_multiple_of)
         masked = apply_masking(batch, self.strategy, self.masking, seed=self.seed, epoch=self.epoch)
         return {name: masked[name] for name in MODEL_INPUTS}

@@ -38,7 +38,8 @@ Strategies (the budget is `round(budget * non-special tokens)` per sequence, hal
   as `whole_word` takes words; `difference_pmi_span` orders them by an exponential race on their
   summed `mask_probability` instead. 80/10/10 is decided per token, as in BERT.
 - `informask` (InforMask, Sadeq et al. 2022): as `difference`, with each token's word's
-  `informativeness` weight in place of `mask_probability`.
+  `informativeness` weight in place of `mask_probability`; tokens of weight 0 (punctuation, words
+  the word table lacks) only fill a sequence whose weighted tokens are fewer than its budget.
 - `tmr`: Token Masking Regularization for fine-tuning: each non-special token becomes
   `[MASK]` with probability `tmr_probability`; no random or kept tokens.
 
@@ -359,10 +360,11 @@ def random_order(bits: torch.Tensor, input_length: int) -> torch.Tensor:
     return torch.take(_order_table(input_length, bits.device), first[:, None] + positions).to(torch.int64)
 
 
-def difference_weights(batch: dict[str, torch.Tensor], can_mask: torch.Tensor) -> torch.Tensor:
-    """The stored `mask_probability` of the maskable tokens, float64; a sequence whose probabilities
-    are all 0 falls back to uniform weights."""
-    weights = batch["mask_probability"].clamp(min=0.0).to(torch.float64).masked_fill_(~can_mask, 0.0)
+def difference_weights(batch: dict[str, torch.Tensor], can_mask: torch.Tensor,
+                       column: str = "mask_probability") -> torch.Tensor:
+    """The maskable tokens' `column` (the stored `mask_probability`, or a peer signal's weight), float64;
+    a sequence whose weights are all 0 falls back to uniform weights."""
+    weights = batch[column].clamp(min=0.0).to(torch.float64).masked_fill(~can_mask, 0.0)
     total = weights.sum(dim=1, keepdim=True)
     if not bool((total > 0).all()):
         weights = torch.where(total > 0, weights, can_mask.to(torch.float64))
@@ -420,12 +422,16 @@ def choose_pmi_units(batch: dict[str, torch.Tensor], keys: torch.Tensor, config:
 
 def choose_informask(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> torch.Tensor:
     """InforMask: exactly the budget of tokens, each included with probability proportional to its
-    word's informativeness weight (a sequence whose weights are all 0 is drawn uniformly)."""
+    word's informativeness weight. Tokens of weight 0 (punctuation, words the word table lacks) are
+    drawn only in a sequence whose weighted tokens are fewer than its budget, uniformly, to fill it."""
+    _peer_column(batch, "informativeness")
     can_mask = maskable(batch)
-    weights = _peer_column(batch, "informativeness").clamp(min=0.0).to(torch.float64).masked_fill(~can_mask, 0.0)
-    total = weights.sum(dim=1, keepdim=True)
-    weights = torch.where(total > 0, weights, can_mask.to(torch.float64))
-    return choose_weighted(keys, can_mask, budget_counts(can_mask, config.budget), weights)
+    budget = budget_counts(can_mask, config.budget)
+    weights = difference_weights(batch, can_mask, "informativeness")
+    short = ((weights > 0).sum(dim=1) < budget)[:, None] & can_mask & (weights == 0)
+    # Far below every weight (those are >= 1 / word types): water-filling sets the weighted tokens to 1 first.
+    weights = torch.where(short, torch.full_like(weights, 1e-12), weights)
+    return choose_weighted(keys, can_mask, budget, weights)
 
 
 def _span_length_thresholds(config: MaskingConfig) -> list[float]:

@@ -512,7 +512,8 @@ def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenize
             raise ValueError(f"--mix {entry.url}: {dataset.version_url} was tokenized with another vocabulary than "
                              f"{domain.version_url}")
         root = dataset_root(entry.url, dataset.version_url)
-        follower = LatestVersionFollower(root, dataset.version_url, dataset.manifest) if follow else None
+        follower = (LatestVersionFollower(root, dataset.version_url, dataset.manifest,
+                                          needs_peer_signals=dataset.peer_signals is not None) if follow else None)
         source_lease = VersionLease(dataset.version_url) if lease is not None else None
         sources.append(DatasetSource(dataset, loader, entry.url, root=root, reopen=source_reopen, follower=follower,
                                      lease=source_lease))

@@ -276,7 +276,9 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     eval_masking = MaskingConfig.from_manifest(dataset.manifest)  # the defaults, whatever this run's settings
     # A resumed run's --dataset may name either version: their root is the first one's folder.
     root = started.rsplit("/", 1)[0] if saved is not None else dataset_root(config.dataset, dataset.version_url)
-    follower = LatestVersionFollower(root, dataset.version_url, dataset.manifest) if config.follow_latest else None
+    follower = (LatestVersionFollower(root, dataset.version_url, dataset.manifest,
+                                      needs_peer_signals=dataset.peer_signals is not None)
+                if config.follow_latest else None)
     pad_token_id = dataset.manifest.tokenizer["pad_token_id"]
     eval_batches = (collect_held_out(started, config.held_out_fraction, config.eval_samples, pad_token_id,
                                      config.batch_size, peer_signals=config.eval_strategy in PEER_SIGNAL_STRATEGIES)

@@ -39,7 +39,11 @@ import pyarrow as pa
 from maskstream.mask_signal.probability import MaskSettings
 from maskstream.mask_signal.word_lookup import WordLookup, word_keys
 from maskstream.models import MAX_WORD_TOKENS, model_entry
-from maskstream.pipelines.build.core.peer_signals import peer_signals_entry
+from maskstream.pipelines.build.core.peer_signals import (
+    collocation_table,
+    informativeness_table,
+    peer_signals_entry,
+)
 from maskstream.pipelines.build.core.sequences import natural_key
 from maskstream.pipelines.build.core.signal_tallies import WordsForReport, build_diagnostics, map_tallies
 from maskstream.pipelines.build.core.tokenizer_facts import tokenizer_facts
@@ -58,7 +62,7 @@ from maskstream.pipelines.build.storage.dataset_writer import (
     write_parquet,
     write_word_table,
 )
-from maskstream.pipelines.statistics.collocations import PeerSignalSettings
+from maskstream.pipelines.statistics.collocations import Ngram, PeerSignalSettings, collocation_order
 from maskstream.schemas.formulas import FORMULA_VERSIONS
 from maskstream.schemas.manifest import (
     COLLOCATIONS_NAME,
@@ -404,11 +408,17 @@ def words_of(version_url: str, fields: dict[str, Any], indices: np.ndarray) -> l
     return [text[int(i)] for i in indices]
 
 
-def write_peer_signals(version_url: str, collocations: pa.Table, informativeness: pa.Table,
-                       settings: PeerSignalSettings, total_sentences: int) -> dict[str, Any]:
-    """Writes both tables into the version; returns the manifest's `peer_signals` entry."""
+def write_peer_signals(version_url: str, vocabulary: Iterable[tuple[Ngram, int, float]],
+                       relevances: Sequence[tuple[str, int, float]], total_sentences: int, lookup: WordLookup,
+                       settings: PeerSignalSettings) -> dict[str, Any]:
+    """The collocation vocabulary ((n-gram, count, pmi_n), any order) and the relevances ((word, sentences,
+    relevance), any order) as the version's two tables; returns the manifest's `peer_signals` entry."""
+    rows = sorted(vocabulary, key=collocation_order, reverse=True)
+    words, counts, values = zip(*relevances, strict=True) if relevances else ((), (), ())
+    collocations = collocation_table(rows, lookup)
     write_parquet(collocations, join(version_url, COLLOCATIONS_NAME), PEER_TABLE_ROW_GROUP_ROWS)
-    write_parquet(informativeness, join(version_url, INFORMATIVENESS_NAME), PEER_TABLE_ROW_GROUP_ROWS)
+    write_parquet(informativeness_table(words, counts, values, lookup), join(version_url, INFORMATIVENESS_NAME),
+                  PEER_TABLE_ROW_GROUP_ROWS)
     return peer_signals_entry(settings, len(collocations), total_sentences)
 
 

@@ -1,12 +1,14 @@
 """The peers' corpus statistics, as plain functions both drivers call: PMI-Masking's collocations
 (Levine et al., ICLR 2021) and InforMask's informative relevance (Sadeq et al., EMNLP 2022).
 
-Words are `maskstream.mask_signal.words`' words; a *sentence* is the words between two sentence
-ends (`.`, `!` or `?` before white space or the end of the text, or a line break). Neither an
-n-gram nor a co-occurring pair crosses a sentence end.
+Words are `maskstream.mask_signal.words`' words. A *phrase* is a run of words with nothing but white
+space between them and no line break: punctuation, a symbol or a line break ends it, as a token
+between two words ends a match in the loader (maskstream.mask_signal.peer_signals). A *sentence* is
+the words between two sentence ends (`.`, `!` or `?` before white space or the end of the text, or a
+line break). No n-gram crosses a phrase's end, no co-occurring pair a sentence's.
 
 Collocations (formula `pmi-ngram-v1`):
-    count every word n-gram, n = 1..MAX_N, inside sentences; p(g) = count(g) / (n-grams of g's length);
+    count every word n-gram, n = 1..MAX_N, of every phrase; p(g) = count(g) / (n-grams of g's length);
     pmi_n(g) = min over the ways to cut g into 2 or more contiguous parts s_1..s_k of
                log p(g) - sum_i log p(s_i)          (the paper's measure; n = 2: plain PMI)
     the vocabulary: n = 2..MAX_N, count >= ngram_min_count, pmi_n > 0, the `max_collocations` best
@@ -32,7 +34,7 @@ import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -62,31 +64,46 @@ class PeerSignalSettings:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
 
 
-# ---------------------------------------------------------------- sentences and n-grams
+# ---------------------------------------------------------------- phrases, sentences and n-grams
+
+
+def split(text: str) -> tuple[list[list[str]], list[list[str]]]:
+    """(phrases, sentences) of `text`: its normalized words cut at phrase ends and at sentence ends
+    (module doc; parts without a word dropped), from one pass over its words."""
+    starts, ends = word_boundaries(text)
+    if not len(starts):
+        return [], []
+    words = [normalize_word(text[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    gaps = [text[e:s] for e, s in zip(ends[:-1].tolist(), starts[1:].tolist(), strict=True)]
+    phrase_breaks = [i + 1 for i, gap in enumerate(gaps) if not gap.isspace() or "\n" in gap]
+    cuts = np.fromiter((match.end() for match in SENTENCE_END.finditer(text)), np.int64)
+    sentence_breaks = (np.flatnonzero(np.diff(np.searchsorted(cuts, starts, side="right"))) + 1).tolist()
+
+    def cut_at(breaks: list[int]) -> list[list[str]]:
+        return [words[a:b] for a, b in itertools.pairwise([0, *breaks, len(words)])]
+
+    return cut_at(phrase_breaks), cut_at(sentence_breaks)
 
 
 def sentences(text: str) -> list[list[str]]:
-    """The normalized words of `text`, sentence by sentence (sentences without a word dropped)."""
-    starts, ends = word_boundaries(text)
-    if not len(starts):
-        return []
-    cuts = np.fromiter((match.end() for match in SENTENCE_END.finditer(text)), np.int64)
-    sentence_of = np.searchsorted(cuts, starts, side="right")
-    words = [normalize_word(text[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
-    breaks = np.flatnonzero(np.diff(sentence_of)) + 1
-    bounds = [0, *breaks.tolist(), len(words)]
-    return [words[a:b] for a, b in itertools.pairwise(bounds)]
+    """The normalized words of `text`, sentence by sentence."""
+    return split(text)[1]
 
 
-def ngrams(sentence: Sequence[str], max_n: int = MAX_N) -> Iterator[Ngram]:
-    """Every n-gram of `sentence`, n = 1..max_n, in order of length then position."""
+def phrases(text: str) -> list[list[str]]:
+    """The normalized words of `text`, phrase by phrase."""
+    return split(text)[0]
+
+
+def ngrams(phrase: Sequence[str], max_n: int = MAX_N) -> Iterator[Ngram]:
+    """Every n-gram of `phrase`, n = 1..max_n, in order of length then position."""
     for n in range(1, max_n + 1):
-        for start in range(len(sentence) - n + 1):
-            yield tuple(sentence[start : start + n])
+        for start in range(len(phrase) - n + 1):
+            yield tuple(phrase[start : start + n])
 
 
 class PeerCounts:
-    """The counts both signals are computed from, all sums over sentences (so over batches or files):
+    """The counts both signals are computed from, all sums over texts (so over batches or files):
     n-grams, the sentences holding each word, the sentences holding each word pair, sentences."""
 
     def __init__(self) -> None:
@@ -95,15 +112,14 @@ class PeerCounts:
         self.pairs: Counter[tuple[str, str]] = Counter()
         self.total = 0
 
-    def count_ngrams(self, texts: Iterable[str]) -> PeerCounts:
+    def count(self, texts: Iterable[str]) -> PeerCounts:
+        """Adds the n-grams, words and word pairs of `texts` (one split of each text for both)."""
         for text in texts:
-            for sentence in sentences(text):
-                self.ngrams.update(ngrams(sentence))
-        return self
-
-    def count_sentences(self, texts: Iterable[str]) -> PeerCounts:
-        for text in texts:
-            for word_set in sentence_word_sets(text):
+            text_phrases, text_sentences = split(text)
+            for phrase in text_phrases:
+                self.ngrams.update(ngrams(phrase))
+            for sentence in text_sentences:
+                word_set = sentence_word_set(sentence)
                 self.total += 1
                 self.sentences.update(word_set)
                 self.pairs.update(word_pairs(word_set))
@@ -117,8 +133,12 @@ class PeerCounts:
 
 
 def ngram_counts(texts: Iterable[str]) -> Counter[Ngram]:
-    """count(g) of every n-gram of `texts`' sentences, n = 1..MAX_N."""
-    return PeerCounts().count_ngrams(texts).ngrams
+    """count(g) of every n-gram of `texts`' phrases, n = 1..MAX_N."""
+    counts: Counter[Ngram] = Counter()
+    for text in texts:
+        for phrase in phrases(text):
+            counts.update(ngrams(phrase))
+    return counts
 
 
 def ngram_totals(counts: Iterable[tuple[Ngram, int]]) -> dict[int, int]:
@@ -163,21 +183,23 @@ def collocation_order(row: tuple[Ngram, int, float]) -> tuple[float, str]:
     return row[2], " ".join(row[0])
 
 
-def collocation_vocabulary(counts: Mapping[Ngram, int], settings: PeerSignalSettings) -> list[tuple[Ngram, int, float]]:
-    """(n-gram, count, pmi_n) of the vocabulary, best first: the in-process form of the Beam transforms."""
+def collocation_vocabulary(counts: Mapping[Ngram, int], settings: PeerSignalSettings,
+                           known: Callable[[Ngram], bool] = lambda ngram: True) -> list[tuple[Ngram, int, float]]:
+    """(n-gram, count, pmi_n) of the vocabulary, best first: the in-process form of the Beam transforms.
+    `known`: whether the word table holds every word of an n-gram (one that does not cannot be matched
+    in a shard, so it does not take a place in the vocabulary)."""
     totals = ngram_totals(counts.items())
     scored = [(g, c, pmi_n(g, counts, totals)) for g, c in counts.items() if is_candidate(g, c, settings)]
-    kept = [row for row in scored if row[2] > 0]
+    kept = [row for row in scored if row[2] > 0 and known(row[0])]
     return sorted(kept, key=collocation_order, reverse=True)[: settings.max_collocations]
 
 
 # ---------------------------------------------------------------- informative relevance
 
 
-def sentence_word_sets(text: str) -> list[tuple[str, ...]]:
-    """Each sentence's distinct words (its first SENTENCE_WORDS distinct ones), sorted."""
-    return [tuple(sorted(list(dict.fromkeys(sentence))[:SENTENCE_WORDS]))
-            for sentence in sentences(text)]
+def sentence_word_set(sentence: Sequence[str]) -> tuple[str, ...]:
+    """A sentence's distinct words (its first SENTENCE_WORDS distinct ones), sorted."""
+    return tuple(sorted(list(dict.fromkeys(sentence))[:SENTENCE_WORDS]))
 
 
 def word_pairs(word_set: Sequence[str]) -> Iterator[tuple[str, str]]:
@@ -208,7 +230,7 @@ def mask_weights(relevances: np.ndarray) -> np.ndarray:
 
 def informativeness(texts: Iterable[str], settings: PeerSignalSettings) -> tuple[dict[str, int], dict[str, float], int]:
     """(s(w), relevance(w), S) over `texts`: the in-process form of the Beam transforms."""
-    counts = PeerCounts().count_sentences(texts)
+    counts = PeerCounts().count(texts)
     return dict(counts.sentences), relevance_of_counts(counts.sentences, counts.pairs, counts.total, settings), counts.total
 
 

@@ -26,10 +26,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maskstream.mask_signal.word_lookup import WordLookup
-from maskstream.pipelines.build.core.peer_signals import collocation_table, informativeness_table
+from maskstream.pipelines.build.core.peer_signals import words_known
 from maskstream.pipelines.build.steps import write_peer_signals
 from maskstream.pipelines.corpus import Document
 from maskstream.pipelines.statistics.collocations import (
+    MAX_N,
+    SENTENCE_WORDS,
     PeerCounts,
     PeerSignalSettings,
     collocation_vocabulary,
@@ -42,9 +44,14 @@ from maskstream.pipelines.update.cache import (
     parse_file,
     write_parquet_file,
 )
+from maskstream.pipelines.update.memory import available_memory
+from maskstream.schemas.formulas import PEER_FORMULA_VERSIONS
 from maskstream.storage.publish import write_atomically
 
 PEER_DIR = "peer"
+# What decides a file's counts besides its content and the file entry's key (the word rule, the
+# tokenizer): counts made another way are counted again, not summed with these.
+COUNTED_AS = {"format": 1, "formulas": dict(PEER_FORMULA_VERSIONS), "max_n": MAX_N, "sentence_words": SENTENCE_WORDS}
 PEER_BYTES_PER_TYPE = 133  # an n-gram type of the shipped corpus (a word pair: 96), benchmarks/peer_signals.py
 
 
@@ -66,7 +73,7 @@ def write_peer_entry(url: str, counts: PeerCounts) -> None:
                                  "b": pa.array([b for _, b in pairs], pa.string()),
                                  "count": pa.array([counts.pairs[p] for p in pairs], pa.int64())}),
                        f"{url}/pairs.parquet")
-    write_atomically(f"{url}/{ENTRY_NAME}", json.dumps({"sentences": counts.total}).encode("utf-8"))
+    write_atomically(f"{url}/{ENTRY_NAME}", json.dumps({"sentences": counts.total, **COUNTED_AS}).encode("utf-8"))
 
 
 def read_peer_entry(url: str) -> PeerCounts:
@@ -89,8 +96,12 @@ def read_peer_entry(url: str) -> PeerCounts:
 
 
 def has_peer_entry(cache_url: str, key: str) -> bool:
+    """Whether the file's entry holds peer counts counted as this maskstream counts them (COUNTED_AS)."""
     fs, path = fsspec.core.url_to_fs(f"{peer_entry_url(cache_url, key)}/{ENTRY_NAME}")
-    return fs.exists(path)
+    if not fs.exists(path):
+        return False
+    entry = json.loads(fs.cat_file(path))
+    return all(entry.get(name) == value for name, value in COUNTED_AS.items())
 
 
 def count_peer_files(cache_url: str, keys: dict[str, str], text_field: str, txt_mode: str) -> int:
@@ -99,9 +110,31 @@ def count_peer_files(cache_url: str, keys: dict[str, str], text_field: str, txt_
     missing = sorted((path, key) for path, key in keys.items() if not has_peer_entry(cache_url, key))
     for path, key in missing:
         documents, _ = parse_file(path, text_field, txt_mode)
-        texts = [d.text for d in documents if isinstance(d, Document)]
-        write_peer_entry(peer_entry_url(cache_url, key), PeerCounts().count_ngrams(texts).count_sentences(texts))
+        write_peer_entry(peer_entry_url(cache_url, key),
+                         PeerCounts().count(d.text for d in documents if isinstance(d, Document)))
     return len(missing)
+
+
+def check_peer_memory(cache_url: str, keys: Sequence[str]) -> None:
+    """Raises MemoryError when the files' n-gram types and word pairs (bounded by the sum of each file's
+    own) need more memory than is available, PEER_BYTES_PER_TYPE each, before they are merged."""
+
+    def keys_of(key: str) -> int:
+        url = peer_entry_url(cache_url, key)
+        total = 0
+        for name in ("ngrams", "pairs"):
+            with fsspec.open(f"{url}/{name}.parquet", "rb") as f:
+                total += pq.ParquetFile(f).metadata.num_rows
+        return total
+
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        bound = sum(pool.map(keys_of, keys))
+    needed, available = bound * PEER_BYTES_PER_TYPE, available_memory()
+    if available is not None and needed > available:
+        raise MemoryError(
+            f"`maskstream update --peer-signals` sums up to {bound:,} n-gram types and word pairs in one process, "
+            f"about {needed / 2**30:.1f} GiB; {available / 2**30:.1f} GiB are available. Build this corpus with "
+            "`maskstream build --peer-signals` on Dataflow (--runner=DataflowRunner)")
 
 
 def merged_peer_counts(cache_url: str, keys: Sequence[str]) -> PeerCounts:
@@ -117,11 +150,9 @@ def write_merged_peer_signals(cache_url: str, keys: Sequence[str], lookup: WordL
                               settings: PeerSignalSettings) -> dict[str, Any]:
     """Scores the files' summed counts and writes the version's two tables (steps.write_peer_signals);
     returns the manifest's `peer_signals` entry."""
+    check_peer_memory(cache_url, keys)
     counts = merged_peer_counts(cache_url, keys)
-    vocabulary = collocation_vocabulary(counts.ngrams, settings)
+    vocabulary = collocation_vocabulary(counts.ngrams, settings, known=words_known(lookup))
     relevance = relevance_of_counts(counts.sentences, counts.pairs, counts.total, settings)
-    words = list(relevance)
-    informativeness = informativeness_table(words, [counts.sentences[w] for w in words],
-                                            [relevance[w] for w in words], lookup)
-    return write_peer_signals(version_url, collocation_table(vocabulary, lookup), informativeness, settings,
-                              counts.total)
+    relevances = [(word, counts.sentences[word], value) for word, value in relevance.items()]
+    return write_peer_signals(version_url, vocabulary, relevances, counts.total, lookup, settings)

@@ -17,7 +17,7 @@ from maskstream.pipelines.update.incremental import leased_update
 from maskstream.pipelines.update.malloc import limit_malloc_arenas
 from maskstream.pipelines.update.memory import release_unused_memory
 from maskstream.pipelines.update.options import UpdateOptions
-from maskstream.schemas.manifest import ManifestError, load_manifest
+from maskstream.schemas.manifest import Manifest, ManifestError, load_manifest
 
 LOG = logging.getLogger("maskstream.watch")
 EXIT_BUILT, EXIT_FAILED, EXIT_INPUT_ERROR, EXIT_UNCHANGED = 0, 1, 2, 3
@@ -50,11 +50,20 @@ def fingerprint_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> dict
     }
 
 
-def latest_fingerprint(root: str) -> dict[str, Any] | None:
+def latest_manifest(root: str) -> Manifest | None:
     try:
-        return load_manifest(root)[1].source_fingerprint
+        return load_manifest(root)[1]
     except (ManifestError, FileNotFoundError):
         return None
+
+
+def peer_signals_differ(options: UpdateOptions, manifest: Manifest | None) -> bool:
+    """Whether the peer signals asked for (`--peer-signals` and its settings) are not the latest version's."""
+    have = manifest.peer_signals.get("settings") if manifest is not None and manifest.peer_signals else None
+    if options.peer_signals is None:
+        return have is not None
+    wanted = dataclasses.asdict(options.peer_signals)
+    return have is None or {name: have.get(name) for name in wanted} != wanted
 
 
 def _summary(paths: list[str], limit: int = 5) -> str:
@@ -103,10 +112,13 @@ class Watcher:
             return EXIT_UNCHANGED
         files = sorted(listing)
         fingerprint = corpus_fingerprint(files)
-        previous = latest_fingerprint(self.root)
+        latest = latest_manifest(self.root)
+        previous = latest.source_fingerprint if latest is not None else None
         changes = fingerprint_changes(previous, fingerprint)
         self._checked = listing
-        if previous is not None and not any(changes.values()):
+        if peer_signals_differ(self.options, latest):
+            LOG.info("the peer signals asked for (--peer-signals) are not the latest version's; building")
+        elif previous is not None and not any(changes.values()):
             LOG.info("corpus unchanged: %d files, fingerprint %s; nothing to build", len(files),
                      fingerprint["sha256"][:12])
             return EXIT_UNCHANGED

@@ -66,7 +66,36 @@ def test_an_update_after_a_tenth_changed_equals_a_fresh_update_and_the_build(cor
     assert table_hashes(str(tmp_path / "built")) == after
     assert load_manifest(str(tmp_path / "built"))[1].peer_signals == load_manifest(second["version"])[1].peer_signals
 
+    # Counts made another way (here: an older format) are counted again, not summed with the others.
+    entry = next((root / "_cache" / "files").glob("*/peer/entry.json"))
+    entry.write_text(json.dumps({**json.loads(entry.read_text()), "format": 0}))
+    again = run_update(inputs, str(root), *PEER)
+    assert again["counts"]["files_peer_counted"] == 1
+    assert table_hashes(again["version"]) == after
+
     # Without the flag, the next update writes a version without them, and counts nothing for them.
     plain = run_update(inputs, str(root))
     assert "files_peer_counted" not in plain["counts"]
     assert load_manifest(plain["version"])[1].peer_signals == {}
+
+
+def test_watch_builds_when_the_peer_signals_asked_for_are_not_the_latest_versions():
+    from maskstream.pipelines.statistics.collocations import PeerSignalSettings
+    from maskstream.pipelines.update.options import UpdateOptions
+    from maskstream.pipelines.update.watch import peer_signals_differ
+    from maskstream.schemas.manifest import Manifest
+
+    def manifest(peer_signals: dict) -> Manifest:
+        return Manifest("v", "t", {}, {}, [], {}, {}, {}, [], peer_signals=peer_signals)
+
+    def options(settings: PeerSignalSettings | None) -> UpdateOptions:
+        return UpdateOptions(inputs=[], root="", build=None, peer_signals=settings)  # type: ignore[arg-type]
+
+    built = manifest({"settings": {"ngram_min_count": 5, "max_collocations": 100_000, "pair_min_count": 3,
+                                   "max_n": 5, "sentence_words": 64}})
+    assert not peer_signals_differ(options(PeerSignalSettings()), built)
+    assert peer_signals_differ(options(PeerSignalSettings(ngram_min_count=2)), built)
+    assert peer_signals_differ(options(PeerSignalSettings()), manifest({}))
+    assert peer_signals_differ(options(None), built)
+    assert not peer_signals_differ(options(None), manifest({}))
+    assert peer_signals_differ(options(PeerSignalSettings()), None)

@@ -21,7 +21,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from maskstream.cli import main
 from maskstream.mask_signal.peer_signals import PeerSignals, PeerSignalsMissing
 from maskstream.mask_signal.words import words
-from maskstream.pipelines.build.beam.peer_signals import CountNgrams, InformativeRelevance
+from maskstream.pipelines.build.beam.peer_signals import CountPeers, InformativeRelevance
 from maskstream.pipelines.corpus import Document
 from maskstream.pipelines.statistics.collocations import (
     PeerSignalSettings,
@@ -50,12 +50,18 @@ def independent_sentences(text: str) -> list[list[str]]:
     return [found for piece in pieces if (found := words(piece))]
 
 
+def independent_phrases(text: str) -> list[list[str]]:
+    """Phrases by re.split at every character that is neither a word character nor white space (or is a
+    line break or `_`), words by the word regex: not the code under test."""
+    return [found for piece in re.split(r"[^\w\s]|_|\n", text) if (found := words(piece))]
+
+
 def independent_ngram_counts(texts: list[str]) -> Counter:
     counts: Counter = Counter()
     for text in texts:
-        for sentence in independent_sentences(text):
+        for phrase in independent_phrases(text):
             for n in range(1, 6):
-                counts.update(zip(*(sentence[i:] for i in range(n)), strict=False))
+                counts.update(zip(*(phrase[i:] for i in range(n)), strict=False))
     return counts
 
 
@@ -63,14 +69,20 @@ def test_ngram_counts_equal_an_independent_count_of_the_shipped_corpus(texts):
     assert ngram_counts(texts) == independent_ngram_counts(texts)
 
 
-def test_beam_ngram_counts_equal_the_independent_count(texts):
+def test_beam_counts_equal_the_independent_counts(texts):
     sample = texts[:60]
     expected = list(independent_ngram_counts(sample).items())
+    sentence_sets = [sorted(set(s)) for t in sample for s in independent_sentences(t)]
     with BeamTestPipeline() as pipeline:
         documents = pipeline | beam.Create([Document(f"corpus:line {i}", "corpus", t) for i, t in enumerate(sample)])
-        counted = documents | CountNgrams()
-        assert_that(counted["counts"], equal_to(expected), label="Counts")
+        counted = documents | CountPeers()
+        assert_that(counted["ngrams"], equal_to(expected), label="Ngrams")
         assert_that(counted["totals"], equal_to(list(ngram_totals(expected).items())), label="Totals")
+        assert_that(counted["words"], equal_to(list(Counter(w for s in sentence_sets for w in s).items())),
+                    label="Words")
+        assert_that(counted["pairs"], equal_to(list(Counter(
+            p for s in sentence_sets for p in itertools.combinations(s, 2)).items())), label="Pairs")
+        assert_that(counted["sentences"], equal_to([len(sentence_sets)]), label="Sentences")
 
 
 def test_pmi_n_is_the_least_pmi_over_the_cuts():
@@ -136,9 +148,9 @@ def test_beam_relevance_equals_the_in_process_form(texts):
     expected = [(w, sentence_counts[w], relevance[w]) for w in relevance]
     with BeamTestPipeline() as pipeline:
         documents = pipeline | beam.Create([Document(f"c:line {i}", "c", t) for i, t in enumerate(sample)])
-        result = documents | InformativeRelevance(settings)
-        assert_that(result["relevance"], equal_to(expected), label="Relevance")
-        assert_that(result["sentences"], equal_to([total]), label="Sentences")
+        counted = documents | CountPeers()
+        assert_that(counted | InformativeRelevance(settings), equal_to(expected), label="Relevance")
+        assert_that(counted["sentences"], equal_to([total]), label="Sentences")
 
 
 def test_mask_weights_are_average_ranks():

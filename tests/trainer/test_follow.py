@@ -42,3 +42,15 @@ def test_follows_latest_with_the_same_tokenizer_only(tmp_path: Path, caplog) -> 
 def test_dataset_root_of_a_version_folder() -> None:
     assert dataset_root("gs://b/data/v1", "gs://b/data/v1") == "gs://b/data"
     assert dataset_root("gs://b/data/", "gs://b/data/v1") == "gs://b/data"
+
+
+def test_a_strategy_reading_peer_signals_skips_a_version_without_them(tmp_path, debian_rows):
+    from maskstream.schemas.manifest import load_manifest
+    from testing import sequence_dataset as factory
+
+    root = str(tmp_path / "root")
+    first = factory.write_dataset(root, debian_rows[:20], shards=1, version="v1")
+    factory.write_dataset(root, debian_rows[:30], shards=1, version="v2")
+    url, manifest = load_manifest(first)
+    assert LatestVersionFollower(root, url, manifest, needs_peer_signals=True).poll() is None
+    assert LatestVersionFollower(root, url, manifest).poll().manifest.version == "v2"

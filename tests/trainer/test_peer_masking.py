@@ -158,3 +158,21 @@ def test_difference_pmi_span_prefers_units_of_high_probability(batch, config):
         chosen = apply_masking(single, "difference_pmi_span", config, seed=9, epoch=epoch)["labels"][0] != -100
         hits += [bool(chosen[spans == u].any()) for u in units]
     assert stats.spearmanr(weight, hits).statistic > 0.5
+
+
+def test_informask_fills_a_sequence_with_too_few_weighted_tokens(debian_rows, config):
+    """Weighted tokens fewer than the budget: all of them, and the rest of the budget drawn uniformly
+    from the tokens of weight 0, so the sequence still gets exactly its budget."""
+    row = dict(debian_rows[42])
+    weights = np.zeros(len(row["input_ids"]), np.float32)
+    maskable = ~np.asarray(row["special_tokens_mask"], bool)
+    weighted = np.flatnonzero(maskable)[:3]
+    weights[weighted] = 0.5
+    row["informativeness"] = weights
+    batch = collate_sequences([{**row, "sample_index": i} for i in range(500)], 0)
+    chosen = apply_masking(batch, "informask", config, seed=0, epoch=0)["labels"] != -100
+    budget = round(0.15 * int(maskable.sum()))
+    assert budget > 3 and (chosen.sum(dim=1) == budget).all()
+    assert chosen[:, weighted].all()
+    others = chosen[:, : len(weights)][:, maskable & (weights == 0)].sum(dim=0).numpy()
+    assert stats.chisquare(others).pvalue > 1e-3  # uniform over the rest

@@ -1,11 +1,12 @@
 """`maskstream build --peer-signals`: the peers' signals as Beam transforms (the formulas and their
 in-process form: pipelines/statistics/collocations.py).
 
-    CountNgrams            documents -> (n-gram, count), n = 1..5, inside sentences
-    ScoreCollocations      counts -> the collocation vocabulary: candidates joined with their parts'
-                           counts (CoGroupByKey), scored, the best `max_collocations` (Top)
-    InformativeRelevance   documents -> (word, sentences, relevance): word and pair counts per batch,
-                           summed -> each pair joined with both words' counts -> terms -> per word
+    CountPeers             documents -> n-gram counts (n = 1..5, inside phrases), sentences per word
+                           and per word pair, sentences: counted per batch of documents, summed by key
+    ScoreCollocations      n-gram counts -> the collocation vocabulary: candidates joined with their
+                           parts' counts (CoGroupByKey), scored, the best `max_collocations` (Top)
+    InformativeRelevance   word and pair counts -> (word, sentences, relevance): each pair joined with
+                           both words' counts -> terms -> summed per word
     WritePeerSignals       both -> collocations.parquet, informativeness.parquet; the manifest's entry
 
 Nothing per word or per n-gram is in the job's graph: every table is a PCollection, so the job's size
@@ -22,7 +23,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from maskstream.pipelines.build.core.peer_signals import collocation_table, informativeness_table
+from maskstream.pipelines.build.core.peer_signals import words_known
 from maskstream.pipelines.build.steps import write_peer_signals
 from maskstream.pipelines.corpus import Document
 from maskstream.pipelines.statistics.collocations import (
@@ -38,55 +39,48 @@ from maskstream.pipelines.statistics.collocations import (
 )
 from maskstream.pipelines.statistics.stats_transforms import BATCH_CHARACTERS, _document_characters
 
-WORDS, SENTENCES, LENGTHS = "words", "sentences", "lengths"
+LENGTHS, PAIRS, WORDS, SENTENCES = "lengths", "pairs", "words", "sentences"
 
 
-def _batches(documents, label: str):
-    return documents | label >> beam.BatchElements(
-        min_batch_size=BATCH_CHARACTERS, max_batch_size=BATCH_CHARACTERS, element_size_fn=_document_characters)
-
-
-class CountNgramsFn(beam.DoFn):
+class CountPeersFn(beam.DoFn):
     """A batch of documents -> (n-gram, count) for each distinct n-gram of the batch; on LENGTHS
-    (n, n-grams of length n) for each n."""
+    (n, n-grams of length n), on PAIRS (word pair, sentences holding both), on WORDS (word, sentences
+    holding it), on SENTENCES the batch's number of sentences (PeerCounts: one split of each text)."""
 
     def __init__(self) -> None:
-        self._ms = beam.metrics.Metrics.counter("build", "ngram_counts_ms")
+        self._ms = beam.metrics.Metrics.counter("build", "peer_counts_ms")
 
     def process(self, batch: Sequence[Document]) -> Iterator[Any]:
         started = time.perf_counter()
-        counts = PeerCounts().count_ngrams(document.text for document in batch).ngrams
+        counts = PeerCounts().count(document.text for document in batch)
         self._ms.inc(int((time.perf_counter() - started) * 1000))
-        yield from counts.items()
-        for n, total in ngram_totals(counts.items()).items():
+        yield from counts.ngrams.items()
+        for n, total in ngram_totals(counts.ngrams.items()).items():
             yield beam.pvalue.TaggedOutput(LENGTHS, (n, total))
-
-
-class CountSentencesFn(beam.DoFn):
-    """A batch of documents -> (word pair, sentences holding both) for each distinct pair of the batch;
-    on WORDS (word, sentences holding it), on SENTENCES the batch's number of sentences."""
-
-    def __init__(self) -> None:
-        self._ms = beam.metrics.Metrics.counter("build", "pair_counts_ms")
-
-    def process(self, batch: Sequence[Document]) -> Iterator[Any]:
-        started = time.perf_counter()
-        counts = PeerCounts().count_sentences(document.text for document in batch)
-        self._ms.inc(int((time.perf_counter() - started) * 1000))
-        yield from counts.pairs.items()
+        for pair, holding in counts.pairs.items():
+            yield beam.pvalue.TaggedOutput(PAIRS, (pair, holding))
         for word, holding in counts.sentences.items():
             yield beam.pvalue.TaggedOutput(WORDS, (word, holding))
         yield beam.pvalue.TaggedOutput(SENTENCES, counts.total)
 
 
-class CountNgrams(beam.PTransform):
-    """PCollection[Document] -> {"counts": PCollection[(n-gram, count)], "totals": PCollection[(n, n-grams)]}."""
+class CountPeers(beam.PTransform):
+    """PCollection[Document] -> the corpus's PeerCounts as PCollections: {"ngrams": (n-gram, count),
+    "totals": (n, n-grams of length n), "pairs": (pair, sentences), "words": (word, sentences),
+    "sentences": singleton S}. Counted per batch of documents, then summed by key."""
 
     def expand(self, documents):
-        per_batch = (_batches(documents, "BatchDocuments")
-                     | "CountPerBatch" >> beam.ParDo(CountNgramsFn()).with_outputs(LENGTHS, main="counts"))
-        return {"counts": per_batch.counts | "SumPerNgram" >> beam.CombinePerKey(sum),
-                "totals": per_batch[LENGTHS] | "SumPerLength" >> beam.CombinePerKey(sum)}
+        per_batch = (
+            documents
+            | "BatchDocuments" >> beam.BatchElements(
+                min_batch_size=BATCH_CHARACTERS, max_batch_size=BATCH_CHARACTERS, element_size_fn=_document_characters)
+            | "CountPerBatch" >> beam.ParDo(CountPeersFn()).with_outputs(LENGTHS, PAIRS, WORDS, SENTENCES,
+                                                                         main="ngrams"))
+        return {"ngrams": per_batch.ngrams | "SumPerNgram" >> beam.CombinePerKey(sum),
+                "totals": per_batch[LENGTHS] | "SumPerLength" >> beam.CombinePerKey(sum),
+                "pairs": per_batch[PAIRS] | "SumPerPair" >> beam.CombinePerKey(sum),
+                "words": per_batch[WORDS] | "SumPerWord" >> beam.CombinePerKey(sum),
+                "sentences": per_batch[SENTENCES] | "SumSentences" >> beam.CombineGlobally(sum)}
 
 
 def _parts_wanted(element: tuple[tuple[str, ...], int]) -> Iterator[tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -109,16 +103,17 @@ def _score(element: tuple[tuple[str, ...], Any], totals: dict[int, int]) -> tupl
 
 
 class ScoreCollocations(beam.PTransform):
-    """CountNgrams' {"counts", "totals"} -> a singleton list of (n-gram, count, pmi_n), best first."""
+    """CountPeers' {"ngrams", "totals"} -> a singleton list of (n-gram, count, pmi_n), best first, of
+    n-grams whose words the word table (`lookup`, a singleton WordLookup) holds."""
 
-    def __init__(self, settings: PeerSignalSettings):
+    def __init__(self, settings: PeerSignalSettings, lookup):
         super().__init__()
-        self._settings = settings
+        self._settings, self._lookup = settings, lookup
 
     def expand(self, counted):
         settings, totals = self._settings, counted["totals"]
         # A part is at least as frequent as the n-gram holding it: only these counts can be wanted.
-        frequent = counted["counts"] | "FrequentNgrams" >> beam.Filter(lambda kv: kv[1] >= settings.ngram_min_count)
+        frequent = counted["ngrams"] | "FrequentNgrams" >> beam.Filter(lambda kv: kv[1] >= settings.ngram_min_count)
         wanted = (frequent
                   | "Candidates" >> beam.Filter(lambda kv: is_candidate(kv[0], kv[1], settings))
                   | "PartsWanted" >> beam.FlatMap(_parts_wanted))
@@ -128,7 +123,8 @@ class ScoreCollocations(beam.PTransform):
             | "PartCountToNgram" >> beam.FlatMap(_counts_to_wanting)
             | "GroupParts" >> beam.GroupByKey()
             | "ScoreNgram" >> beam.Map(_score, beam.pvalue.AsDict(totals))
-            | "PositivePmi" >> beam.Filter(lambda row: row[2] > 0)
+            | "PositivePmi" >> beam.Filter(lambda row, lookup: row[2] > 0 and words_known(lookup)(row[0]),
+                                           beam.pvalue.AsSingleton(self._lookup))
             | "BestCollocations" >> beam.combiners.Top.Of(settings.max_collocations, key=collocation_order)
         )
 
@@ -156,21 +152,16 @@ def _relevance(element: tuple[str, dict[str, list]]) -> tuple[str, int, float]:
 
 
 class InformativeRelevance(beam.PTransform):
-    """PCollection[Document] -> {"relevance": PCollection[(word, sentences, relevance)],
-    "sentences": singleton S}."""
+    """CountPeers' {"pairs", "words", "sentences"} -> PCollection[(word, sentences, relevance)]."""
 
     def __init__(self, settings: PeerSignalSettings):
         super().__init__()
         self._settings = settings
 
-    def expand(self, documents):
+    def expand(self, counted):
         min_count = self._settings.pair_min_count
-        per_batch = (_batches(documents, "BatchDocuments")
-                     | "CountPerBatch" >> beam.ParDo(CountSentencesFn()).with_outputs(WORDS, SENTENCES, main="pairs"))
-        total = per_batch[SENTENCES] | "SumSentences" >> beam.CombineGlobally(sum)
-        sentence_counts = per_batch[WORDS] | "SentencesPerWord" >> beam.CombinePerKey(sum)
-        by_first = (per_batch.pairs
-                    | "SentencesPerPair" >> beam.CombinePerKey(sum)
+        sentence_counts = counted["words"]
+        by_first = (counted["pairs"]
                     | "FrequentPairs" >> beam.Filter(lambda kv: kv[1] >= min_count)
                     | "KeyByFirstWord" >> beam.Map(lambda kv: (kv[0][0], (kv[0][1], kv[1]))))
         by_second = ({"sentences": sentence_counts, "pairs": by_first}
@@ -178,19 +169,10 @@ class InformativeRelevance(beam.PTransform):
                      | "KeyBySecondWord" >> beam.FlatMap(_first_word_joined))
         terms = ({"sentences": sentence_counts, "pairs": by_second}
                  | "JoinSecondWord" >> beam.CoGroupByKey()
-                 | "PairTerms" >> beam.FlatMap(_terms, beam.pvalue.AsSingleton(total)))
-        relevances = ({"sentences": sentence_counts, "terms": terms}
-                      | "JoinTerms" >> beam.CoGroupByKey()
-                      | "Relevance" >> beam.Map(_relevance))
-        return {"relevance": relevances, "sentences": total}
-
-
-def _write(_, version_url: str, settings: PeerSignalSettings, vocabulary: list, relevances: list,
-           total_sentences: int, lookup) -> dict[str, Any]:
-    rows = sorted(vocabulary, key=collocation_order, reverse=True)
-    words, counts, values = zip(*relevances, strict=True) if relevances else ((), (), ())
-    return write_peer_signals(version_url, collocation_table(rows, lookup),
-                              informativeness_table(words, counts, values, lookup), settings, total_sentences)
+                 | "PairTerms" >> beam.FlatMap(_terms, beam.pvalue.AsSingleton(counted["sentences"])))
+        return ({"sentences": sentence_counts, "terms": terms}
+                | "JoinTerms" >> beam.CoGroupByKey()
+                | "Relevance" >> beam.Map(_relevance))
 
 
 class WritePeerSignals(beam.PTransform):
@@ -201,15 +183,19 @@ class WritePeerSignals(beam.PTransform):
         self._version_url, self._settings, self._lookup = version_url, settings, lookup
 
     def expand(self, documents):
-        vocabulary = (documents
-                      | "CountNgrams" >> CountNgrams()
-                      | "ScoreCollocations" >> ScoreCollocations(self._settings))
-        informative = documents | "InformativeRelevance" >> InformativeRelevance(self._settings)
+        counted = documents | "CountPeers" >> CountPeers()
+        vocabulary = counted | "ScoreCollocations" >> ScoreCollocations(self._settings, self._lookup)
+        relevances = counted | "InformativeRelevance" >> InformativeRelevance(self._settings)
         return (
             documents.pipeline
             | "Once" >> beam.Create([None])
             | "WriteTables" >> beam.Map(
-                _write, self._version_url, self._settings,
-                beam.pvalue.AsSingleton(vocabulary), beam.pvalue.AsList(informative["relevance"]),
-                beam.pvalue.AsSingleton(informative["sentences"]), beam.pvalue.AsSingleton(self._lookup))
+                _write, self._version_url, self._settings, beam.pvalue.AsSingleton(vocabulary),
+                beam.pvalue.AsList(relevances), beam.pvalue.AsSingleton(counted["sentences"]),
+                beam.pvalue.AsSingleton(self._lookup))
         )
+
+
+def _write(_, version_url: str, settings: PeerSignalSettings, vocabulary: list, relevances: list,
+           total_sentences: int, lookup) -> dict[str, Any]:
+    return write_peer_signals(version_url, vocabulary, relevances, total_sentences, lookup, settings)

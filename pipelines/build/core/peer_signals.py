@@ -6,7 +6,7 @@ the formulas), keyed by the word table's `word_index` so the loader joins them t
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,21 +25,27 @@ from maskstream.schemas.manifest import COLLOCATIONS_NAME, INFORMATIVENESS_NAME
 from maskstream.schemas.tables import COLLOCATION_SCHEMA, INFORMATIVENESS_SCHEMA
 
 
-def collocation_table(rows: Iterable[tuple[Ngram, int, float]], lookup: WordLookup) -> pa.Table:
-    """The vocabulary's rows (best first, as `collocation_vocabulary` orders them) with their words'
-    word_index; an n-gram with a word the word table lacks (inputs other than the statistics') is dropped."""
-    rows = list(rows)
+def words_known(lookup: WordLookup) -> Callable[[Ngram], bool]:
+    """Whether the word table holds every word of an n-gram: the vocabulary keeps only those (both
+    drivers filter with it before the vocabulary's cut), since the loader matches word_index."""
+    return lambda ngram: bool(lookup.index_of(list(ngram)).min() >= 0)
+
+
+def collocation_table(rows: Sequence[tuple[Ngram, int, float]], lookup: WordLookup) -> pa.Table:
+    """The vocabulary's rows (best first, as `collocation_vocabulary` orders them, every word known:
+    `words_known`) with their words' word_index."""
     words = [word for ngram, _, _ in rows for word in ngram]
     index = lookup.index_of(words) if words else np.zeros(0, np.int32)
+    if (index < 0).any():
+        raise ValueError("a collocation holds a word the word table lacks: filter the vocabulary with words_known")
     bounds = np.cumsum([0] + [len(ngram) for ngram, _, _ in rows])
-    per_row = [index[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    kept = [i for i, indices in enumerate(per_row) if len(indices) and indices.min() >= 0]
     return pa.table({
-        "ngram": [" ".join(rows[i][0]) for i in kept],
-        "n": pa.array([len(rows[i][0]) for i in kept], pa.int8()),
-        "count": pa.array([rows[i][1] for i in kept], pa.int64()),
-        "pmi": pa.array([rows[i][2] for i in kept], pa.float64()),
-        "word_index": pa.array([per_row[i].tolist() for i in kept], pa.list_(pa.int32())),
+        "ngram": [" ".join(ngram) for ngram, _, _ in rows],
+        "n": pa.array([len(ngram) for ngram, _, _ in rows], pa.int8()),
+        "count": pa.array([count for _, count, _ in rows], pa.int64()),
+        "pmi": pa.array([pmi for _, _, pmi in rows], pa.float64()),
+        "word_index": pa.array([index[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
+                               pa.list_(pa.int32())),
     }, schema=COLLOCATION_SCHEMA)
 
 

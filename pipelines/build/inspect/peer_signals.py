@@ -10,12 +10,14 @@ import posixpath
 from collections import Counter
 from typing import Any
 
+import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from maskstream.mask_signal.peer_signals import PeerSignals
-from maskstream.schemas.manifest import Manifest
+from maskstream.schemas.manifest import Manifest, safe_relative_path
 
 SHOWN = 12  # collocations and words per list
 MIN_SENTENCES = 5  # a word's informativeness is listed when this many sentences hold it
@@ -34,12 +36,18 @@ class PeerSignalSummary:
     least_informative: list[tuple[str, float, int]]
 
 
+def read_table(version_url: str, name: str, columns: list[str] | None = None) -> pa.Table:
+    """A table of the version (local or gs://), by its path in the manifest."""
+    with fsspec.open(posixpath.join(version_url, safe_relative_path(name)), "rb") as f:
+        return pq.read_table(f, columns=columns)
+
+
 def summarize(version_url: str, manifest: Manifest, word_table: pa.Table) -> PeerSignalSummary | None:
     """The summary of the version's peer signals; None for a version built without them."""
     entry = manifest.peer_signals
     if not entry:
         return None
-    collocations = pq.read_table(posixpath.join(version_url, entry["collocations"]))
+    collocations = read_table(version_url, entry["collocations"])
     words = np.empty(word_table.num_rows, object)
     words[word_table.column("word_index").to_numpy()] = word_table.column("word").to_pylist()
     lengths = Counter(collocations.column("n").to_pylist())
@@ -47,8 +55,8 @@ def summarize(version_url: str, manifest: Manifest, word_table: pa.Table) -> Pee
                    strict=True))
     found, rows, in_collocations, occurrences = scan(version_url, manifest, PeerSignals.load(version_url, manifest),
                                                      words)
-    table = pq.read_table(posixpath.join(version_url, entry["informativeness"]))
-    frequent = table.filter(pa.compute.greater_equal(table.column("sentences"), MIN_SENTENCES))
+    table = read_table(version_url, entry["informativeness"])
+    frequent = table.filter(pc.greater_equal(table.column("sentences"), MIN_SENTENCES))
     order = np.argsort(-frequent.column("relevance").to_numpy(), kind="stable")
     listed = [(str(words[i]), float(r), int(s)) for i, r, s in zip(
         frequent.column("word_index").to_numpy()[order], frequent.column("relevance").to_numpy()[order],
@@ -63,7 +71,7 @@ def scan(version_url: str, manifest: Manifest, signals: PeerSignals,
     found: Counter[str] = Counter()
     rows = inside = total = 0
     for shard in manifest.shards:
-        table = pq.read_table(posixpath.join(version_url, shard.path), columns=["word_ids", "word_index"])
+        table = read_table(version_url, shard.path, ["word_ids", "word_index"])
         for word_ids, word_index in zip(table.column("word_ids").to_pylist(), table.column("word_index").to_pylist(),
                                         strict=True):
             span_ids = signals.span_ids(np.array(word_ids), np.array(word_index))
@@ -96,7 +104,8 @@ def peer_signal_lines(summary: PeerSignalSummary | None, manifest: Manifest) -> 
         "in a collocation; most found: " + "; ".join(f"{g} ({k})" for g, k in summary.found),
         f"  most informative words (relevance, sentences >= {MIN_SENTENCES}): "
         + ", ".join(f"{w} ({r:.1f})" for w, r, _ in summary.most_informative),
-        "  least informative words (0: no pair of the word reaches --pair-min-count sentences): " + ", ".join(f"{w} ({r:.1f})" for w, r, _ in summary.least_informative),
+        "  least informative words (0: no pair of the word reaches --pair-min-count sentences; below 0: its pairs "
+        "are rarer than chance): " + ", ".join(f"{w} ({r:.1f})" for w, r, _ in summary.least_informative),
     ]
 
 
