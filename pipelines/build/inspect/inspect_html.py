@@ -311,9 +311,9 @@ def render(manifest: Any, version_url: str, data: dict[str, Any], sections: dict
     gradient = ", ".join(f"rgb({r},{g},{b})" for r, g, b in data["stops"])
     nav = "".join(f'<a href="#{key}-section">{label}</a>' for key, label in (
         ("browser", "Sequences"), ("seeds", "Seeds"), ("signal", "Signal"), ("words", "Words"),
-        *((("peers", "Peer signals"),) if sections["peers"] else ()), ("provenance", "Provenance")))
+        *((("peers", "Peer signals"),) if sections.get("peers") else ()), ("provenance", "Provenance")))
     peers = (f'<section id="peers-section"><h2>Peer signals: collocations and informativeness</h2>'
-             f'{sections["peers"]}</section>\n' if sections["peers"] else "")
+             f'{sections["peers"]}</section>\n' if sections.get("peers") else "")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
