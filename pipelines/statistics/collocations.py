@@ -112,11 +112,12 @@ class PeerCounts:
         self.pairs: Counter[tuple[str, str]] = Counter()
         self.total = 0
 
-    def count(self, texts: Iterable[str]) -> PeerCounts:
-        """Adds the n-grams, words and word pairs of `texts` (one split of each text for both)."""
+    def count(self, texts: Iterable[str], with_ngrams: bool = True) -> PeerCounts:
+        """Adds the n-grams (unless not `with_ngrams`), words and word pairs of `texts` (one split of
+        each text for both)."""
         for text in texts:
             text_phrases, text_sentences = split(text)
-            for phrase in text_phrases:
+            for phrase in text_phrases if with_ngrams else ():
                 self.ngrams.update(ngrams(phrase))
             for sentence in text_sentences:
                 word_set = sentence_word_set(sentence)
@@ -230,7 +231,7 @@ def mask_weights(relevances: np.ndarray) -> np.ndarray:
 
 def informativeness(texts: Iterable[str], settings: PeerSignalSettings) -> tuple[dict[str, int], dict[str, float], int]:
     """(s(w), relevance(w), S) over `texts`: the in-process form of the Beam transforms."""
-    counts = PeerCounts().count(texts)
+    counts = PeerCounts().count(texts, with_ngrams=False)
     return dict(counts.sentences), relevance_of_counts(counts.sentences, counts.pairs, counts.total, settings), counts.total
 
 
