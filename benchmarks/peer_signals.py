@@ -61,10 +61,10 @@ def build_table(corpus: Path) -> None:
 
 def stage_table(texts: list[str]) -> None:
     from maskstream.pipelines.statistics.collocations import (
+        PeerCounts,
         PeerSignalSettings,
         collocation_vocabulary,
-        informativeness,
-        ngram_counts,
+        relevance_of_counts,
     )
 
     tokenizer = factory.tokenizer()
@@ -77,26 +77,22 @@ def stage_table(texts: list[str]) -> None:
 
     tokenize = cpu(lambda: [tokenizer(texts[i : i + 1024])["input_ids"] for i in range(0, len(texts), 1024)])
     counted: dict = {}
-    count = cpu(lambda: counted.setdefault("counts", ngram_counts(texts)))
-    score = cpu(lambda: collocation_vocabulary(counted["counts"], settings))
-    relevance = cpu(lambda: informativeness(texts, settings))
+    count = cpu(lambda: counted.setdefault("counts", PeerCounts().count(texts)))
+    counts = counted["counts"]
+    score = cpu(lambda: collocation_vocabulary(counts.ngrams, settings))
+    relevance = cpu(lambda: relevance_of_counts(counts.sentences, counts.pairs, counts.total, settings))
     print(f"\n## The new stages' work in one process, {len(texts):,} texts, CPU seconds\n")
     print("| work | seconds | vs tokenizing |")
     print("| --- | ---: | ---: |")
     for name, seconds in (("HF fast tokenizer, batches of 1024 (the floor)", tokenize),
-                          ("n-gram counts, n = 1..5", count), ("collocation scores (pmi_n) and the vocabulary", score),
-                          ("sentence word sets, pair counts, relevances", relevance)):
+                          ("counts: n-grams (n = 1..5), sentences per word and per pair (PeerCounts)", count),
+                          ("collocation scores (pmi_n) and the vocabulary", score),
+                          ("relevances (pair PMI, exact sums)", relevance)):
         print(f"| {name} | {seconds:.2f} | {seconds / tokenize:.2f} |")
 
 
 def memory_table(texts: list[str]) -> None:
-    from maskstream.pipelines.statistics.collocations import (
-        ngrams,
-        phrases,
-        sentence_word_set,
-        sentences,
-        word_pairs,
-    )
+    from maskstream.pipelines.statistics.collocations import ngrams, sentence_word_set, split, word_pairs
 
     def held(make) -> tuple[int, int]:
         tracemalloc.start()
@@ -105,8 +101,9 @@ def memory_table(texts: list[str]) -> None:
         tracemalloc.stop()
         return size, len(counts)
 
-    ngram_bytes, ngram_types = held(lambda: Counter(g for t in texts for s in phrases(t) for g in ngrams(s)))
-    pair_bytes, pair_types = held(lambda: Counter(p for t in texts for s in sentences(t)
+    parts = [split(t) for t in texts]
+    ngram_bytes, ngram_types = held(lambda: Counter(g for phrases, _ in parts for s in phrases for g in ngrams(s)))
+    pair_bytes, pair_types = held(lambda: Counter(p for _, sentences in parts for s in sentences
                                                   for p in word_pairs(sentence_word_set(s))))
     print("\n## Memory of the keyed counts (tracemalloc: the dict, its tuple keys and their strings)\n")
     print("| counts | types | bytes | bytes per type |")
@@ -120,6 +117,7 @@ def masking_table(corpus: Path, batches: int) -> None:
 
     from maskstream.trainer.collate import collate_sequences
     from maskstream.trainer.masking import MaskingConfig, apply_masking
+    from maskstream.trainer.strategies import peer_columns
 
     _, texts = real_sequences(corpus)
     all_texts = factory.read_texts(corpus)
@@ -138,26 +136,25 @@ def masking_table(corpus: Path, batches: int) -> None:
         masked = int((collator([dict(f) for f in features])["labels"] != -100).sum())
         results.append((name, timed(lambda c=collator, f=features: c([dict(x) for x in f]), batches), 0.0, masked))
 
-    def joined() -> list[dict]:
+    def joined(names: tuple[str, ...]) -> list[dict]:
         # As the loader joins them: for its window of rows at once (here the batch's), then sliced per row.
         offsets = np.cumsum([0] + [len(s["word_ids"]) for s in samples])
         columns = signals.columns(np.concatenate([s["word_ids"] for s in samples]),
-                                  np.concatenate([s["word_index"] for s in samples]), offsets)
+                                  np.concatenate([s["word_index"] for s in samples]), offsets, names)
         return [{**s, **{name: values[a:b] for name, values in columns.items()}}
                 for s, a, b in zip(samples, offsets[:-1], offsets[1:], strict=True)]
 
-    join_seconds = timed(joined, batches)
-    with_signals = joined()
     config = MaskingConfig.from_tokenizer(tok)
     for strategy in ("random", "whole_word", "difference", "pmi_span", "difference_pmi_span", "informask"):
-        peer = strategy in ("pmi_span", "difference_pmi_span", "informask")
-        rows_in = with_signals if peer else samples
+        names = peer_columns(strategy)  # what the loader joins for this strategy (nothing for the others)
+        join_seconds = timed(lambda n=names: joined(n), batches) if names else 0.0
+        rows_in = joined(names) if names else samples
         epoch = iter(range(10**9))
         batch = collate_sequences(rows_in, tok.pad_token_id)
         masked = int((apply_masking(batch, strategy, config, seed=0, epoch=0)["labels"] != -100).sum())
         seconds = timed(lambda r=rows_in, s=strategy, e=epoch: apply_masking(
             collate_sequences(r, tok.pad_token_id), s, config, seed=0, epoch=next(e)), batches)
-        results.append((strategy, seconds + (join_seconds if peer else 0.0), join_seconds if peer else 0.0, masked))
+        results.append((strategy, seconds + join_seconds, join_seconds, masked))
     per = {name: seconds for name, seconds, _, _ in results}
     print(f"\n## Masking, batch {BATCH} x {LENGTH} tokens, 1 CPU thread, real Debian text "
           "(per-sample features -> masked batch; ours with the peer-signal join where the strategy reads it)\n")

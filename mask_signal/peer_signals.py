@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+from collections.abc import Sequence
 
 import fsspec
 import numpy as np
@@ -28,6 +29,7 @@ import pyarrow.parquet as pq
 from maskstream.schemas.manifest import Manifest, safe_relative_path
 from maskstream.storage.retry import retry_read
 
+PEER_COLUMNS = ("span_ids", "informativeness")  # what the loader can add to a sample
 FILTER_BITS = 18
 _PRIME = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime
 _OFFSET = np.uint64(0xCBF29CE484222325)
@@ -111,11 +113,14 @@ class PeerSignals:
         weights = informativeness.sort_by("word_index").column("mask_weight").to_numpy()
         return cls(by_length, np.asarray(weights, np.float32))
 
-    def columns(self, word_ids: np.ndarray, word_index: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
-        """{"span_ids", "informativeness"} of rows end to end (row r is [offsets[r], offsets[r + 1])), flat:
-        what the loader adds to each sample, sliced as the rows are."""
-        return {"span_ids": self.span_ids_of_rows(word_ids, word_index, offsets),
-                "informativeness": self.informativeness(word_index)}
+    def columns(self, word_ids: np.ndarray, word_index: np.ndarray, offsets: np.ndarray,
+                names: Sequence[str] = PEER_COLUMNS) -> dict[str, np.ndarray]:
+        """The columns `names` (of PEER_COLUMNS) of rows end to end (row r is [offsets[r], offsets[r + 1])),
+        flat: what the loader adds to each sample, sliced as the rows are. Only those asked for are
+        computed (the units cost most)."""
+        compute = {"span_ids": lambda: self.span_ids_of_rows(word_ids, word_index, offsets),
+                   "informativeness": lambda: self.informativeness(word_index)}
+        return {name: compute[name]() for name in names}
 
     def span_ids(self, word_ids: np.ndarray, word_index: np.ndarray) -> np.ndarray:
         """One row's PMI-Masking units (module doc), int32 like `word_ids`."""

@@ -76,7 +76,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import fsspec
@@ -188,8 +188,9 @@ class StreamingSequenceDataset(IterableDataset):
     """Rows of a dataset version split across ranks and workers (module doc). dataset: root or version folder,
     local or gs://; seed: the order's; shuffle: seeded global order, else dataset order; shuffle_buffer: rows
     shuffled together; verify_checksums: sha256 checked as read; rank, world_size; cache: a ShardCache;
-    peer_signals: each sample also gets `span_ids` and `informativeness` (maskstream.mask_signal.peer_signals),
-    which the strategies of PEER_SIGNAL_STRATEGIES read."""
+    peer_columns: peer-signal columns each sample also gets (of `span_ids`, `informativeness`:
+    maskstream.mask_signal.peer_signals; `maskstream.trainer.strategies.peer_columns(strategy)` names
+    those a strategy reads)."""
 
     def __init__(
         self,
@@ -202,11 +203,12 @@ class StreamingSequenceDataset(IterableDataset):
         rank: int | None = None,
         world_size: int | None = None,
         cache: ShardCache | None = None,
-        peer_signals: bool = False,
+        peer_columns: Sequence[str] = (),
     ) -> None:
         super().__init__()
         self.version_url, self.manifest = load_manifest(dataset)
-        self.peer_signals = PeerSignals.load(self.version_url, self.manifest) if peer_signals else None
+        self.peer_columns = tuple(peer_columns)
+        self.peer_signals = PeerSignals.load(self.version_url, self.manifest) if self.peer_columns else None
         self.seed = seed
         self.shuffle = shuffle
         if shuffle_buffer < 1:
@@ -506,7 +508,7 @@ class StreamingSequenceDataset(IterableDataset):
             columns[name] = (array.flatten().to_numpy(zero_copy_only=False), offsets - offsets[0])
         if self.peer_signals is not None:  # joined for the whole window at once (array work, not per row)
             (word_ids, offsets), (word_index, _) = columns["word_ids"], columns["word_index"]
-            for name, values in self.peer_signals.columns(word_ids, word_index, offsets).items():
+            for name, values in self.peer_signals.columns(word_ids, word_index, offsets, self.peer_columns).items():
                 columns[name] = (values, offsets)
         return columns
 

@@ -29,10 +29,10 @@ def select_rows(batch: dict[str, Any], keep) -> dict[str, Any]:
 
 
 def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id: int, batch_size: int,
-                     peer_signals: bool = False):
-    """The first `limit` held-out rows in dataset order, collated into batches (unmasked), with the peer
-    signals when asked (the strategies that read them)."""
-    reader = StreamingSequenceDataset(dataset_url, shuffle=False, rank=0, world_size=1, peer_signals=peer_signals)
+                     peer_columns: tuple[str, ...] = ()):
+    """The first `limit` held-out rows in dataset order, collated into batches (unmasked), with the
+    peer-signal columns the evaluation's strategy reads."""
+    reader = StreamingSequenceDataset(dataset_url, shuffle=False, rank=0, world_size=1, peer_columns=peer_columns)
     rows = []
     for sample in reader:
         if held_out(np.array([sample["sample_index"]]), fraction)[0]:

@@ -98,7 +98,7 @@ from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
 from maskstream.trainer.mixture import Mixture, mask_by_source
-from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES
+from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES, peer_columns
 from maskstream.trainer.world import World
 
 LOG = logging.getLogger("maskstream.collator")
@@ -130,10 +130,10 @@ class MaskingCollator:
         pad_token_id = dataset.manifest.tokenizer.get("pad_token_id")
         if pad_token_id is None:
             raise ValueError(f"manifest tokenizer entry lacks pad_token_id; it has {sorted(dataset.manifest.tokenizer)}")
-        if strategy in PEER_SIGNAL_STRATEGIES and dataset.peer_signals is None:
+        if not set(peer_columns(strategy)) <= set(dataset.peer_columns):
             raise PeerSignalsMissing(f"{strategy} reads the version's peer signals: open the dataset with "
-                                     "StreamingSequenceDataset(..., peer_signals=True), on a version built with "
-                                     "`maskstream build --peer-signals`")
+                                     f"StreamingSequenceDataset(..., peer_columns={peer_columns(strategy)}), on a "
+                                     "version built with `maskstream build --peer-signals`")
         self.dataset = dataset
         self.strategy = strategy
         self.masking = masking or MaskingConfig.from_manifest(dataset.manifest)
@@ -258,7 +258,8 @@ class DifferenceMaskingCollator:
                     "word_ids": word_ids[bounds[i] : bounds[i + 1]], "mask_probability": p[bounds[i] : bounds[i + 1]],
                     "sample_index": index} for i, index in enumerate(self.sample_indices(rows))]
         if self.strategy in PEER_SIGNAL_STRATEGIES:  # the version's collocations and informativeness
-            for name, values in self.mask_map.peer_signals.columns(word_ids, word_index, bounds).items():
+            for name, values in self.mask_map.peer_signals.columns(word_ids, word_index, bounds,
+                                                                   peer_columns(self.strategy)).items():
                 for i, sample in enumerate(samples):
                     sample[name] = values[bounds[i] : bounds[i + 1]]
         batch = collate_sequences(samples, int(self.tokenizer.pad_token_id), self.pad_to_multiple_of)

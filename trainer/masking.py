@@ -405,7 +405,7 @@ def choose_weighted(keys: torch.Tensor, can_mask: torch.Tensor, budget: torch.Te
 def _peer_column(batch: dict[str, torch.Tensor], name: str) -> torch.Tensor:
     if name not in batch:
         raise ValueError(f"the batch has no {name!r}: the peer-signal strategies need a dataset built with "
-                         "`maskstream build --peer-signals`, read with peer_signals=True")
+                         "`maskstream build --peer-signals`, read with peer_columns=peer_columns(strategy)")
     return batch[name]
 
 

@@ -56,7 +56,7 @@ from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_
 from maskstream.trainer.loader import build_dataloader, loader_generator
 from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
 from maskstream.trainer.position import Layout, Pending, Segment, position_of
-from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES
+from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES, peer_columns
 from maskstream.trainer.text_source import TEXT_SUFFIXES, TextSource
 
 log = logging.getLogger("maskstream.mixture")
@@ -481,14 +481,14 @@ def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenize
         return build_dataloader(dataset, batch_size=batch_size, num_workers=num_workers, strategy=None,
                                 masking=None, generator=loader_generator(), collate=False)
 
-    def reopen(url: str, peer_signals: bool) -> tuple[StreamingSequenceDataset, Any]:
+    def reopen(url: str, columns: tuple[str, ...]) -> tuple[StreamingSequenceDataset, Any]:
         dataset = StreamingSequenceDataset(url, seed=seed, rank=rank, world_size=world_size, cache=cache,
-                                           shuffle_buffer=domain.shuffle_buffer, peer_signals=peer_signals)
+                                           shuffle_buffer=domain.shuffle_buffer, peer_columns=columns)
         return dataset, loader_of(dataset)
 
     domain_root = domain_follower.root if domain_follower is not None else None
     sources: list[Any] = [DatasetSource(domain, loader_of(domain), root=domain_root,
-                                        reopen=functools.partial(reopen, peer_signals=domain.peer_signals is not None),
+                                        reopen=functools.partial(reopen, columns=domain.peer_columns),
                                         follower=domain_follower if follow else None, lease=lease)]
     max_length = int(domain.manifest.config.get("max_length", 128))  # the build's --max-length
     for entry in entries:
@@ -506,14 +506,14 @@ def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenize
             sources.append(TextSource(entry.url, tokenizer, max_length, batch_size=batch_size, rank=rank,
                                       world_size=world_size, num_workers=num_workers, mask_map=mask_map))
             continue
-        source_reopen = functools.partial(reopen, peer_signals=entry.strategy in PEER_SIGNAL_STRATEGIES)
+        source_reopen = functools.partial(reopen, columns=peer_columns(entry.strategy))
         dataset, loader = source_reopen(entry.url)
         if dataset.manifest.tokenizer.get("vocab_hash") != domain.manifest.tokenizer.get("vocab_hash"):
             raise ValueError(f"--mix {entry.url}: {dataset.version_url} was tokenized with another vocabulary than "
                              f"{domain.version_url}")
         root = dataset_root(entry.url, dataset.version_url)
         follower = (LatestVersionFollower(root, dataset.version_url, dataset.manifest,
-                                          needs_peer_signals=dataset.peer_signals is not None) if follow else None)
+                                          needs_peer_signals=bool(dataset.peer_columns)) if follow else None)
         source_lease = VersionLease(dataset.version_url) if lease is not None else None
         sources.append(DatasetSource(dataset, loader, entry.url, root=root, reopen=source_reopen, follower=follower,
                                      lease=source_lease))

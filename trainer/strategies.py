@@ -13,6 +13,12 @@ STRATEGIES = {
     "informask": "InforMask: exactly the budget, drawn by each word's informativeness weight (--peer-signals)",
     "tmr": "Token Masking Regularization, for fine-tuning only: each token [MASK] with probability p, no 80/10/10",
 }
-# The strategies that read the version's peer signals (`maskstream build --peer-signals`).
-PEER_SIGNAL_STRATEGIES = ("pmi_span", "difference_pmi_span", "informask")
+# The strategies that read the version's peer signals (`maskstream build --peer-signals`), and the column
+# of them each reads (maskstream.mask_signal.peer_signals: the loader joins only the columns asked for).
+PEER_SIGNAL_STRATEGIES = {"pmi_span": "span_ids", "difference_pmi_span": "span_ids", "informask": "informativeness"}
 PRETRAINING_STRATEGIES = tuple(name for name in STRATEGIES if name != "tmr")  # what `train` offers
+
+
+def peer_columns(*strategies: str) -> tuple[str, ...]:
+    """The peer-signal columns the loader must join for `strategies` (none for the others)."""
+    return tuple(sorted({PEER_SIGNAL_STRATEGIES[s] for s in strategies if s in PEER_SIGNAL_STRATEGIES}))

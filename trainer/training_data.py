@@ -30,7 +30,7 @@ from maskstream.trainer.masking import BudgetSchedule, MaskingConfig
 from maskstream.trainer.mixture import build_mixture
 from maskstream.trainer.plan import Plan
 from maskstream.trainer.shard_cache import ShardCache
-from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES
+from maskstream.trainer.strategies import peer_columns
 
 log = logging.getLogger("maskstream.train")
 
@@ -190,7 +190,7 @@ class TrainingData:
             next_epoch = self.dataset.epoch + 1
             self.dataset = StreamingSequenceDataset(switch.version_url, seed=self.config.seed, rank=self.ranks.rank,
                                                     world_size=self.ranks.world_size, cache=shard_cache(self.config),
-                                                    peer_signals=self.config.strategy in PEER_SIGNAL_STRATEGIES)
+                                                    peer_columns=peer_columns(self.config.strategy))
             if self.lease is not None:
                 self.lease.move_to(switch.version_url)
             self.dataset.set_epoch(next_epoch)
@@ -257,7 +257,7 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     if saved is not None:
         started, url = resume_versions(config.dataset, config.follow_latest, saved)
     dataset = StreamingSequenceDataset(url, seed=config.seed, rank=ranks.rank, world_size=ranks.world_size,
-                                       cache=shard_cache(config), peer_signals=config.strategy in PEER_SIGNAL_STRATEGIES)
+                                       cache=shard_cache(config), peer_columns=peer_columns(config.strategy))
     if saved is None:
         started = dataset.version_url
     model_name = config.model or default_model()
@@ -277,11 +277,11 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     # A resumed run's --dataset may name either version: their root is the first one's folder.
     root = started.rsplit("/", 1)[0] if saved is not None else dataset_root(config.dataset, dataset.version_url)
     follower = (LatestVersionFollower(root, dataset.version_url, dataset.manifest,
-                                      needs_peer_signals=dataset.peer_signals is not None)
+                                      needs_peer_signals=bool(dataset.peer_columns))
                 if config.follow_latest else None)
     pad_token_id = dataset.manifest.tokenizer["pad_token_id"]
     eval_batches = (collect_held_out(started, config.held_out_fraction, config.eval_samples, pad_token_id,
-                                     config.batch_size, peer_signals=config.eval_strategy in PEER_SIGNAL_STRATEGIES)
+                                     config.batch_size, peer_columns=peer_columns(config.eval_strategy))
                     if ranks.is_main else [])
     # A changing budget is drawn where the step is known: in this process, not in the loader workers;
     # a mixture's rows are masked by source once their batch is drawn.

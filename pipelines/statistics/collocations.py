@@ -85,16 +85,6 @@ def split(text: str) -> tuple[list[list[str]], list[list[str]]]:
     return cut_at(phrase_breaks), cut_at(sentence_breaks)
 
 
-def sentences(text: str) -> list[list[str]]:
-    """The normalized words of `text`, sentence by sentence."""
-    return split(text)[1]
-
-
-def phrases(text: str) -> list[list[str]]:
-    """The normalized words of `text`, phrase by phrase."""
-    return split(text)[0]
-
-
 def ngrams(phrase: Sequence[str], max_n: int = MAX_N) -> Iterator[Ngram]:
     """Every n-gram of `phrase`, n = 1..max_n, in order of length then position."""
     for n in range(1, max_n + 1):
@@ -112,12 +102,11 @@ class PeerCounts:
         self.pairs: Counter[tuple[str, str]] = Counter()
         self.total = 0
 
-    def count(self, texts: Iterable[str], with_ngrams: bool = True) -> PeerCounts:
-        """Adds the n-grams (unless not `with_ngrams`), words and word pairs of `texts` (one split of
-        each text for both)."""
+    def count(self, texts: Iterable[str]) -> PeerCounts:
+        """Adds the n-grams, words and word pairs of `texts` (one split of each text for both)."""
         for text in texts:
             text_phrases, text_sentences = split(text)
-            for phrase in text_phrases if with_ngrams else ():
+            for phrase in text_phrases:
                 self.ngrams.update(ngrams(phrase))
             for sentence in text_sentences:
                 word_set = sentence_word_set(sentence)
@@ -135,11 +124,7 @@ class PeerCounts:
 
 def ngram_counts(texts: Iterable[str]) -> Counter[Ngram]:
     """count(g) of every n-gram of `texts`' phrases, n = 1..MAX_N."""
-    counts: Counter[Ngram] = Counter()
-    for text in texts:
-        for phrase in phrases(text):
-            counts.update(ngrams(phrase))
-    return counts
+    return PeerCounts().count(texts).ngrams
 
 
 def ngram_totals(counts: Iterable[tuple[Ngram, int]]) -> dict[int, int]:
@@ -223,7 +208,7 @@ def mask_weights(relevances: np.ndarray) -> np.ndarray:
     relevances = np.asarray(relevances, np.float64)
     if not len(relevances):
         return np.zeros(0, np.float32)
-    distinct, inverse, tally = np.unique(relevances, return_inverse=True, return_counts=True)
+    _, inverse, tally = np.unique(relevances, return_inverse=True, return_counts=True)
     upper = np.cumsum(tally)
     mean_rank = upper - (tally - 1) / 2.0
     return (mean_rank[inverse] / len(relevances)).astype(np.float32)
@@ -231,7 +216,7 @@ def mask_weights(relevances: np.ndarray) -> np.ndarray:
 
 def informativeness(texts: Iterable[str], settings: PeerSignalSettings) -> tuple[dict[str, int], dict[str, float], int]:
     """(s(w), relevance(w), S) over `texts`: the in-process form of the Beam transforms."""
-    counts = PeerCounts().count(texts, with_ngrams=False)
+    counts = PeerCounts().count(texts)
     return dict(counts.sentences), relevance_of_counts(counts.sentences, counts.pairs, counts.total, settings), counts.total
 
 

@@ -37,6 +37,13 @@ def _document_characters(document: Document) -> int:
     return len(document.text)
 
 
+def batch_documents() -> beam.BatchElements:
+    """Documents in batches of about BATCH_CHARACTERS characters: the unit every counting stage works on
+    (`maskstream stats`' word counts, `build --peer-signals`' n-gram and pair counts)."""
+    return beam.BatchElements(min_batch_size=BATCH_CHARACTERS, max_batch_size=BATCH_CHARACTERS,
+                              element_size_fn=_document_characters)
+
+
 class SumCountsFn(beam.CombineFn):
     """Sums (tf, df) pairs. Does what `TupleCombineFn(sum, sum)` does at about half its cost,
     which matters: it runs once per distinct word of every batch."""
@@ -80,9 +87,7 @@ class CountWords(beam.PTransform):
     def expand(self, documents: beam.PCollection) -> dict[str, beam.PCollection]:
         per_batch = (
             documents
-            | "BatchDocuments" >> beam.BatchElements(
-                min_batch_size=BATCH_CHARACTERS, max_batch_size=BATCH_CHARACTERS,
-                element_size_fn=_document_characters)
+            | "BatchDocuments" >> batch_documents()
             | "CountPerBatch" >> beam.ParDo(CountBatchFn()).with_outputs(DOCUMENTS, WORDS, main="counts")
         )
         # Sums occurrences (tf) and documents (df) in one keyed combine.

@@ -262,7 +262,7 @@ def test_the_loader_joins_the_signals_to_every_row(peer_build):
 
     version_url, manifest = peer_build["version_url"], peer_build["manifest"]
     signals = PeerSignals.load(version_url, manifest)
-    dataset = StreamingSequenceDataset(version_url, seed=3, peer_signals=True)
+    dataset = StreamingSequenceDataset(version_url, seed=3, peer_columns=("span_ids", "informativeness"))
     samples = list(dataset)
     assert len(samples) == manifest.total_rows
     for sample in samples:
@@ -270,6 +270,8 @@ def test_the_loader_joins_the_signals_to_every_row(peer_build):
         assert sample["informativeness"].tolist() == signals.informativeness(sample["word_index"]).tolist()
     plain = next(iter(StreamingSequenceDataset(version_url, seed=3)))
     assert "span_ids" not in plain and "informativeness" not in plain
+    informask = next(iter(StreamingSequenceDataset(version_url, seed=3, peer_columns=("informativeness",))))
+    assert "informativeness" in informask and "span_ids" not in informask  # only what the strategy reads
 
 
 def test_train_with_pmi_span_resumes_exactly(peer_build, tiny_bert, tmp_path):

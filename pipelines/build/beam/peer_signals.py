@@ -37,7 +37,7 @@ from maskstream.pipelines.statistics.collocations import (
     pmi_n,
     relevance,
 )
-from maskstream.pipelines.statistics.stats_transforms import BATCH_CHARACTERS, _document_characters
+from maskstream.pipelines.statistics.stats_transforms import batch_documents
 
 LENGTHS, PAIRS, WORDS, SENTENCES = "lengths", "pairs", "words", "sentences"
 
@@ -72,8 +72,7 @@ class CountPeers(beam.PTransform):
     def expand(self, documents):
         per_batch = (
             documents
-            | "BatchDocuments" >> beam.BatchElements(
-                min_batch_size=BATCH_CHARACTERS, max_batch_size=BATCH_CHARACTERS, element_size_fn=_document_characters)
+            | "BatchDocuments" >> batch_documents()
             | "CountPerBatch" >> beam.ParDo(CountPeersFn()).with_outputs(LENGTHS, PAIRS, WORDS, SENTENCES,
                                                                          main="ngrams"))
         return {"ngrams": per_batch.ngrams | "SumPerNgram" >> beam.CombinePerKey(sum),
