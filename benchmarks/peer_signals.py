@@ -101,9 +101,9 @@ def memory_table(texts: list[str]) -> None:
         tracemalloc.stop()
         return size, len(counts)
 
-    parts = [split(t) for t in texts]
-    ngram_bytes, ngram_types = held(lambda: Counter(g for phrases, _ in parts for s in phrases for g in ngrams(s)))
-    pair_bytes, pair_types = held(lambda: Counter(p for _, sentences in parts for s in sentences
+    # Split inside the traced call: the counts' keys hold the words' strings, which the split makes.
+    ngram_bytes, ngram_types = held(lambda: Counter(g for t in texts for s in split(t)[0] for g in ngrams(s)))
+    pair_bytes, pair_types = held(lambda: Counter(p for t in texts for s in split(t)[1]
                                                   for p in word_pairs(sentence_word_set(s))))
     print("\n## Memory of the keyed counts (tracemalloc: the dict, its tuple keys and their strings)\n")
     print("| counts | types | bytes | bytes per type |")
