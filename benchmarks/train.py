@@ -1,5 +1,8 @@
 """Training throughput: maskstream's loader vs Hugging Face `datasets` + its MLM collator.
 
+A loop of its own around the data paths, for the comparison with the peer: `maskstream train`'s own
+loop, at its defaults, against a resident batch is `benchmarks/train_loop.py`.
+
     python -m benchmarks.train [--steps 20] [--batch-size 16] [--workers 0 1]
     python -m benchmarks.train --device cuda --batch-size 256 --workers 2 4 --steps 50
     python -m benchmarks.train --device cuda --architecture bert-base --batch-size 64 --workers 2 4 --steps 50

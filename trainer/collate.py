@@ -24,17 +24,20 @@ OPTIONAL_COLUMNS: dict[str, tuple[np.dtype, Any]] = {
 
 
 def collate_sequences(
-    samples: Sequence[dict[str, Any]], pad_token_id: int, pad_to_multiple_of: int | None = 8
+    samples: Sequence[dict[str, Any]], pad_token_id: int, pad_to_multiple_of: int | None = 8,
+    longest: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """Pads `samples` (dicts with the SEQUENCE_SCHEMA list columns as 1-D arrays and
     `sample_index`) to the longest one, rounded up to `pad_to_multiple_of`, and returns
     `input_ids`, `attention_mask`, `mask_probability`, `word_ids`, `special_tokens_mask`
     (bool) and `sample_index`, and `span_ids` and `informativeness` when the samples have them.
-    Padding: pad id, attention 0, probability 0, word id and span id -1, special, informativeness 0."""
+    Padding: pad id, attention 0, probability 0, word id and span id -1, special, informativeness 0.
+    `longest`: the longest sequence of the batch these samples were drawn from (held-out rows left
+    out), when longer: masks depend on the width, so the rows keep the one their whole batch had."""
     if not samples:
         raise ValueError("cannot collate an empty batch")
     lengths = [len(s["input_ids"]) for s in samples]
-    width = max(lengths)
+    width = max(max(lengths), longest or 0)
     if pad_to_multiple_of:
         width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
     # A mixture collates rows of several sources: a row without an optional column keeps its padding.

@@ -505,8 +505,11 @@ class ExLMForMaskedLM(nn.Module):
         counts = evaluation_counts(output, expanded)
         return output.loss * input_ids.shape[0], counts["nll"], counts["correct"], counts["masked"]
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, labels: Tensor) -> dict[str, Tensor]:
-        """ExLM loss of a masked batch, and `nll`/`correct`/`masked` sums for held-out metrics."""
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, labels: Tensor,
+                masked_positions: Tensor | None = None, attends_all: bool = False) -> dict[str, Tensor]:
+        """ExLM loss of a masked batch, and `nll`/`correct`/`masked` sums for held-out metrics.
+        `masked_positions` and `attends_all` (the objectives' contract, for MaskedLM) are not used: the
+        expansion reads the masks and the attention mask on the device."""
         if self.mask_token_id is None:
             raise ValueError("ExLMForMaskedLM needs mask_token_id to expand masked batches")
         batch = input_ids.shape[0]

@@ -1,7 +1,7 @@
 """Training objectives of `maskstream train`, and loading the masked-LM they train.
 
 An objective is a `torch.nn.Module` wrapping the masked-LM; `forward(input_ids, attention_mask,
-labels)` returns `{"loss", "nll", "correct", "masked"}`: the loss to minimize, and for held-out
+labels, masked_positions=None, attends_all=False)` returns `{"loss", "nll", "correct", "masked"}`: the loss to minimize, and for held-out
 metrics the summed negative log-likelihood of the masked tokens, the correctly predicted masked
 tokens and the masked tokens (perplexity = exp(sum nll / sum masked)). Because it is a module, an objective may own parameters of its own; the
 training loop wraps it in DDP / torch.compile, gives all its parameters to the optimizer and
@@ -48,19 +48,43 @@ class MaskedLM(torch.nn.Module):
         self.model = model
         self.head_attribute = next((name for name in HEAD_ATTRIBUTES if hasattr(model, name)), None)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> dict:
-        masked = labels != -100
-        if self.head_attribute is not None:
-            hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            logits = getattr(self.model, self.head_attribute)(hidden[masked])
+    def model_attention_mask(self, attention_mask: torch.Tensor, attends_all: bool) -> torch.Tensor | None:
+        """The mask the model gets. Hugging Face checks a 2-D mask for padding on the host before SDPA
+        (a wait for the device); the 4-D boolean mask it would build from it skips that check."""
+        if attends_all:
+            return None
+        if getattr(self.model.config, "_attn_implementation", None) == "sdpa":
+            length = attention_mask.shape[1]
+            return attention_mask.bool()[:, None, None, :].expand(-1, 1, length, -1)
+        return attention_mask
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor,
+                masked_positions: torch.Tensor | None = None, attends_all: bool = False) -> dict:
+        """`masked_positions` (the flat indices of the masked tokens, made where the batch was masked)
+        selects them with a shape the host knows; without it, `labels != -100` selects them, and the
+        data-dependent shape waits for the device. `attends_all`: the host knows no token is padding,
+        so the model gets no mask (Hugging Face would check it on the device, waiting for it too)."""
+        model_mask = self.model_attention_mask(attention_mask, attends_all)
+        if masked_positions is not None:
+            targets = labels.reshape(-1).index_select(0, masked_positions)
+            count: torch.Tensor | int = masked_positions.numel()
         else:
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[masked]
-        targets = labels[masked]
-        count = masked.sum()
+            masked = labels != -100
+            targets = labels[masked]
+            count = masked.sum()
+        if self.head_attribute is not None:
+            hidden = self.model.base_model(input_ids=input_ids, attention_mask=model_mask).last_hidden_state
+        else:
+            hidden = self.model(input_ids=input_ids, attention_mask=model_mask).logits
+        if masked_positions is not None:
+            selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, masked_positions)
+        else:
+            selected = hidden[masked]
+        logits = getattr(self.model, self.head_attribute)(selected) if self.head_attribute is not None else selected
         # A sum over no masked token is 0 (not nan), and every parameter still takes part.
         nll = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
-        return {"loss": nll / count.clamp(min=1), "nll": nll.detach(), "correct": (logits.argmax(-1) == targets).sum(),
-                "masked": count}
+        loss = nll / (max(count, 1) if isinstance(count, int) else count.clamp(min=1))
+        return {"loss": loss, "nll": nll.detach(), "correct": (logits.argmax(-1) == targets).sum(), "masked": count}
 
 
 OBJECTIVES = {"mlm": MaskedLM, "exlm": ExLMForMaskedLM}

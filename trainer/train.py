@@ -28,6 +28,7 @@ from maskstream.trainer.checkpoint import (
 )
 from maskstream.trainer.config import RESUME_CRITICAL, RESUME_DEFAULTS, TrainConfig
 from maskstream.trainer.held_out import evaluate
+from maskstream.trainer.loader import MASKED_POSITIONS
 from maskstream.trainer.masking import apply_masking
 from maskstream.trainer.metrics import MetricsLogger
 from maskstream.trainer.mixture import mask_by_source
@@ -44,11 +45,22 @@ from maskstream.trainer.training_data import (
 )
 
 log = logging.getLogger("maskstream.train")
+DATA_WAIT_WARNING = 0.05  # a GPU waiting for data longer than this share of a window is worth a line
 
-def new_window() -> dict[str, Any]:
-    """Fresh training-metric sums for one logging window, timed from now."""
-    return {"loss": 0.0, "correct": 0, "masked": 0, "tokens": 0, "micro": 0, "wait": 0.0,
-            "start": time.perf_counter()}
+@dataclasses.dataclass
+class MetricsWindow:
+    """The training metrics of one logging window, summed as the steps run. The sums stay on the device
+    (tensors, or ints the host knows) until the window is logged: adding to them waits for nothing."""
+
+    loss: torch.Tensor | float = 0.0
+    correct: torch.Tensor | int = 0
+    masked: torch.Tensor | int = 0
+    tokens: torch.Tensor | int = 0
+    samples: int = 0  # rows trained on this rank
+    micro: int = 0  # micro-batches
+    wait: float = 0.0  # seconds the host waited for the next batch and queued its transfer
+    sources: list[int] | None = None  # a mixture: rows trained from each source
+    start: float = dataclasses.field(default_factory=time.perf_counter)
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -204,11 +216,20 @@ def wrap_model(parts: TrainingModel, config: TrainConfig, ranks: Ranks) -> None:
         parts.model = torch.compile(parts.model)
 
 
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """The batch's tensors on `device`. From the DataLoader's pinned memory `non_blocking` queues the
+    copy and returns at once; from pageable memory (a copy made in this process) it would wait for the
+    device to finish the previous step."""
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
 def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any], int]],
-               data: TrainingData, window: dict[str, Any], masking: Any) -> tuple[int, int]:
+               data: TrainingData, window: MetricsWindow, masking: Any) -> tuple[int, int]:
     """One optimizer step over --grad-accumulation micro-batches masked with `masking` (unless the
     loader workers masked them), their sums added to `window`; returns the epoch of its last batch
-    and the rows this rank was dealt for it."""
+    and the rows this rank was dealt for it. With masks drawn in the workers nothing here waits for
+    the device: the masked positions come with the batch, and whether it holds padding is read on
+    the host before the transfer."""
 
     config, device = data.config, data.ranks.device
     rows_dealt = 0
@@ -218,50 +239,66 @@ def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dic
         rows_dealt += dealt
         data.log_samples(step, epoch, batch)
         if data.mixture is not None:
-            window["sources"] = [a + b for a, b in zip(window.get("sources", [0] * len(data.mixture.sources)),
-                                                       data.mixture.counts(batch), strict=True)]
-        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            window.sources = [a + b for a, b in zip(window.sources or [0] * len(data.mixture.sources),
+                                                    data.mixture.counts(batch), strict=True)]
+        attends_all = bool(batch["attention_mask"].all())  # on the host, before the transfer
+        window.samples += len(batch["sample_index"])
+        batch = to_device(batch, device)
         if data.mixture is not None:
             batch = mask_by_source(batch, data.mixture.strategies, masking, seed=config.seed)
         elif not data.mask_in_workers:
             batch = apply_masking(batch, config.strategy, masking, seed=config.seed, epoch=epoch)
-        window["wait"] += time.perf_counter() - wait_start
+        window.wait += time.perf_counter() - wait_start
         # DDP averages gradients across ranks on the last micro-batch of a step only.
         last_micro = micro == config.grad_accumulation - 1
         with parts.model.no_sync() if data.ranks.world_size > 1 and not last_micro else contextlib.nullcontext():
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                out = parts.model(batch["input_ids"], batch["attention_mask"], batch["labels"])
+                out = parts.model(batch["input_ids"], batch["attention_mask"], batch["labels"],
+                                  batch.get(MASKED_POSITIONS), attends_all)
             (out["loss"] / config.grad_accumulation).backward()
-        window["loss"] += out["loss"].detach()
-        window["correct"] += out["correct"]
-        window["masked"] += out["masked"]
-        window["tokens"] += batch["attention_mask"].sum()
-        window["micro"] += 1
+        window.loss += out["loss"].detach()
+        window.correct += out["correct"]
+        window.masked += out["masked"]
+        window.tokens += batch["attention_mask"].sum()
+        window.micro += 1
     torch.nn.utils.clip_grad_norm_(parts.model.parameters(), config.max_grad_norm)
     parts.optimizer.step()
     parts.optimizer.zero_grad(set_to_none=True)
     return epoch, rows_dealt
 
 
-def window_record(window: dict[str, Any], parts: TrainingModel, ranks: Ranks, epoch: int,
+def window_record(window: MetricsWindow, parts: TrainingModel, ranks: Ranks, epoch: int,
                   names: list[str]) -> dict[str, Any]:
-    """The logged training metrics of one window (tokens, correct and masked summed over ranks; with a
-    mixture, samples by source)."""
+    """The logged training metrics of one window (tokens, samples, correct and masked summed over ranks;
+    with a mixture, samples by source). Reading the sums waits for the device: once a window."""
 
-    elapsed = time.perf_counter() - window["start"]
-    # One all-reduce: tokens, correct, masked, then (a mixture) the samples of each source.
-    totals = torch.cat([torch.stack([torch.as_tensor(window[k], dtype=torch.float64, device=ranks.device)
-                                     for k in ("tokens", "correct", "masked")]),
-                        torch.tensor(window.get("sources", []), dtype=torch.float64, device=ranks.device)])
+    elapsed = time.perf_counter() - window.start
+    # One all-reduce: tokens, samples, correct, masked, then (a mixture) the samples of each source.
+    totals = torch.cat([torch.stack([torch.as_tensor(value, dtype=torch.float64, device=ranks.device)
+                                     for value in (window.tokens, window.samples, window.correct, window.masked)]),
+                        torch.tensor(window.sources or [], dtype=torch.float64, device=ranks.device)])
     if ranks.world_size > 1:
         dist.all_reduce(totals)
-    (tokens, correct, masked), counts = totals[:3].tolist(), totals[3:].tolist()
-    record = {"loss": float(window["loss"]) / window["micro"], "masked_accuracy": correct / max(masked, 1),
+    (tokens, samples, correct, masked), counts = totals[:4].tolist(), totals[4:].tolist()
+    record = {"loss": float(window.loss) / window.micro, "masked_accuracy": correct / max(masked, 1),
               "learning_rate": parts.optimizer.param_groups[0]["lr"], "tokens_per_second": tokens / elapsed,
-              "data_wait_share": window["wait"] / elapsed, "epoch": epoch, "tokens": int(tokens)}
-    if "sources" in window:  # a mixture: samples trained from each source, all ranks
+              "samples_per_second": samples / elapsed, "data_wait_share": window.wait / elapsed, "epoch": epoch,
+              "tokens": int(tokens)}
+    if window.sources is not None:  # a mixture: samples trained from each source, all ranks
         record["samples_by_source"] = dict(zip(names, (int(c) for c in counts), strict=True))
     return record
+
+
+def warn_if_waiting(record: dict[str, Any], config: TrainConfig, device: torch.device) -> bool:
+    """Logs one line, and returns True, when a window on a GPU waited for data more than
+    DATA_WAIT_WARNING of its time: the GPU sat idle that long. The first window is not judged (the
+    loader workers start in it)."""
+    if device.type != "cuda" or record["data_wait_share"] <= DATA_WAIT_WARNING:
+        return False
+    log.warning("the step waited %.0f %% of the last %d steps for data (data_wait_share): try --num-workers %d, "
+                "or --cache-dir for a gs:// dataset", 100 * record["data_wait_share"], config.log_every,
+                2 * config.num_workers if config.num_workers else 2)
+    return True
 
 
 def evaluate_held_out(step: int, parts: TrainingModel, data: TrainingData, logger) -> dict[str, float]:
@@ -332,7 +369,7 @@ def train(config: TrainConfig) -> int:
     batches = data.batches()
     parts.model.train()
     progress = tqdm(total=plan.total_steps, initial=step, disable=not ranks.is_main, desc="train", unit="step")
-    window = new_window()
+    window, warned = MetricsWindow(), False
     set_learning_rate(parts.optimizer, config.learning_rate * learning_rate_factor(trained["samples"], plan))
     while step < plan.total_steps:
         masking = data.masking_at(trained["samples"], plan)
@@ -348,10 +385,12 @@ def train(config: TrainConfig) -> int:
             record.update(trained)
             logger.log(step, "train", record)
             progress.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['learning_rate']:.2e}")
-            window = new_window()
+            if not warned and step > config.log_every:
+                warned = warn_if_waiting(record, config, ranks.device)
+            window = MetricsWindow()
         paused = time.perf_counter()  # evaluation and checkpoints do not count in tokens/s
         held = evaluate_and_checkpoint(step, plan.total_steps, parts, data, logger, run_config, trained) or held
-        window["start"] += time.perf_counter() - paused
+        window.start += time.perf_counter() - paused
     progress.close()
 
     if ranks.is_main:

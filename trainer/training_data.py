@@ -25,7 +25,7 @@ from maskstream.trainer.config import TrainConfig
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks, version_exists
 from maskstream.trainer.held_out import collect_held_out, held_out, select_rows
-from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.loader import ROWS_READ, build_dataloader
 from maskstream.trainer.masking import BudgetSchedule, MaskingConfig
 from maskstream.trainer.mixture import build_mixture
 from maskstream.trainer.plan import Plan
@@ -178,7 +178,8 @@ class TrainingData:
         config = self.config
         return build_dataloader(self.dataset, batch_size=config.batch_size, num_workers=config.num_workers,
                                 strategy=config.strategy, masking=self.masking, seed=config.seed,
-                                mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda")
+                                mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda",
+                                held_out_fraction=config.held_out_fraction)
 
     def _epoch_finished(self) -> bool:
         return self.dataset.position().samples_consumed >= self.dataset.rows_per_rank()
@@ -203,7 +204,9 @@ class TrainingData:
 
     def batches(self) -> Iterator[tuple[int, dict[str, Any], int]]:
         """(epoch, batch, rows dealt) without end: the rows dealt count the held-out rows dropped from
-        the batch, and those of batches wholly held out, skipped before it (what the plan counts)."""
+        the batch, and those of batches wholly held out, skipped before it (what the plan counts).
+        Without --mix the batch is the DataLoader's own object: the loader workers dropped the
+        held-out rows before collation (maskstream.trainer.loader)."""
 
         if self.mixture is not None:
             self._restore_rng()
@@ -228,10 +231,10 @@ class TrainingData:
                 self._restore_rng()
             for batch in self.loader:
                 self._restore_rng()
-                keep = ~torch.from_numpy(held_out(batch["sample_index"].numpy(), self.config.held_out_fraction))
-                dealt += len(keep)
-                if keep.any():
-                    yield self.dataset.epoch, select_rows(batch, keep), dealt
+                # The workers dropped the held-out rows: the batch is the DataLoader's own (pinned on a GPU).
+                dealt += batch.pop(ROWS_READ)
+                if "sample_index" in batch:
+                    yield self.dataset.epoch, batch, dealt
                     dealt = 0
 
     def loader_states(self) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import json
 import shutil
 from pathlib import Path
@@ -15,11 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from maskstream.schemas.manifest import ManifestError
 from maskstream.schemas.tables import SEQUENCE_SCHEMA
 from maskstream.trainer.dataset import ChecksumMismatch, RankPlan, StreamingSequenceDataset
-from maskstream.trainer.loader import build_dataloader
+from maskstream.trainer.held_out import held_out
+from maskstream.trainer.loader import build_dataloader, masked_positions
 from maskstream.trainer.masking import MaskingConfig, apply_masking
 from maskstream.trainer.position import Layout
 from testing import sequence_dataset as factory
@@ -371,3 +375,50 @@ def test_the_rows_each_worker_had_yielded_follow_the_round_robin():
             expected = [sum(size for w, size in order[:count] if w == worker) for worker in range(len(streams))]
             assert plan.taken_by_worker(batch, batches=count) == expected
         assert plan.taken_by_worker(batch, rows=-1) == np.bincount(yielded, minlength=len(streams)).tolist()
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(world_size=st.integers(1, 2), num_workers=st.integers(0, 2), batch_size=st.integers(1, 23),
+       fraction=st.sampled_from([0.0, 0.05, 0.3, 0.9]), stop=st.integers(0, 40))
+def test_held_out_rows_leave_in_the_workers_as_the_training_process_dropped_them(
+        odd_dataset, world_size, num_workers, batch_size, fraction, stop):
+    """`build_dataloader(held_out_fraction=...)` yields, batch for batch, the rows and masks of the full
+    batch minus its held-out rows (what `maskstream train` selected in its own process before), with
+    `rows_read` the full batch's rows; a batch wholly held out is `{"rows_read": n}`. The position
+    counts rows read, so a resume after any batch continues the same batches."""
+    config = MaskingConfig.from_manifest(StreamingSequenceDataset(odd_dataset).manifest)
+
+    def loader(rank, fraction_or_none):
+        ds = StreamingSequenceDataset(odd_dataset, seed=3, rank=rank, world_size=world_size, shuffle_buffer=32)
+        return ds, build_dataloader(ds, batch_size=batch_size, num_workers=num_workers, strategy="difference",
+                                    masking=config, seed=5, held_out_fraction=fraction_or_none)
+
+    for rank in range(world_size):
+        full_ds, full = loader(rank, None)
+        dropped_ds, dropped = loader(rank, fraction)
+        pairs = list(zip(full, dropped, strict=True))
+        assert dropped_ds.position() == full_ds.position()
+        for whole, batch in pairs:
+            keep = ~held_out(whole["sample_index"].numpy(), fraction)
+            assert batch.pop("rows_read") == len(keep)
+            if not keep.any():
+                assert batch == {}
+                continue
+            assert batch.keys() == whole.keys()
+            for name in ("sample_index", "input_ids", "labels", "attention_mask", "mask_probability", "word_ids"):
+                assert torch.equal(batch[name], whole[name][torch.from_numpy(keep)]), name  # width too
+            assert torch.equal(batch["masked_positions"], masked_positions(batch["labels"]))
+        # A resume after `stop` batches (any but the last: then the next iteration is the next epoch)
+        # reads the rest as the run that went on did.
+        taken = min(stop, len(pairs) - 1)
+        ds, resumed = loader(rank, fraction)
+        for _ in zip(range(taken), resumed, strict=False):
+            pass
+        state = ds.state_dict()
+        again, rest = loader(rank, fraction)
+        again.load_state_dict(state)
+        expected = [b["sample_index"].tolist() for _, b in pairs[taken:] if "sample_index" in b]
+        got = [b["sample_index"].tolist() for b in rest if "sample_index" in b]
+        assert got == expected, (rank, taken)
+        del full, dropped, resumed, rest
+        gc.collect()  # the loaders' persistent workers end with them
