@@ -27,6 +27,8 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest
+	@# huggingface_hub reads HF_HUB_OFFLINE at import: the output-hash test again, in its own process
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests/pipelines/test_output_hashes.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -103,9 +103,16 @@ class PeerSignals:
     def of_tables(cls, collocations: pa.Table, informativeness: pa.Table) -> PeerSignals:
         """From the two tables (COLLOCATION_SCHEMA's `n` and `word_index`, INFORMATIVENESS_SCHEMA's
         `word_index` and `mask_weight`)."""
+        words = informativeness.column("word_index").to_numpy()
+        if not np.array_equal(np.sort(words), np.arange(len(words))):
+            raise ValueError(f"the informativeness table's word_index must run 0..{len(words) - 1}, one row per word "
+                             "type of the version's word table; it does not: a table of another word table?")
         lengths = collocations.column("n").to_numpy()
         indices = collocations.column("word_index").combine_chunks()
         flat, offsets = indices.flatten().to_numpy(), indices.offsets.to_numpy()
+        if len(flat) and (flat.min() < 0 or flat.max() >= len(words)):
+            raise ValueError(f"the collocations table names word_index {int(flat.min())}..{int(flat.max())}, outside the "
+                             f"{len(words)} word types of the informativeness table: tables of different word tables?")
         by_length = {}
         for n in np.unique(lengths).tolist():
             rows = np.flatnonzero(lengths == n)

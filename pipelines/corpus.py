@@ -125,16 +125,34 @@ def _local_files(pattern: str) -> list[str] | None:
 
 
 def _matched_files(pattern: str) -> list[str]:
-    """Beam's FileSystems.match of one pattern (a local folder as FOLDER/*), folders left out."""
+    """Beam's FileSystems.match of one pattern (a local folder as FOLDER/*), folders left out. An
+    error other than not-found (403, a failed login) is raised as an OSError naming the pattern."""
+    from apache_beam.io.filesystem import BeamIOError  # heavy: Beam, only for patterns it must list
     from apache_beam.io.filesystems import FileSystems
 
     local = FileSystems.get_scheme(pattern) in (None, "file")
     try:
         (result,) = FileSystems.match([posixpath.join(pattern, "*") if local and os.path.isdir(pattern) else pattern])
-        return [m.path for m in result.metadata_list
-                if not m.path.endswith(("/", "\\")) and not (local and os.path.isdir(m.path))]
-    except Exception:  # Beam raises BeamIOError (or an OSError) for a path it cannot list
-        return []
+    except BeamIOError as e:  # only "not found" means "matches no file"
+        causes = root_causes(e)
+        if all(is_not_found(cause) for cause in causes):
+            return []
+        raise OSError(f"cannot list {pattern}: {type(causes[0]).__name__}: {causes[0]}") from e
+    return [m.path for m in result.metadata_list
+            if not m.path.endswith(("/", "\\")) and not (local and os.path.isdir(m.path))]
+
+
+def root_causes(error: BaseException) -> list[BaseException]:
+    """The errors under Beam's BeamIOErrors (a match's holds a listing's, which holds the client's)."""
+    details = getattr(error, "exception_details", None)
+    if not isinstance(details, dict) or not details:
+        return [error]
+    return [cause for inner in details.values() for cause in root_causes(inner)]
+
+
+def is_not_found(error: BaseException) -> bool:
+    """A missing file, folder or bucket; not a refused permission, a failed login or a network error."""
+    return isinstance(error, FileNotFoundError) or getattr(error, "code", None) == 404 or type(error).__name__ == "NotFound"
 
 
 def expand_inputs(patterns: Sequence[str]) -> list[str]:

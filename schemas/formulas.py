@@ -37,7 +37,7 @@ WORDFREQ_RESOLUTION = 1e-8
 
 # The peers' signals (`maskstream build --peer-signals`): pipelines/statistics/collocations.py.
 PEER_FORMULA_VERSIONS: dict[str, str] = {
-    "collocations": "pmi-ngram-v1",
+    "collocations": "pmi-ngram-v2",  # v2: n-grams counted within phrases, not sentences (c75ee10)
     "informative_relevance": "informative-relevance-v1",
 }
 

@@ -52,7 +52,7 @@ COLLOCATION_SCHEMA = pa.schema(
     [
         pa.field("ngram", pa.string(), nullable=False),  # its words joined by one space
         pa.field("n", pa.int8(), nullable=False),
-        pa.field("count", pa.int64(), nullable=False),  # occurrences inside sentences
+        pa.field("count", pa.int64(), nullable=False),  # occurrences inside phrases
         pa.field("pmi", pa.float64(), nullable=False),  # pmi_n: the least PMI over its cuts
         pa.field("word_index", pa.list_(pa.int32()), nullable=False),  # its words' rows of the word table
     ]

@@ -161,7 +161,7 @@ def test_an_exported_map_carries_the_peer_signals(builds, tmp_path):
         assert np.array_equal(loaded.peer_signals.collocations[n], keys)
     assert np.array_equal(loaded.peer_signals.mask_weight, direct.peer_signals.mask_weight)
     document = json.loads((tmp_path / "map" / "mask_map.json").read_text())
-    assert document["peer_signals"]["formulas"]["collocations"] == "pmi-ngram-v1"
+    assert document["peer_signals"]["formulas"]["collocations"] == "pmi-ngram-v2"
 
 
 def test_a_peer_strategy_without_the_signals_is_refused(builds):

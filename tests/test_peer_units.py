@@ -77,3 +77,31 @@ def test_units_of_a_window_equal_the_per_row_greedy(window, collocations):
     assert got.tolist() == expected
     for (ids, indices), start, end in zip(window, offsets[:-1], offsets[1:], strict=True):
         assert signals.span_ids(np.array(ids), np.array(indices)).tolist() == got[start:end].tolist()
+
+
+def test_tables_of_another_word_table_are_refused_on_load():
+    """`of_tables` checks that the informativeness table has one row per word type, 0..N-1, and that the
+    collocations name only those word types: tables from another word table would weigh other words."""
+    import pyarrow as pa
+    import pytest
+
+    from maskstream.schemas.tables import COLLOCATION_SCHEMA, INFORMATIVENESS_SCHEMA
+
+    def informativeness(indices):
+        count = len(indices)
+        return pa.Table.from_pydict({"word_index": indices, "sentences": [1] * count, "relevance": [0.5] * count,
+                                     "mask_weight": [0.5] * count}, schema=INFORMATIVENESS_SCHEMA)
+
+    def collocations(*units):
+        return pa.Table.from_pydict({"ngram": ["a b"] * len(units), "n": [len(u) for u in units],
+                                     "count": [3] * len(units), "pmi": [1.0] * len(units),
+                                     "word_index": [list(u) for u in units]}, schema=COLLOCATION_SCHEMA)
+
+    signals = PeerSignals.of_tables(collocations((0, 2)), informativeness([2, 0, 1]))  # any row order
+    assert signals.informativeness(np.array([1, -1, 2])).tolist() == [0.5, 0.0, 0.5]
+    with pytest.raises(ValueError, match="must run 0..2"):
+        PeerSignals.of_tables(collocations((0, 1)), informativeness([0, 1, 5]))
+    with pytest.raises(ValueError, match="must run 0..2"):
+        PeerSignals.of_tables(collocations((0, 1)), informativeness([0, 1, 1]))
+    with pytest.raises(ValueError, match="outside the 3 word types"):
+        PeerSignals.of_tables(collocations((0, 3)), informativeness([0, 1, 2]))

@@ -92,9 +92,11 @@ def dataset_root(dataset: str, version_url: str) -> str:
 
 
 def version_exists(version_url: str) -> bool:
-    """Whether `version_url` is a complete version (its manifest, written last, can be read)."""
+    """Whether `version_url` is a complete version (its manifest, written last, is there). A read that
+    fails for another reason (the store down after the retries, a refused permission) is raised: it
+    says nothing about the version."""
     try:
         load_manifest(version_url)
-    except (ManifestError, OSError):
+    except (ManifestError, FileNotFoundError):
         return False
     return True

@@ -32,6 +32,8 @@ def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id
                      peer_columns: tuple[str, ...] = ()):
     """The first `limit` held-out rows in dataset order, collated into batches (unmasked), with the
     peer-signal columns the evaluation's strategy reads."""
+    if limit <= 0:  # --eval-samples 0: no evaluation
+        return []
     reader = StreamingSequenceDataset(dataset_url, shuffle=False, rank=0, world_size=1, peer_columns=peer_columns)
     rows = []
     for sample in reader:

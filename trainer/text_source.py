@@ -4,8 +4,10 @@ maskstream version, maskstream.trainer.mixture)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,6 +23,7 @@ from maskstream.trainer.position import Ahead, Layout, Segment, TextPosition, an
 from maskstream.trainer.world import World
 
 TEXT_SUFFIXES = (".jsonl", ".json", ".parquet")
+LOG = logging.getLogger("maskstream.train")
 
 
 def _untaken(records: Iterator[tuple[int, str]], segment: Segment) -> Iterator[tuple[int, str]]:
@@ -68,22 +71,51 @@ class TextSource:
         return sorted(fs.unstrip_protocol(p) for p in found if p.endswith(TEXT_SUFFIXES))
 
     def _all_texts(self) -> Iterator[str]:
-        """The epoch's order: every record's text, in file order (records without one are skipped,
-        as a build rejects them)."""
+        """The epoch's order: every record's text, in file order. A record without one (a line that is
+        not a JSON object, a missing or non-text field, a null) is skipped, as a build rejects it, and
+        counted: once a file is read, rank 0's first reader logs how many it rejected and why."""
         for path in self.files:
-            if path.endswith(".parquet"):
-                with fsspec.open(path, "rb") as f:
-                    for batch in pq.ParquetFile(f).iter_batches(columns=[self.text_field]):
-                        yield from (text for text in batch.column(0).to_pylist() if isinstance(text, str))
-            else:
-                with fsspec.open(path, "rt", encoding="utf-8") as f:
-                    for line in f:
-                        try:
-                            text = json.loads(line).get(self.text_field)
-                        except (json.JSONDecodeError, AttributeError):
-                            continue
-                        if isinstance(text, str):
-                            yield text
+            read, rejected = 0, collections.Counter()
+            for text in self._file_texts(path, rejected):
+                read += 1
+                if isinstance(text, str):
+                    yield text
+            if rejected:
+                self._report_rejects(path, read, rejected)
+
+    def _file_texts(self, path: str, rejected: collections.Counter) -> Iterator[str | None]:
+        """Each record's text, or None for a rejected one (its reason counted in `rejected`)."""
+        if path.endswith(".parquet"):
+            with fsspec.open(path, "rb") as f:
+                for batch in pq.ParquetFile(f).iter_batches(columns=[self.text_field]):
+                    for text in batch.column(0).to_pylist():
+                        if not isinstance(text, str):
+                            rejected[f"no text in {self.text_field!r}"] += 1
+                        yield text if isinstance(text, str) else None
+            return
+        with fsspec.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    continue  # a blank line is no record
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    rejected["not JSON"] += 1
+                    yield None
+                    continue
+                text = record.get(self.text_field) if isinstance(record, dict) else None
+                if not isinstance(record, dict):
+                    rejected["not a JSON object"] += 1
+                elif not isinstance(text, str):
+                    rejected[f"no text in {self.text_field!r}"] += 1
+                yield text if isinstance(text, str) else None
+
+    def _report_rejects(self, path: str, read: int, rejected: collections.Counter) -> None:
+        world = World.detect(self.rank, self.world_size)
+        if world.rank == 0 and world.worker == 0:  # every reader reads every record: one line, not one each
+            reasons = ", ".join(f"{count} {reason}" for reason, count in rejected.most_common())
+            LOG.warning("--mix %s: %d of %d records rejected (%s); trained on the other %d", path,
+                        sum(rejected.values()), read, reasons, read - sum(rejected.values()))
 
     def _texts(self, segments: Sequence[Segment]) -> Iterator[tuple[int, str]]:
         """This rank's (record number, text) of the epoch, in order: what `segments` left, dealt."""

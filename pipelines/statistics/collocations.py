@@ -7,7 +7,7 @@ between two words ends a match in the loader (maskstream.mask_signal.peer_signal
 the words between two sentence ends (`.`, `!` or `?` before white space or the end of the text, or a
 line break). No n-gram crosses a phrase's end, no co-occurring pair a sentence's.
 
-Collocations (formula `pmi-ngram-v1`):
+Collocations (formula `pmi-ngram-v2`):
     count every word n-gram, n = 1..MAX_N, of every phrase; p(g) = count(g) / (n-grams of g's length);
     pmi_n(g) = min over the ways to cut g into 2 or more contiguous parts s_1..s_k of
                log p(g) - sum_i log p(s_i)          (the paper's measure; n = 2: plain PMI)

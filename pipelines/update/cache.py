@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from maskstream.models import MAX_WORD_TOKENS
 from maskstream.pipelines.build.core.sequences import TOKENIZED_SCHEMA, natural_key, tokenize_documents
-from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
+from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer, tokenizer_facts
 from maskstream.pipelines.build.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE
 from maskstream.pipelines.build.steps import vocabulary_index
 from maskstream.pipelines.build.storage.dataset_writer import (
@@ -97,14 +97,23 @@ def file_settings(tokenizer: str, text_field: str, txt_mode: str) -> FileSetting
     return FileSettings(tokenizer, sha256_text(definition), text_field, txt_mode)
 
 
+# What a local model folder's embeddings depend on: its weights, its model config and its tokenizer's
+# definition. Not the other files, nor fields that record how the folder was saved: transformers
+# writes `"local_files_only": true` into a saved tokenizer_config.json under HF_HUB_OFFLINE=1, and its
+# own version into config.json.
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+INCIDENTAL_CONFIG_FIELDS = ("transformers_version", "_name_or_path")
+
+
 def encoder_key(encoder: str, pooling: str, dtype: str = "float32", batch_rows: int = DEFAULT_EMBED_BATCH_SIZE) -> str:
-    """Identifies word embeddings: the encoder's name, or for a local folder the hash of its
-    weights and config (a retrained model in the same folder gets a new key), the dtype it ran in
-    and the rows of its batches (a batch's shape can change an embedding's last bits). Keys of the
-    defaults, float32 and DEFAULT_EMBED_BATCH_SIZE, are those of caches made before either was in it."""
+    """Identifies word embeddings: the encoder's name, or for a local folder the hash of what its
+    embeddings depend on (weights, model config, tokenizer definition: a retrained model in the same
+    folder gets a new key, a re-saved one the same), the dtype it ran in and the rows of its batches
+    (a batch's shape can change an embedding's last bits). Keys of the defaults, float32 and
+    DEFAULT_EMBED_BATCH_SIZE, carry neither."""
     files: tuple = ()
     if os.path.isdir(encoder):
-        names = sorted(n for n in os.listdir(encoder) if n.endswith((".safetensors", ".bin", ".json", ".txt")))
+        names = sorted(n for n in os.listdir(encoder) if n.endswith((*WEIGHT_SUFFIXES, ".json", ".txt")))
         stats = [os.stat(os.path.join(encoder, n)) for n in names]
         files = tuple((n, st.st_size, st.st_mtime_ns) for n, st in zip(names, stats, strict=True))
     return _encoder_key(encoder, pooling, dtype, batch_rows, files)
@@ -116,12 +125,30 @@ def _encoder_key(encoder: str, pooling: str, dtype: str, batch_rows: int, files:
     # model's weights once, not on every rebuild, and still sees them replaced.
     parts = [encoder, pooling, str(MAX_WORD_TOKENS)] + ([f"dtype:{dtype}"] if dtype != "float32" else [])
     parts += [f"batch_rows:{batch_rows}"] if batch_rows != DEFAULT_EMBED_BATCH_SIZE else []
-    for name, _, _ in files:
-        with open(os.path.join(encoder, name), "rb") as f:
-            parts.append(f"{name}:{hashlib.sha256(f.read()).hexdigest()}")
     if os.path.isdir(encoder):
         parts[0] = "local"  # the same weights anywhere are the same encoder
+        for name, _, _ in files:
+            if name.endswith(WEIGHT_SUFFIXES):
+                with open(os.path.join(encoder, name), "rb") as f:
+                    parts.append(f"{name}:{hashlib.sha256(f.read()).hexdigest()}")
+        parts += [f"config:{model_config_text(encoder)}", f"tokenizer:{sha256_text(tokenizer_definition(encoder))}"]
     return sha256_text(*parts)[:32]
+
+
+def model_config_text(folder: str) -> str:
+    """config.json's settings as canonical JSON, without the fields that record how it was saved."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    return json.dumps({k: v for k, v in config.items() if k not in INCIDENTAL_CONFIG_FIELDS}, sort_keys=True)
+
+
+def tokenizer_definition(folder: str) -> str:
+    """The fast tokenizer's definition (normalizer, pre-tokenizer, vocabulary, added tokens): what
+    turns a word into the ids the encoder sees."""
+    return tokenizer_facts(folder)["backend"] or ""
 
 
 # ---------------------------------------------------------------- per-file entries

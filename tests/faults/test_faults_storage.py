@@ -133,9 +133,9 @@ class FailingProxy(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
 
 
-def start_proxy(upstream: str, failures: dict[str, int]) -> FailingProxy:
-    """An HTTP proxy to the emulator that answers 503 to the first `failures[word]` requests
-    whose path contains `word`."""
+def start_proxy(upstream: str, failures: dict[str, int], status: int = 503) -> FailingProxy:
+    """An HTTP proxy to the emulator that answers `status` (503 by default) to the first
+    `failures[word]` requests whose path contains `word`."""
     host, port = upstream.removeprefix("http://").split(":")
     lock = threading.Lock()
 
@@ -151,7 +151,7 @@ def start_proxy(upstream: str, failures: dict[str, int]) -> FailingProxy:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
             if word is not None:
-                self.send_response(503)
+                self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
@@ -201,3 +201,18 @@ def test_gcs_503s_are_retried_end_to_end(gcs_emulator: str, gcs_bucket: str, fau
     assert failures == {"shard-00001": 0, "manifest.json": 0}  # every injected 503 was met
     assert got == expected == list(np.arange(len(fault_rows)))
     assert manifest.total_rows == len(fault_rows) and version_url.endswith("/v1")
+
+
+def test_a_version_the_store_cannot_serve_now_is_not_called_gone(flaky, sleeps, dataset_copy: Path,
+                                                                monkeypatch) -> None:
+    """A resume asks whether the versions it needs still exist: a store that fails every read of the
+    manifest raises its error (with the path, after the retries), and only a missing version is gone."""
+    from maskstream.trainer.follow import version_exists
+
+    monkeypatch.setattr(flaky, "target", "manifest.json")
+    flaky.open_faults = 1_000
+    with pytest.raises(ReadError, match=r"reading flaky://\S+/v1/manifest.json failed 5 times"):
+        version_exists(f"flaky://{dataset_copy}/v1")
+    assert not version_exists(f"flaky://{dataset_copy}/v2")  # never built
+    flaky.open_faults = 0
+    assert version_exists(f"flaky://{dataset_copy}/v1")

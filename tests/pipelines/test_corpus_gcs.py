@@ -74,3 +74,26 @@ def test_stats_and_seeds_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anony
     seeds = json.loads(fs.cat(f"{gcs_bucket}/seeds/seeds.json"))
     assert len(seeds["seeds"]) == 20 and seeds["source_fingerprint"] == summary["source_fingerprint"]
     assert fs.exists(f"{gcs_bucket}/seeds/seeds_report.md") and fs.exists(f"{gcs_bucket}/seeds/seeds.png")
+
+
+def test_a_refused_listing_is_an_error_not_an_empty_match(gcs_emulator: str, gcs_bucket: str, beam_anonymous_gcs,
+                                                          monkeypatch):
+    """A 403 (a bucket the credentials may not list) names the pattern and the refusal; only a missing
+    object or bucket is "matches no file". The emulator has no permissions: a proxy in front of it
+    answers 403 to every request for the bucket."""
+    from tests.faults.test_faults_storage import start_proxy
+
+    fs, _ = fsspec.core.url_to_fs(gcs_bucket)
+    fs.pipe(f"{gcs_bucket}/corpus/part-0.jsonl", b'{"text": "one"}\n')
+    bucket = gcs_bucket.removeprefix("gs://").split("/")[0]
+    proxy = start_proxy(gcs_emulator, {bucket: 1_000}, status=403)
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{proxy.server_address[1]}")
+        with pytest.raises(OSError, match=r"cannot list gs://.*corpus/\*\.jsonl: Forbidden: ") as refused:
+            expand_inputs([f"{gcs_bucket}/corpus/*.jsonl"])
+        assert not isinstance(refused.value, FileNotFoundError)
+    finally:
+        proxy.shutdown()
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator)
+    with pytest.raises(FileNotFoundError, match="matches no file"):  # through the emulator itself
+        expand_inputs([f"{gcs_bucket}/missing/*.jsonl"])

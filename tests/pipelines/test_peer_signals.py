@@ -174,7 +174,7 @@ def test_the_build_writes_what_the_in_process_form_computes(peer_build):
     version_url, manifest, corpus = peer_build["version_url"], peer_build["manifest"], peer_build["texts"]
     settings = PeerSignalSettings(ngram_min_count=3, max_collocations=500)
     entry = manifest.peer_signals
-    assert entry["settings"]["ngram_min_count"] == 3 and entry["formulas"]["collocations"] == "pmi-ngram-v1"
+    assert entry["settings"]["ngram_min_count"] == 3 and entry["formulas"]["collocations"] == "pmi-ngram-v2"
     collocations = pq.read_table(f"{version_url}/{entry['collocations']}")
     check_schema(collocations.schema, COLLOCATION_SCHEMA, "collocations")
     expected = collocation_vocabulary(ngram_counts(corpus), settings)

@@ -434,3 +434,28 @@ def test_a_version_switch_found_mid_batch_survives_an_exact_resume(tmp_path):
     assert set(resumed.sources[1].leases) == {second}
     resumed.close()
     mixture.close()
+
+
+def test_a_text_sources_bad_records_are_counted_and_said(tmp_path, caplog):
+    """Records in = records trained + records rejected: every line that is not a JSON object, or has no
+    text, is counted by reason and logged once per file (rank 0, its first reader), never dropped
+    silently; the good records are those a plain reading of the file gives."""
+    texts = factory.read_texts(limit=40)
+    lines = [json.dumps({"text": t}) for t in texts]
+    bad = ["{not json", "[1, 2]", '{"title": "no text"}', '{"text": null}', '{"text": 7}', '"a string"']
+    for offset, line in enumerate(bad):
+        lines.insert(5 * offset + 3, line)
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n\n")  # a blank line is no record
+    source = TextSource(str(path), factory.tokenizer(), 64, batch_size=8, rank=0, world_size=1)
+    caplog.set_level("WARNING", logger="maskstream.train")
+    read = [text for _, text in source._texts([])]
+    assert read == texts
+    (message,) = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
+    assert f"{len(bad)} of {len(texts) + len(bad)} records rejected" in message
+    assert "1 not JSON" in message and "2 not a JSON object" in message and "3 no text in 'text'" in message
+    assert f"trained on the other {len(texts)}" in message
+    caplog.clear()  # another rank's reader says nothing: rank 0 said it
+    other = TextSource(str(path), factory.tokenizer(), 64, batch_size=8, rank=1, world_size=2)
+    assert [text for _, text in other._texts([])] == texts[1::2]
+    assert not [r for r in caplog.records if "rejected" in r.getMessage()]

@@ -172,3 +172,11 @@ def test_train_config_checks_itself_and_the_cli_defaults_build_one():
     parser = argparse.ArgumentParser()
     finetune_command.add_arguments(parser)
     assert config_of(FinetuneConfig, parser.parse_args(["--train", "t", "--output", "o"])) == FinetuneConfig("t", "o")
+
+
+def test_eval_samples_0_evaluates_nothing(sample_dataset, tiny_bert, tmp_path):
+    out = tmp_path / "no-eval"
+    _train(sample_dataset, out, tiny_bert, "--batch-size", "8", "--max-steps", "2", "--eval-samples", "0",
+           "--num-workers", "0")
+    assert [r["split"] for r in read_metrics(out)] == ["train", "train"]
+    assert json.loads((out / "summary.json").read_text())["held_out"] is None
