@@ -73,8 +73,13 @@ def test_every_text_is_predicted_once_by_a_probe_that_never_saw_its_cluster() ->
     assert sorted(np.concatenate([held for _, held in splits]).tolist()) == list(range(120))
     for train, held in splits:
         assert not {groups[i] for i in train} & {groups[i] for i in held}
-    predicted = out_of_fold(x, labels, splits, 1.0)
+    predicted, probabilities = out_of_fold(x, labels, splits, 1.0)
     assert len(predicted) == 120 and (predicted == np.array(labels, dtype=object)).mean() > 0.5
+    # The class probabilities stored beside them: rows of a distribution whose argmax is the prediction.
+    values = np.array(probabilities["values"])
+    assert probabilities["labels"] == ["0", "1", "2"] and values.shape == (120, 3)
+    assert np.allclose(values.sum(1), 1.0, atol=1e-5)
+    assert (np.array(probabilities["labels"], dtype=object)[values.argmax(1)] == predicted).all()
 
 
 def test_paired_statistics_tost_and_power_match_scipy() -> None:
@@ -114,19 +119,46 @@ def test_the_crossed_bootstrap_matches_scikit_learn_and_splits_its_variance() ->
     assert out["mean"] == pytest.approx(observed, abs=1e-12) and out["n"] == 6
     h, s, t = (out[k]["ci"] for k in ("hierarchical", "seeds", "texts"))
     assert h[0] < observed < h[1] and h[1] - h[0] >= max(s[1] - s[0], t[1] - t[0]) * 0.9
-    assert out["share"]["texts"] + out["share"]["seeds"] == pytest.approx(1.0)
+    assert sum(out["share"].values()) == pytest.approx(1.0)  # texts, seeds and their interaction
+    components = out["components"]
+    assert components["texts"] == pytest.approx(out["texts"]["sd"] ** 2)
+    assert sum(components.values()) == pytest.approx(max(out["hierarchical"]["sd"] ** 2,
+                                                          components["seeds"] + components["texts"]))
+    draws = statistics.crossed_bootstrap(truth, clusters, noisy, worse, resamples=400)  # the same seed: the same draws
+    assert draws["hierarchical"]["p_positive"] == out["hierarchical"]["p_positive"] > 0.5  # `noisy` is better
     # the same predictions for every seed: nothing varies over seeds
     same = statistics.crossed_bootstrap(truth, clusters, {s: noisy[0] for s in range(4)},
                                         {s: worse[0] for s in range(4)}, resamples=200)
     assert same["seeds"]["sd"] == pytest.approx(0.0, abs=1e-12) and same["share"]["texts"] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("components", [{"seeds": 0.215e-4, "texts": 1.14e-4, "seed_x_text": 0.41e-4},
+                                        {"seeds": 0.03e-4, "texts": 0.2e-4, "seed_x_text": 0.05e-4}])
+def test_the_design_for_power_counts_texts_and_seeds(components) -> None:
+    """Issue 50's components (points²/10⁴): no number of seeds reaches 80 % power at ±1 with its 2,288 texts,
+    and the texts it would need are checked against the projected power itself, one short of it too."""
+    seeds, texts, margin = 8, 2288, 0.01
+    assert statistics.projected_variance(components, seeds, texts, seeds, texts) == pytest.approx(
+        sum(components.values()))
+    need = statistics.design_for_power(components, seeds, texts, margin)
+
+    def power(new_seeds, new_texts):
+        return statistics.hierarchical_power(margin, statistics.projected_variance(components, seeds, texts,
+                                                                                   new_seeds, new_texts))
+    for key, at in (("seeds", lambda n: power(n, texts)), ("texts", lambda n: power(seeds, n))):
+        if need[key] is None:  # the other part alone is above the variance 80 % power allows
+            assert at(10**9) < 0.8
+        else:
+            assert at(need[key]) >= 0.8 - 1e-9 and (need[key] <= 2 or at(need[key] - 1) < 0.8)
+    assert statistics.hierarchical_power(margin, sum(components.values())) < 0.8
+
+
 def test_the_decision_sentence_follows_the_pre_registered_rule() -> None:
     from maskstream.evaluate.report import decision
 
     def comparison(mean: float, p: float, low: float, high: float, tost_p: float = 0.5, n: int = 12) -> dict:
-        return {"mean": mean, "n": n, "p_t": p, "tost": {"p": tost_p},
-                "bootstrap": {"hierarchical": {"ci": [low, high], "ci90": [low / 2, high / 2]}}}
+        return {"mean": mean, "n": n, "p_t": p, "tost": {"p": tost_p}, "ci": [low * 3, high * 3],
+                "bootstrap": {"n": n, "hierarchical": {"ci": [low, high], "ci90": [low / 2, high / 2]}}}
 
     passing = comparison(0.03, 0.001, 0.01, 0.05)
     assert decision(comparison(0.012, 0.01, 0.002, 0.02), passing, 0.01, 12).startswith(
@@ -137,24 +169,33 @@ def test_the_decision_sentence_follows_the_pre_registered_rule() -> None:
     assert decision(comparison(0.012, 0.01, -0.001, 0.02), passing, 0.01, 12).startswith("Undecided at 12 seeds")
     equivalent = comparison(0.001, 0.6, -0.008, 0.009, tost_p=0.01)
     assert decision(equivalent, passing, 0.01, 12).startswith("Difference masking is within ±1 point of random")
-    failing = comparison(0.001, 0.6, -0.01, 0.012)
-    assert decision(equivalent, failing, 0.01, 12).startswith("Undecided at 12 seeds")  # no control, no equivalence
     assert decision(comparison(0.012, 0.01, 0.002, 0.02, n=5), passing, 0.01, 12).startswith(
         "Undecided at 5 of 12 seeds (interim)")
+    # No decision sentence with a failed or missing control, or below 5 seeds: an exploratory line.
+    failing = comparison(0.001, 0.6, -0.01, 0.012)
+    for control in (failing, None):
+        for primary in (equivalent, comparison(0.012, 0.01, 0.002, 0.02)):
+            assert decision(primary, control, 0.01, 12).startswith("Exploratory, no decision: the control")
+    two_seeds = decision(comparison(0.047, 0.2, 0.013, 0.083, n=2), passing, 0.01, 2)
+    assert two_seeds.startswith("Exploratory, no decision: 2 seeds, and a decision needs 5 or more")
+    assert "t-interval over seeds is [+3.90, +24.90]" in two_seeds and "beats" not in two_seeds
 
 
-def test_a_failing_control_is_said_under_the_decision() -> None:
-    from maskstream.evaluate.report import control_warning
+def test_the_control_line_is_said_whatever_the_arms_and_seeds() -> None:
+    from maskstream.evaluate.report import control_line, one_sided
 
     def control(mean: float, low: float, high: float, n: int = 2) -> dict:
-        return {"mean": mean, "n": n, "bootstrap": {"hierarchical": {"ci": [low, high]}}}
+        return {"mean": mean, "n": n, "bootstrap": {"n": n, "hierarchical": {"ci": [low, high], "p_positive": 0.4}}}
 
     # a run like the one docs/evidence.md shows: TAPT with random masking below no TAPT
-    assert control_warning(control(-0.0754, -0.1238, -0.0331)).startswith(
-        "**The control does not pass:** random − none -7.54 [-12.38, -3.31]")
-    assert control_warning(control(0.01, -0.002, 0.02)) is not None  # not above zero: not passed
-    assert control_warning(control(0.0625, 0.0429, 0.0832)) is None  # the confirmatory run's control passes
-    assert control_warning(None) is None and control_warning(control(0.01, -0.1, 0.1, n=1)) is None
+    assert control_line(control(-0.0754, -0.1238, -0.0331), {"none", "random"}).startswith(
+        "**The control does not pass:** random − none -7.54 [-12.38, -3.31] (2 seeds)")
+    assert control_line(control(0.01, -0.002, 0.02, n=1), {"none", "random"}).startswith("**The control does not pass")
+    assert control_line(control(0.0625, 0.0429, 0.0832), {"none", "random"}).startswith("**The control passes:**")
+    assert "`none` missing" in control_line(None, {"random", "pmi_span"})
+    assert one_sided(control(-0.0159, -0.0381, 0.0036), 0.01) == (
+        "ruled out by the hierarchical 95 % interval: a gain of 1 point or more; "
+        "P(difference − random > 0) in the bootstrap: 0.40")
 
 
 def test_pilot_rule_picks_the_largest_gain_ties_to_fewer_passes() -> None:
@@ -255,9 +296,12 @@ def test_the_command_on_a_labeled_file_of_ones_own(tmp_path: Path, tiny_bert: st
     for r in results:
         if r["kind"] == "arm":
             assert [len(f["predictions"]) for f in r["folds"]] == [len(fold) for fold in prepared["truth"]]
+            assert [len(f["probabilities"]["values"]) for f in r["folds"]] == [len(fold) for fold in prepared["truth"]]
     report = (tmp_path / "out" / "REPORT.md").read_text()
     assert "`difference − random` | primary | 2 |" in report
-    assert "**Decision (the pre-registered rule):** Undecided at 2 seeds" in report
+    assert "**Decision:** Exploratory, no decision: 2 seeds, and a decision needs 5 or more" in report
+    assert "**The control" in report and "P(difference − random > 0) in the bootstrap" in report
+    assert "True label's log-probability under the probe" in report
     assert [p.stat().st_size > 1000 for p in (tmp_path / "out").glob("differences-*.png")] == [True]
     # a rerun finds everything done: prepared data reused, no new line
     [record] = (tmp_path / "out" / "work").glob("*/prepared.json")

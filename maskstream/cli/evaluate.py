@@ -13,7 +13,7 @@ logistic regression on its frozen mean-pooled features, by macro-F1 over every l
    predictions on the fold's texts; an (arm, seed)'s score is the mean over folds;
 4. report: OUTPUT/REPORT.md and OUTPUT/differences-CONFIG.png: each arm against random masking, paired by
    seed, with a hierarchical bootstrap over seeds and clusters, a paired t-test, TOST for equivalence
-   within --margin, and the seeds 80 % power would need.
+   within --margin, and the seeds and labeled texts 80 % power would need (texts and seeds counted).
 
 Resumable: a finished (arm, seed) in OUTPUT/results.jsonl is skipped, and two processes started with the
 same command share the work (each run is claimed with a file lock). Scratch (datasets, TAPT models,
@@ -72,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arms", type=names, default=("none", "random", "difference"),
                         help=f"comma-separated arms of {sorted(ARMS)}; `random` is required (default: "
                              "none,random,difference)")
-    parser.add_argument("--seeds", type=numbers, default=(0, 1, 2), help="seeds, e.g. 0-7 (default: 0-2)")
+    parser.add_argument("--seeds", type=numbers, default=(0, 1, 2, 3, 4),
+                        help="seeds, e.g. 0-7; the report decides nothing below 5 (default: 0-4)")
     parser.add_argument("--passes", type=floats, default=(20.0,),
                         help="TAPT passes over the fold's text; several (10,20,40) run a pilot first (default: 20)")
     parser.add_argument("--pilot-seeds", type=numbers, default=(100, 101), help="the pilot's seeds (default: 100,101)")

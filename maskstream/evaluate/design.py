@@ -72,6 +72,7 @@ PROBE_GRID = (0.01, 0.1, 1.0, 10.0)  # the probe's inverse regularization C, cho
 HELD_OUT_FRACTION = 0.05  # TAPT rows held out for its own loss curve (`maskstream train --held-out-fraction`)
 EVAL_SAMPLES = 64  # held-out rows scored at the end of TAPT
 RESAMPLES = 2000  # of the hierarchical bootstrap
+MIN_DECISION_SEEDS = 5  # fewer: the bootstrap over seeds is degenerate, and the report makes no decision
 
 
 @dataclass
@@ -88,7 +89,7 @@ class EvaluateConfig:
     background_corpus: list[str] | None = None  # general text for background-contrast arms
     general_corpus: list[str] | None = None  # the model's own pretraining text, checked for leaks
     arms: tuple[str, ...] = ("none", "random", "difference")
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)  # MIN_DECISION_SEEDS: a default run can reach a decision
     passes: tuple[float, ...] = (20.0,)  # TAPT passes; several: a pilot chooses (PILOT_RULE)
     pilot_seeds: tuple[int, ...] = (100, 101)
     batch_size: int = 32

@@ -399,8 +399,9 @@ class Evaluation:
             tapt_seconds = time.perf_counter() - started
             c = self.probe_c(fold)
             labels = [r["label"] for r in self.folds[fold]]
-            predicted = probe.out_of_fold(self.features(model, fold), labels, self.splits[fold], c)
+            predicted, probabilities = probe.out_of_fold(self.features(model, fold), labels, self.splits[fold], c)
             folds.append({"fold": fold, "C": c, **probe.scores(labels, predicted), "predictions": predicted.tolist(),
+                          "probabilities": probabilities,
                           "pretraining": pretraining, "seconds": {"tapt": tapt_seconds,
                                                                   "probe": time.perf_counter() - started - tapt_seconds}})
             if pretraining is not None:

@@ -60,16 +60,19 @@ def features(model_dir: Path | str, texts: list[str], max_length: int, device: s
     return sums / counts[:, None]
 
 
-def fit_predict(train_x: np.ndarray, train_y: list[str], eval_x: dict[str, np.ndarray], c: float
-                ) -> dict[str, np.ndarray]:
-    """Fits the probe with inverse regularization `c`; predicted labels for each named feature set."""
+def fit_predict(train_x: np.ndarray, train_y: list[str], eval_x: np.ndarray, c: float, classes: list[str]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Fits the probe with inverse regularization `c`: the predicted labels of `eval_x`, and their class
+    probabilities as columns of `classes` (0 for a class the training texts lack)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     probe = make_pipeline(StandardScaler(), LogisticRegression(C=c, class_weight="balanced", max_iter=5000))
     probe.fit(train_x, train_y)
-    return {name: probe.predict(x) for name, x in eval_x.items()}
+    probabilities = np.zeros((len(eval_x), len(classes)))
+    probabilities[:, [classes.index(k) for k in probe.classes_]] = probe.predict_proba(eval_x)
+    return probe.predict(eval_x), probabilities
 
 
 def scores(y_true: list[str], y_pred: np.ndarray) -> dict[str, Any]:
@@ -88,18 +91,22 @@ def probe_splits(labels: list[str], groups: list[int], folds: int) -> list[tuple
 
 
 def out_of_fold(x: np.ndarray, labels: list[str], splits: list[tuple[np.ndarray, np.ndarray]], c: float
-                ) -> np.ndarray:
-    """Each text's label predicted by the probe fitted on the other splits' texts."""
+                ) -> tuple[np.ndarray, dict[str, Any]]:
+    """Each text's label predicted by the probe fitted on the other splits' texts, and its class
+    probabilities (`{"labels": the classes, sorted, "values": one row per text}`): the true label's
+    log-probability is a continuous per-text outcome beside the hard predictions."""
     predicted = np.empty(len(labels), dtype=object)
     y = np.asarray(labels, dtype=object)
+    classes = sorted(set(labels))
+    probabilities = np.zeros((len(labels), len(classes)))
     for train, held in splits:
-        predicted[held] = fit_predict(x[train], list(y[train]), {"held": x[held]}, c)["held"]
-    return predicted
+        predicted[held], probabilities[held] = fit_predict(x[train], list(y[train]), x[held], c, classes)
+    return predicted, {"labels": classes, "values": np.round(probabilities, 6).tolist()}
 
 
 def choose_c(x: np.ndarray, labels: list[str], splits: list[tuple[np.ndarray, np.ndarray]], grid: list[float]
              ) -> tuple[float, list[dict[str, Any]]]:
     """The C of `grid` with the best out-of-fold macro-F1 (ties: the smaller C), and every C's scores."""
-    table = [{"C": c, **scores(labels, out_of_fold(x, labels, splits, c))} for c in sorted(grid)]
+    table = [{"C": c, **scores(labels, out_of_fold(x, labels, splits, c)[0])} for c in sorted(grid)]
     best = max(table, key=lambda row: row[PRIMARY_METRIC])  # first max = smallest C among ties
     return best["C"], table

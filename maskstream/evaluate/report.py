@@ -15,14 +15,22 @@ from typing import Any
 
 import numpy as np
 
-from maskstream.evaluate.design import ARMS, BASELINE, CONTROL, PRIMARY, PRIMARY_METRIC, RESAMPLES
+from maskstream.evaluate.design import (
+    ARMS,
+    BASELINE,
+    CONTROL,
+    MIN_DECISION_SEEDS,
+    PRIMARY,
+    PRIMARY_METRIC,
+    RESAMPLES,
+)
 from maskstream.evaluate.statistics import (
     ALPHA,
     crossed_bootstrap,
+    design_for_power,
+    hierarchical_power,
     holm,
     paired_summary,
-    paired_t_power,
-    seeds_for_power,
     tost,
 )
 
@@ -88,31 +96,80 @@ def compare(prepared: dict[str, Any], lines: list[dict[str, Any]], arm: str, bas
         pb = {s: pb[None] for s in pa}
     summary = paired_summary(a, b)
     summary["tost"] = tost(summary["differences"], margin)
-    summary["power_at_margin"] = paired_t_power(margin, summary["sd"], summary["n"]) if summary["n"] > 1 else math.nan
-    summary["seeds_for_power"] = (seeds_for_power(margin, summary["sd"], cap=1000)
-                                  if summary["n"] > 1 and summary["sd"] > 0 else None)
-    summary["bootstrap"] = crossed_bootstrap(truth, clusters, pa, pb, resamples)
+    boot = summary["bootstrap"] = crossed_bootstrap(truth, clusters, pa, pb, resamples)
+    # Power and the design a decision needs count texts and seeds: the hierarchical standard error.
+    if boot["n"]:
+        summary["power_at_margin"] = hierarchical_power(margin, boot["hierarchical"]["sd"] ** 2)
+        summary["for_power"] = design_for_power(boot["components"], boot["n"], boot["texts_judged"], margin)
+    else:
+        summary["power_at_margin"], summary["for_power"] = math.nan, {"seeds": None, "texts": None}
+    summary["log_probability"] = log_probability_difference(prepared, lines, arm, base)
     return summary
 
 
+def log_probability_difference(prepared: dict[str, Any], lines: list[dict[str, Any]], arm: str, base: str
+                               ) -> float | None:
+    """The mean over paired seeds and every text of log p(true label) of `arm` minus `base`'s: a continuous
+    per-text outcome, from the probe's stored class probabilities (None for results without them)."""
+    def true_log_probability(line: dict[str, Any]) -> np.ndarray | None:
+        parts = []
+        for fold in sorted(line["folds"], key=lambda f: f["fold"]):
+            stored = fold.get("probabilities")
+            if stored is None:
+                return None
+            column = {label: i for i, label in enumerate(stored["labels"])}
+            values = np.asarray(stored["values"], dtype=np.float64)
+            truth = [column.get(y) for y in prepared["truth"][fold["fold"]]]
+            parts.append(np.log(np.clip([values[i, c] if c is not None else 0.0 for i, c in enumerate(truth)],
+                                        1e-12, 1.0)))
+        return np.concatenate(parts)
+
+    runs = {name: {r["seed"]: true_log_probability(r) for r in lines if r["arm"] == name} for name in (arm, base)}
+    if None in runs[base]:  # `none` pairs with every seed
+        runs[base] = {s: runs[base][None] for s in runs[arm]}
+    gaps = [runs[arm][s] - runs[base][s] for s in sorted(set(runs[arm]) & set(runs[base]))
+            if runs[arm][s] is not None and runs[base][s] is not None]
+    return float(np.mean([g.mean() for g in gaps])) if gaps else None
+
+
 def decision(primary: dict[str, Any], control: dict[str, Any] | None, margin: float, planned: int) -> str:
-    """The pre-registered sentence (docs/evidence.md): superiority needs the paired t-test and the
-    hierarchical interval on the same side of zero as the mean; equivalence needs TOST, the hierarchical
-    90 % interval inside the margin and a passing control. Before the planned seeds are in, no decision."""
+    """The decision sentence (docs/evidence.md). Below MIN_DECISION_SEEDS seeds, or without a passing
+    control, none: an exploratory line. Superiority needs the paired t-test and the hierarchical interval on
+    the same side of zero as the mean; equivalence needs TOST and the hierarchical 90 % interval inside the
+    margin. Before the planned seeds are in, no decision."""
     h = primary["bootstrap"]["hierarchical"]
     mean, n, points = primary["mean"], primary["n"], 100 * margin
+    found = f"difference − random {pts(mean)} {ci(h['ci'])}"
+    if n < MIN_DECISION_SEEDS:
+        return (f"Exploratory, no decision: {n} seeds, and a decision needs {MIN_DECISION_SEEDS} or more "
+                f"(with {n} the bootstrap over seeds understates their spread: the t-interval over seeds is "
+                f"{ci(primary['ci'])}). {found.capitalize()}.")
+    if not control_passes(control):
+        return (f"Exploratory, no decision: the control (random − none) {'was not run' if control is None else 'did not pass'}"
+                f", so this setup has not shown that it can see a masking effect. {found.capitalize()}.")
     if n < planned:
-        return f"Undecided at {n} of {planned} seeds (interim): difference − random {pts(mean)} {ci(h['ci'])}."
+        return f"Undecided at {n} of {planned} seeds (interim): {found}."
     text = f"{100 * abs(mean):.2f} points {ci(h['ci'])} (probe macro-F1, every labeled text, {n} seeds)"
     if primary["p_t"] < ALPHA and h["ci"][0] > 0 and mean > 0:
         return f"Difference masking beats random masking by {text}."
     if primary["p_t"] < ALPHA and h["ci"][1] < 0 and mean < 0:
         return f"Random masking beats difference masking by {text}."
-    if (primary["tost"]["p"] < ALPHA and -margin < h["ci90"][0] and h["ci90"][1] < margin
-            and control_passes(control)):
+    if primary["tost"]["p"] < ALPHA and -margin < h["ci90"][0] and h["ci90"][1] < margin:
         return (f"Difference masking is within ±{points:g} point of random masking: {pts(mean)} "
                 f"{ci(h['ci'])} ({n} seeds).")
-    return f"Undecided at {n} seeds: difference − random {pts(mean)} {ci(h['ci'])}."
+    return f"Undecided at {n} seeds: {found}."
+
+
+def one_sided(comparison: dict[str, Any], margin: float) -> str:
+    """What the hierarchical interval rules out on each side, and the bootstrap's P(difference > 0)."""
+    h = comparison["bootstrap"]["hierarchical"]
+    points = f"{100 * margin:g} point{'s' if margin != 0.01 else ''}"
+    ruled = [f"a gain of {points} or more" if h["ci"][1] < margin else None,
+             f"a loss of {points} or more" if h["ci"][0] > -margin else None]
+    ruled = [r for r in ruled if r]
+    text = f"ruled out by the hierarchical 95 % interval: {' and '.join(ruled)}" if ruled else (
+        f"neither a gain nor a loss of {points} is ruled out")
+    return f"{text}; P(difference − random > 0) in the bootstrap: {num(h.get('p_positive'), 2)}"
 
 
 def section_design(prepared: dict[str, Any], selections: list[dict[str, Any]], pilot: dict[str, Any] | None,
@@ -175,10 +232,10 @@ def section_comparisons(prepared: dict[str, Any], lines: list[dict[str, Any]], m
     exploratory = {f"{a} − {b}": r["p_t"] for (a, b), r in results.items() if (a, b) not in (PRIMARY, CONTROL)}
     adjusted = holm(exploratory)
     out = ["## Comparisons", "", SCOPE, "",
-           "| comparison | role | n | mean | hierarchical 95 % CI | seeds-only CI | texts-only CI | share from texts "
-           f"| p (paired t) | TOST p (±{100 * margin:g}) | power at ±{100 * margin:g} | seeds for 80 % power "
-           "(descriptive) |",
-           "| --- | --- | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+           "| comparison | role | n | mean | hierarchical 95 % CI | P(> 0) | seeds-only CI | texts-only CI | variance "
+           f"shares: texts / seeds / seed × text | p (paired t) | TOST p (±{100 * margin:g}) | power at "
+           f"±{100 * margin:g} | for 80 % power: seeds (these texts) / texts (these seeds) |",
+           "| --- | --- | ---: | ---: | --- | ---: | --- | --- | --- | ---: | ---: | ---: | --- |"]
     for (a, b), r in results.items():
         name = f"{a} − {b}"
         role = "primary" if (a, b) == PRIMARY else "control" if (a, b) == CONTROL else (
@@ -186,17 +243,24 @@ def section_comparisons(prepared: dict[str, Any], lines: list[dict[str, Any]], m
         boot = r["bootstrap"]
         if boot["n"] == 0:
             continue
+        share, need = boot["share"], r["for_power"]
+        texts_needed = f"{need['texts']:,}" if need["texts"] else "none reaches it"
         out.append(f"| `{name}` | {role} | {r['n']} | {pts(r['mean'])} | {ci(boot['hierarchical']['ci'])} | "
-                   f"{ci(boot['seeds']['ci'])} | {ci(boot['texts']['ci'])} | {num(boot['share']['texts'], 2)} | "
-                   f"{num(r['p_t'])} | {num(r['tost']['p'])} | {num(r['power_at_margin'], 2)} | "
-                   f"{r['seeds_for_power'] or '–'} |")
+                   f"{num(boot['hierarchical'].get('p_positive'), 2)} | {ci(boot['seeds']['ci'])} | "
+                   f"{ci(boot['texts']['ci'])} | {num(share['texts'], 2)} / {num(share['seeds'], 2)} / "
+                   f"{num(share['seed_x_text'], 2)} | {num(r['p_t'])} | {num(r['tost']['p'])} | "
+                   f"{num(r['power_at_margin'], 2)} | {need['seeds'] or 'none reaches it'} / {texts_needed} |")
     primary = results.get(PRIMARY)
-    if primary and primary["n"] > 1 and planned is not None:
-        out += ["", "**Decision (the pre-registered rule):** " + decision(primary, results.get(CONTROL), margin,
-                                                                          planned)]
-        warning = control_warning(results.get(CONTROL))
-        if warning:
-            out += ["", warning]
+    if primary and primary["bootstrap"]["n"] and planned is not None:
+        out += ["", "**Decision:** " + decision(primary, results.get(CONTROL), margin, planned),
+                "", f"Difference − random{' (exploratory)' if primary['n'] < MIN_DECISION_SEEDS else ''}: "
+                f"{one_sided(primary, margin)}."]
+    out += ["", control_line(results.get(CONTROL), arms)]
+    log_probability = [(name, r["log_probability"]) for (a, b), r in results.items()
+                       for name in [f"{a} − {b}"] if r["log_probability"] is not None]
+    if log_probability:
+        out += ["", "True label's log-probability under the probe, mean over texts and paired seeds: "
+                + "; ".join(f"`{name}` {value:+.4f}" for name, value in log_probability) + "."]
     return out, primary
 
 
@@ -205,17 +269,20 @@ def control_passes(control: dict[str, Any] | None) -> bool:
     return control is not None and control["bootstrap"]["hierarchical"]["ci"][0] > 0
 
 
-def control_warning(control: dict[str, Any] | None) -> str | None:
-    """A line under the decision when the control fails: the rule decides superiority without it (the
-    pre-registration's), but a reader must know the setup has not shown it can see a masking effect."""
-    if control is None or control["n"] < 2 or control_passes(control):
-        return None
+def control_line(control: dict[str, Any] | None, arms: set[str]) -> str:
+    """The control's line, whatever the arms and the seeds: passed, failed or not run."""
+    if control is None or not control["bootstrap"]["n"]:
+        missing = " and ".join(f"`{a}`" for a in CONTROL if a not in arms) or "its seeds"
+        return (f"**No control:** random − none needs the arms `random` and `none` ({missing} missing here), so "
+                "this setup has not shown that it can detect a masking strategy's effect.")
     h = control["bootstrap"]["hierarchical"]["ci"]
-    return (f"**The control does not pass:** random − none {pts(control['mean'])} {ci(h)}. TAPT with random masking "
-            "did not beat no TAPT on this readout, so this setup has not shown that it can detect a masking "
-            "strategy's effect: a difference between arms may be how much each one's TAPT moved the model, not "
-            "how well it masks. More task text, more --passes or a model that has not seen text like this "
-            "first.")
+    if control_passes(control):
+        return f"**The control passes:** random − none {pts(control['mean'])} {ci(h)} ({control['n']} seeds)."
+    return (f"**The control does not pass:** random − none {pts(control['mean'])} {ci(h)} ({control['n']} seeds). "
+            "TAPT with random masking did not beat no TAPT on this readout, so this setup has not shown that it can "
+            "detect a masking strategy's effect: a difference between arms may be how much each one's TAPT moved "
+            "the model, not how well it masks. More task text, more --passes or a model that has not seen text "
+            "like this first.")
 
 
 def plot(primary: dict[str, Any] | None, path: Path) -> bool:

@@ -175,8 +175,9 @@ def crossed_bootstrap(truth: list[np.ndarray], clusters: list[np.ndarray], arm: 
     """Mean over paired seeds of score(arm) - score(base), a seed's score being the mean over folds of
     macro-F1 on the fold's texts, and its percentile interval under three resampling schemes:
     `hierarchical` (seeds with replacement and, in each fold, near-duplicate clusters with replacement),
-    `seeds` only (texts fixed) and `texts` only (seeds fixed). The share of the variance from texts
-    is var(texts) / (var(texts) + var(seeds)).
+    `seeds` only (texts fixed) and `texts` only (seeds fixed); the hierarchical scheme's share of
+    resamples above 0 (`p_positive`); the variance components (`variance_components`) and their shares
+    of the hierarchical variance.
 
     truth[f], clusters[f]: the integer labels and cluster ids of fold f's texts; arm[s][f], base[s][f]:
     the integer predictions of seed s on fold f."""
@@ -213,7 +214,54 @@ def crossed_bootstrap(truth: list[np.ndarray], clusters: list[np.ndarray], arm: 
         out[name] = {"ci": [float(np.quantile(values, alpha / 2)), float(np.quantile(values, 1 - alpha / 2))],
                      "ci90": [float(np.quantile(values, alpha)), float(np.quantile(values, 1 - alpha))],
                      "sd": float(values.std(ddof=1))}
-    variance = {name: out[name]["sd"] ** 2 for name in ("seeds", "texts")}
-    total = sum(variance.values())
-    out["share"] = {name: (v / total if total > 0 else math.nan) for name, v in variance.items()}
+    out["hierarchical"]["p_positive"] = float((schemes["hierarchical"] > 0).mean())
+    out["texts_judged"] = int(sum(len(t) for t in truth))
+    out["components"] = variance_components(out)
+    total = sum(out["components"].values())
+    out["share"] = {name: (v / total if total > 0 else math.nan) for name, v in out["components"].items()}
     return out
+
+
+def variance_components(boot: dict[str, Any]) -> dict[str, float]:
+    """The hierarchical interval's variance split into seeds (the seeds-only scheme's), texts (the
+    texts-only scheme's) and their interaction, what the hierarchical scheme has beyond both (each seed's
+    own text noise: it shrinks with seeds and with texts), clipped at 0."""
+    seeds, texts = boot["seeds"]["sd"] ** 2, boot["texts"]["sd"] ** 2
+    return {"seeds": seeds, "texts": texts,
+            "seed_x_text": max(boot["hierarchical"]["sd"] ** 2 - seeds - texts, 0.0)}
+
+
+def projected_variance(components: dict[str, float], seeds: int, texts: int, new_seeds: float, new_texts: float
+                       ) -> float:
+    """The hierarchical variance of the mean difference with `new_seeds` and `new_texts`, from the components
+    measured with `seeds` and `texts`: the seeds' part shrinks as 1/seeds, the texts' as 1/texts, the
+    interaction as 1/(seeds x texts)."""
+    return (components["seeds"] * seeds / new_seeds + components["texts"] * texts / new_texts
+            + components["seed_x_text"] * seeds * texts / (new_seeds * new_texts))
+
+
+def hierarchical_power(effect: float, variance: float, alpha: float = ALPHA) -> float:
+    """Power of a two-sided test at `alpha` (normal, with the hierarchical standard error) to find a true
+    difference `effect`."""
+    from scipy import stats
+
+    if not variance > 0:
+        return math.nan
+    z, shift = stats.norm.ppf(1 - alpha / 2), effect / math.sqrt(variance)
+    return float(stats.norm.cdf(shift - z) + stats.norm.cdf(-shift - z))
+
+
+def design_for_power(components: dict[str, float], seeds: int, texts: int, effect: float, power: float = POWER,
+                     alpha: float = ALPHA) -> dict[str, int | None]:
+    """The seeds (with these texts) and the labeled texts (with these seeds) at which the hierarchical
+    standard error gives `power` for `effect`; None where no number reaches it (the other part alone is
+    too large)."""
+    from scipy import stats
+
+    target = (effect / (stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))) ** 2  # the variance allowed
+    seed_part = components["seeds"] + components["seed_x_text"]  # what more seeds shrink, texts fixed
+    text_part = components["texts"] + components["seed_x_text"]  # what more texts shrink, seeds fixed
+    need_seeds = seeds * seed_part / (target - components["texts"]) if target > components["texts"] else None
+    need_texts = texts * text_part / (target - components["seeds"]) if target > components["seeds"] else None
+    return {"seeds": None if need_seeds is None else max(2, math.ceil(need_seeds)),
+            "texts": None if need_texts is None else math.ceil(need_texts)}
