@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out/demo
 
-.PHONY: install demo test lint
+.PHONY: install demo test test-fast lint
 
 # pip's own output (its notices and warnings, such as "Location ... is ignored") goes to
 # $(INSTALL_LOG), not into the demo's; a failed install prints the log's end.
@@ -29,6 +29,11 @@ test: install
 	$(BIN)/python -m pytest
 	@# huggingface_hub reads HF_HUB_OFFLINE at import: the output-hash test again, in its own process
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests/pipelines/test_output_hashes.py
+
+# For contributors: the tests not marked slow (no subprocess, no Beam pipeline, no training; tests/conftest.py
+# holds the marker), in about 2 minutes.
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" -q
 
 lint: install
 	$(BIN)/ruff check .

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import subprocess
 import sys
@@ -16,6 +18,78 @@ from testing.gcs_emulator import gcs_emulator as emulator
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO_ROOT / "data" / "debian-science.jsonl"
+
+
+# What a test not marked `slow` may not do (`make test-fast` runs those tests, pyproject.toml's marker):
+# (module, attribute, what it is). The guard below holds the marker in every run, `make test` too.
+SLOW_WORK = (
+    ("subprocess", "Popen", "starts a subprocess"),
+    ("apache_beam.pipeline", "Pipeline", "runs a Beam pipeline"),
+    ("maskstream.trainer.train", "train_step", "trains (maskstream train)"),
+    ("maskstream.trainer.finetune", "train_epoch", "trains (maskstream finetune)"),
+    ("transformers", "Trainer", "trains (transformers.Trainer)"),
+)
+
+
+class SlowWorkInAFastTest(AssertionError):
+    pass
+
+
+SLOW_WORK_DONE = pytest.StashKey[list]()  # what a test not marked slow tried: tests/test_slow_marker.py reads it
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    with guard_slow_work(item) as done:  # session fixtures are made in some test's setup: they count too
+        result = yield
+    fail_on(done)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with guard_slow_work(item) as done:
+        result = yield
+    fail_on(done)
+    return result
+
+
+def fail_on(done: list[str]) -> None:
+    # Raised here too, in case the code under test caught the refusal (a CLI turns errors into exits).
+    if done:
+        raise SlowWorkInAFastTest(done[0])
+
+
+@contextlib.contextmanager
+def guard_slow_work(item: pytest.Item) -> Iterator[list[str]]:
+    """In a test not marked `slow`, a subprocess, a Beam pipeline's run or a training step is refused and
+    fails the test naming what it did: mark it `slow` (or make it cheaper)."""
+    done: list[str] = item.stash.setdefault(SLOW_WORK_DONE, [])
+    if item.get_closest_marker("slow") is not None:
+        yield done
+        return
+    patcher = pytest.MonkeyPatch()
+    for module_name, name, what in SLOW_WORK:
+        module = importlib.import_module(module_name)
+        message = f"{item.nodeid} {what} but is not marked slow (pytest.mark.slow)"
+
+        def refuse(*args, _message=message, **kwargs):
+            done.append(_message)
+            raise SlowWorkInAFastTest(_message)
+
+        owner = getattr(module, name)
+        if name == "Popen":
+            patcher.setattr(owner, "__init__", refuse)
+        elif name == "Pipeline":
+            patcher.setattr(owner, "run", refuse)
+        elif name == "Trainer":
+            patcher.setattr(owner, "train", refuse)
+        else:
+            patcher.setattr(module, name, refuse)
+    try:
+        yield done
+    finally:
+        patcher.undo()
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,7 @@ def test_an_oserror_named_as_the_cause_is_the_io_failure(tmp_path: Path) -> None
         assert _os_error_in(error) is cause
 
 
+@pytest.mark.slow
 def test_a_missing_input_file_inside_a_beam_pipeline_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("sparse linear algebra solvers\nmolecular dynamics\n")

@@ -328,6 +328,7 @@ def test_the_trainer_stage_provides_every_module_the_trainer_imports_and_no_beam
     assert "apache_beam" not in third_party_imports(["trainer", "schemas", "mask_signal"])
 
 
+@pytest.mark.slow
 def test_cli_and_trainer_start_with_only_the_trainer_stages_packages(subprocess_env: dict[str, str]) -> None:
     """As in the trainer image: any module its packages do not provide (apache_beam among them)
     cannot be imported; every trainer module imports and every command that does not run Beam

@@ -209,6 +209,7 @@ def missing(template: str, relative: str) -> str | None:
     return None if expected in read(relative) else expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("relative", "template"), QUOTES, ids=[f"{f}:{t[:40]}" for f, t in QUOTES])
 def test_docs_quote_the_figures_the_results_give(relative: str, template: str) -> None:
     expected = missing(template, relative)
@@ -240,6 +241,7 @@ CONFIRMATORY_REPORT = EFFECT / "results" / "confirmatory" / "REPORT.md"
 DECISION = "**Decision:** "
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("relative", ["README.md", "docs/evidence.md"])
 def test_the_docs_carry_the_confirmatory_runs_decision(relative: str) -> None:
     """The sentence the pre-registered rule gives (the confirmatory report's, generated from its results)

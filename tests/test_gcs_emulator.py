@@ -1,6 +1,8 @@
 import fsspec
+import pytest
 
 
+@pytest.mark.slow
 def test_fsspec_round_trip_through_emulator(gcs_bucket):
     url = f"{gcs_bucket}/dir/hello.txt"
     with fsspec.open(url, "w") as f:

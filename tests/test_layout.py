@@ -212,6 +212,7 @@ def test_the_wheel_installs_maskstream_and_nothing_else(tmp_path: Path) -> None:
     assert out["file"].startswith(str(tmp_path / "venv"))
 
 
+@pytest.mark.slow
 def test_the_public_api_is_importable_from_maskstream_and_lazy() -> None:
     """`maskstream.X` for every public name, and `import maskstream` alone loads neither Beam nor torch."""
     script = ("import sys, maskstream\n"

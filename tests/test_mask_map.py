@@ -72,6 +72,7 @@ def first_windows(root: str, texts: list[str], tokenizer) -> tuple[list[str], li
     return window_texts, windows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BUILDS))
 def test_the_map_gives_the_shards_probabilities_on_every_documents_first_window(builds, name, capsys):
     from transformers import AutoTokenizer
@@ -98,6 +99,7 @@ def test_the_map_gives_the_shards_probabilities_on_every_documents_first_window(
               f"{len(mask_map):,} word types in {mask_map.nbytes:,} bytes")
 
 
+@pytest.mark.slow
 def test_a_whole_text_longer_than_a_window_keeps_its_last_words_weight(builds):
     """The tokenizer's truncation may cut inside a word: that word's tokens still get its weight."""
     from transformers import AutoTokenizer
@@ -112,6 +114,7 @@ def test_a_whole_text_longer_than_a_window_keeps_its_last_words_weight(builds):
         assert p[0] == 0 and p[-1] == 0 and abs(p.sum() - 0.15 * (MAX_LENGTH - 2)) < 1e-3 and p.min() >= 0
 
 
+@pytest.mark.slow
 def test_another_tokenizer_is_refused_in_one_line_unless_allowed(builds):
     from transformers import AutoTokenizer
 
@@ -124,6 +127,7 @@ def test_another_tokenizer_is_refused_in_one_line_unless_allowed(builds):
     assert len(p) == len(other("protein folding")["input_ids"])
 
 
+@pytest.mark.slow
 def test_export_writes_what_load_reads(builds, tmp_path):
     from transformers import AutoTokenizer
 
@@ -151,6 +155,7 @@ def test_export_writes_what_load_reads(builds, tmp_path):
     assert loaded.peer_signals is None and "peer_signals" not in document  # built without them
 
 
+@pytest.mark.slow
 def test_an_exported_map_carries_the_peer_signals(builds, tmp_path):
     build = builds["builds"]["wordpiece-paper"]
     assert main(["export-map", build["root"], "--output", str(tmp_path / "map")]) == 0
@@ -164,6 +169,7 @@ def test_an_exported_map_carries_the_peer_signals(builds, tmp_path):
     assert document["peer_signals"]["formulas"]["collocations"] == "pmi-ngram-v2"
 
 
+@pytest.mark.slow
 def test_a_peer_strategy_without_the_signals_is_refused(builds):
     from transformers import AutoTokenizer
 
@@ -188,6 +194,7 @@ def shard_masks(rows: list[dict], indices: list[int], strategy: str, masking: Ma
 
 @pytest.mark.parametrize("strategy", ["difference", "whole_word", "random", "span", "pmi_span", "difference_pmi_span",
                                       "informask"])
+@pytest.mark.slow
 def test_the_collator_draws_the_masks_maskstream_train_draws(builds, strategy):
     from transformers import AutoTokenizer
 
@@ -208,6 +215,7 @@ def test_the_collator_draws_the_masks_maskstream_train_draws(builds, strategy):
         assert (ours["labels"] != -100).any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["wordpiece-paper", "bytelevel-sharpened", "unigram-paper"])
 def test_tokenized_rows_with_or_without_offsets_mask_as_text_rows(builds, name):
     from transformers import AutoTokenizer
@@ -241,6 +249,7 @@ def test_tokenized_rows_with_or_without_offsets_mask_as_text_rows(builds, name):
         assert collator.rows_without_words == 1 and int((batch["labels"] != -100).sum()) == 3
 
 
+@pytest.mark.slow
 def test_the_collator_in_a_multi_worker_dataloader_and_the_transformers_trainer(builds, tiny_bert, tmp_path):
     from datasets import Dataset
     from transformers import AutoModelForMaskedLM, AutoTokenizer, Trainer, TrainingArguments
@@ -267,6 +276,7 @@ def test_the_collator_in_a_multi_worker_dataloader_and_the_transformers_trainer(
     assert math.isfinite(result.training_loss) and result.global_step == 4
 
 
+@pytest.mark.slow
 def test_the_collator_numbers_rows_without_an_index_apart_per_worker(builds):
     from transformers import AutoTokenizer
 
@@ -279,6 +289,7 @@ def test_the_collator_numbers_rows_without_an_index_apart_per_worker(builds):
     assert not torch.equal(first["labels"], second["labels"]) and collator.rows_seen == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 1])
 def test_the_collator_numbers_rows_apart_per_rank(builds, monkeypatch, rank):
     """Copies on two ranks (torchrun's RANK and WORLD_SIZE) number rows without an index apart, so that
@@ -293,12 +304,14 @@ def test_the_collator_numbers_rows_apart_per_rank(builds, monkeypatch, rank):
     assert collator.sample_indices(["a text", "another text", "a third"]) == [rank, 2 + rank, 4 + rank]
 
 
+@pytest.mark.slow
 def test_export_sizes_are_reported(builds, tmp_path):
     written = export_mask_map(builds["builds"]["wordpiece-paper"]["root"], str(tmp_path / "m"))
     assert written["word_types"] == len(MaskMap.load(str(tmp_path / "m")))
     assert written["total_bytes"] == sum(p.stat().st_size for p in Path(tmp_path / "m").iterdir())
 
 
+@pytest.mark.slow
 def test_a_map_from_and_to_a_bucket(builds, gcs_bucket):
     """from_version on a gs:// root, export-map to gs://, MaskMap.load from gs:// (the GCS emulator)."""
     import fsspec
@@ -318,6 +331,7 @@ def test_a_map_from_and_to_a_bucket(builds, gcs_bucket):
             assert np.array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_a_batch_mixing_text_tokenized_and_empty_rows(builds):
     from transformers import AutoTokenizer
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -63,6 +64,7 @@ def test_the_build_formula_sums_to_the_budget_on_real_shapes():
     np.testing.assert_allclose([p[:6].sum(), p[6:].sum()], [0.5 * 4, 0.5 * 3], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_signal_layer_imports_neither_beam_nor_torch():
     code = ("import sys\n"
             "import maskstream.mask_signal.alignment, maskstream.mask_signal.mask_map\n"

@@ -97,6 +97,7 @@ def test_build_passes_dataflow_flags_unchanged(captured: list[PipelineOptions], 
     assert sorted(p.name for p in (tmp_path / "dataset").rglob("*")) == ["seeds.json", "v1"]
 
 
+@pytest.mark.slow
 def test_dask_runner_is_refused_with_the_reason(subprocess_env, tmp_path):
     """Beam's DaskRunner drops all but the last sink and empties tagged outputs
     (benchmarks/dask_runner.py): the command line refuses it instead of writing wrong outputs."""

@@ -35,6 +35,7 @@ def test_remote_urls_found_in_flags_lists_and_beam_args():
     assert remote_urls(vars(args).values()) == ["gs://a/x/*.jsonl", "gs://b/out", "gs://c/tmp"]
 
 
+@pytest.mark.slow
 def test_missing_bucket_fails_fast_naming_the_path(gcs_emulator, subprocess_env, tmp_path):
     path = "gs://no-such-bucket-here/corpus/*.jsonl"
     start = time.monotonic()
@@ -45,6 +46,7 @@ def test_missing_bucket_fails_fast_naming_the_path(gcs_emulator, subprocess_env,
     assert elapsed < 30, elapsed
 
 
+@pytest.mark.slow
 def test_stopped_emulator_fails_within_the_timeout(subprocess_env, tmp_path):
     endpoint = f"http://127.0.0.1:{_closed_port()}"
     env = {**subprocess_env, "STORAGE_EMULATOR_HOST": endpoint, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
@@ -57,6 +59,7 @@ def test_stopped_emulator_fails_within_the_timeout(subprocess_env, tmp_path):
     assert elapsed < 8 + 10, elapsed  # the deadline plus interpreter start-up
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("timeout", [6])
 def test_no_network_no_credentials_fails_within_the_timeout(subprocess_env, tmp_path, timeout):
     env = {k: v for k, v in subprocess_env.items() if k not in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")}

@@ -68,6 +68,7 @@ def read_rejects(stats: Path) -> list[dict[str, str]]:
     return [json.loads(line) for path in sorted(stats.glob("rejects-*.jsonl")) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_every_bad_input_kind_is_a_reject_with_its_reason(tmp_path: Path, subprocess_env) -> None:
     expected = write_bad_corpus(tmp_path / "corpus")
     stats = tmp_path / "stats"
@@ -86,6 +87,7 @@ def test_every_bad_input_kind_is_a_reject_with_its_reason(tmp_path: Path, subpro
     assert f"rejected: {len(expected)}" in result.stdout
 
 
+@pytest.mark.slow
 def test_no_word_passing_the_seed_filters_is_an_error(tmp_path: Path, subprocess_env) -> None:
     corpus = tmp_path / "stop.txt"
     corpus.write_text("the and of it\nto be or not to be\nit is at an\n")  # stop words and short words only
@@ -158,6 +160,7 @@ def test_a_50_mb_single_line_document_is_rejected_unread(tmp_path: Path, subproc
     assert built == [expected]
 
 
+@pytest.mark.slow
 def test_documents_over_the_limit_are_rejects_in_every_format(tmp_path: Path) -> None:
     import apache_beam as beam
     from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline

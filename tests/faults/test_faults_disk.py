@@ -28,6 +28,7 @@ def corpus(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_output_under_a_regular_file_names_the_path(tmp_path: Path, corpus: Path, subprocess_env) -> None:
     (tmp_path / "afile").write_text("not a folder")
     result = run_cli(["stats", "--input", str(corpus), "--output", str(tmp_path / "afile" / "stats")],
@@ -57,6 +58,7 @@ class FullDisk:
         self._f.close()
 
 
+@pytest.mark.slow
 def test_disk_full_names_the_output(tmp_path: Path, corpus: Path, monkeypatch, capsys) -> None:
     output = tmp_path / "stats"
     real_create = LocalFileSystem.create
@@ -72,6 +74,7 @@ def test_disk_full_names_the_output(tmp_path: Path, corpus: Path, monkeypatch, c
     assert not output.exists()
 
 
+@pytest.mark.slow
 def test_permission_denied_names_the_file_and_keeps_the_previous_output(tmp_path: Path, corpus: Path, monkeypatch,
                                                                          capsys, subprocess_env) -> None:
     output = tmp_path / "stats"

@@ -95,6 +95,7 @@ def test_a_live_lease_keeps_its_version_and_stale_leases_go(tmp_path: Path, capl
                                                                    "garbage.json"}
 
 
+@pytest.mark.slow
 def test_the_cli_says_what_it_kept_and_why(tmp_path: Path, subprocess_env) -> None:
     write_version(tmp_path, "v9", created_minutes_ago=200)
     write_version(tmp_path, "v10", created_minutes_ago=100, latest=True)

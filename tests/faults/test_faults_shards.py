@@ -69,6 +69,7 @@ def test_truncated_shard_is_named_when_the_loader_starts(dataset_copy: Path) -> 
         StreamingSequenceDataset(str(dataset_copy))
 
 
+@pytest.mark.slow
 def test_truncated_parquet_in_the_corpus_is_a_reject(tmp_path: Path) -> None:
     good = tmp_path / "good.parquet"
     pq.write_table(pa.table({"text": ["alpha beta", "gamma delta"]}), good)

@@ -116,6 +116,7 @@ def built(sample_corpus, tmp_path_factory, minilm_path):
     return {"inputs": inputs, "root": root, "version_url": version_url, "manifest": manifest, "spy": spy}
 
 
+@pytest.mark.slow
 def test_output_validates_against_the_schema(built):
     manifest, version_url = built["manifest"], built["version_url"]
     assert len(manifest.shards) == 3 and manifest.total_rows > 200
@@ -142,6 +143,7 @@ def test_output_validates_against_the_schema(built):
     assert not Path(version_url, "_parts").exists()
 
 
+@pytest.mark.slow
 def test_probabilities_sum_to_the_budget_and_specials_are_zero(built):
     table = read_rows(built["version_url"])
     budget = built["manifest"].config["budget"]
@@ -155,6 +157,7 @@ def test_probabilities_sum_to_the_budget_and_specials_are_zero(built):
         assert p.sum() == pytest.approx(budget * (special == 0).sum(), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_word_index_is_the_word_the_tokenizer_spells(built, minilm_path):
     """Each occurrence's tokens, joined as the tokenizer spells them, are its word-table word."""
     from transformers import AutoTokenizer
@@ -183,6 +186,7 @@ def test_word_index_is_the_word_the_tokenizer_spells(built, minilm_path):
     assert checked > 4000
 
 
+@pytest.mark.slow
 def test_encoder_sees_exactly_the_unique_words_and_seeds(built, minilm_path):
     from transformers import AutoTokenizer
 
@@ -197,6 +201,7 @@ def test_encoder_sees_exactly_the_unique_words_and_seeds(built, minilm_path):
     assert spy.calls <= len(expected) / 256 + 16
 
 
+@pytest.mark.slow
 def test_manifest_records_the_resolved_encoder_dtype(built):
     from maskstream.pipelines.build.core.encoder_dtype import resolve_encoder_dtype
 
@@ -205,6 +210,7 @@ def test_manifest_records_the_resolved_encoder_dtype(built):
     assert manifest.encoder["dtype"] == manifest.config["encoder_dtype"] == dtype
 
 
+@pytest.mark.slow
 def test_inspect_summarizes_marks_and_plots(built, tmp_path, capsys):
     plot = tmp_path / "hist.png"
     assert main(["inspect", built["root"], "--plot", str(plot), "--samples", "2"]) == 0
@@ -213,6 +219,7 @@ def test_inspect_summarizes_marks_and_plots(built, tmp_path, capsys):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_inspect_writes_no_file_unless_asked(built, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["inspect", built["root"], "--samples", "1", "--no-verify"]) == 0
@@ -220,6 +227,7 @@ def test_inspect_writes_no_file_unless_asked(built, tmp_path, monkeypatch, capsy
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_inspect_names_a_corrupted_shard(built, tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(built["version_url"], copy)
@@ -232,6 +240,7 @@ def test_inspect_names_a_corrupted_shard(built, tmp_path, capsys):
     assert shard in err and "does not match" in err
 
 
+@pytest.mark.slow
 def test_a_shard_has_the_same_bytes_whatever_order_its_parts_arrive_in(built, tmp_path):
     """`write_shard` from the build's rows (copied to 60 k rows, so that a column chunk spans several
     Parquet pages, whose boundaries follow the table's chunks) cut into parts, given in id order,
@@ -251,6 +260,7 @@ def test_a_shard_has_the_same_bytes_whatever_order_its_parts_arrive_in(built, tm
         assert (entry.sha256, entry.rows) == (expected, rows.num_rows), name
 
 
+@pytest.mark.slow
 def test_one_and_two_workers_give_the_same_rows(sample_corpus, tmp_path, subprocess_env):
     inputs = make_inputs(sample_corpus, tmp_path / "in", 25)
     versions = []
@@ -267,6 +277,7 @@ def test_one_and_two_workers_give_the_same_rows(sample_corpus, tmp_path, subproc
     assert versions[0][1].equals(versions[1][1])  # the word table: every word's index, similarity, nearest seed
 
 
+@pytest.mark.slow
 def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys):
     inputs = make_inputs(sample_corpus, tmp_path / "in", 30)
     root = f"{gcs_bucket}/datasets/debian"
@@ -282,6 +293,7 @@ def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys
     assert "match the manifest" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tmp_path, monkeypatch, capsys):
     import maskstream.pipelines.build.beam.dataset_pipeline as dataset_pipeline
 
@@ -304,6 +316,7 @@ def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tm
     assert main(["inspect", root, "--plot", str(tmp_path / "p.png")]) == 0
 
 
+@pytest.mark.slow
 def test_a_killed_build_leaves_latest_on_the_previous_version(sample_corpus, tmp_path, subprocess_env):
     inputs = make_inputs(sample_corpus, tmp_path / "in", 30)
     root = tmp_path / "dataset"

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -23,6 +24,7 @@ def read_rejects(version: Path) -> list[dict]:
     return [json.loads(line) for path in sorted(version.glob("rejects-*.jsonl")) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_a_build_that_rejects_every_document_writes_them_all_and_no_version(sample_corpus, tmp_path, caplog):
     inputs = make_inputs(sample_corpus, tmp_path / "in", DOCUMENTS)
     root = tmp_path / "dataset"
@@ -61,6 +63,7 @@ def list_collecting_transforms(pipeline: beam.Pipeline, under: str) -> list[str]
     return found
 
 
+@pytest.mark.slow
 def test_bookkeeping_counts_rejects_with_a_combine_and_writes_them_sharded(tmp_path):
     """The DirectRunner holds every PCollection in memory whatever the graph, so what keeps a
     distributed worker's memory flat is checked on the graph: no step gathers the rejects into

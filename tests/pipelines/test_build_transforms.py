@@ -121,6 +121,7 @@ def _check_windows(expected_tokens: dict[str, list[int]], packing: str, cls_id: 
     return check
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("packing", ["truncate", "pack"])
 def test_tokenize_to_windows_keeps_every_token(documents, minilm_path, packing):
     backend = load_backend_tokenizer(minilm_path)

@@ -33,6 +33,7 @@ def read(patterns, tmp_path: Path, **kwargs) -> tuple[list[Document], list[dict]
     return sorted(documents), sorted(rejects, key=lambda r: (r["source"], r["location"]))
 
 
+@pytest.mark.slow
 def test_txt_lines_with_bad_bytes_and_empty_lines(tmp_path: Path):
     path = tmp_path / "a.txt"
     path.write_bytes("first document\n\nthird caf\u00e9\nbad \xff byte\n   \nlast".encode("latin-1").replace(
@@ -59,6 +60,7 @@ def test_txt_lines_with_bad_bytes_and_empty_lines(tmp_path: Path):
         )
 
 
+@pytest.mark.slow
 def test_txt_file_mode(tmp_path: Path):
     (tmp_path / "one.txt").write_text("a whole\nfile is one document\n", encoding="utf-8")
     (tmp_path / "empty.txt").write_text("\n \n", encoding="utf-8")
@@ -71,6 +73,7 @@ def test_txt_file_mode(tmp_path: Path):
     ]
 
 
+@pytest.mark.slow
 def test_jsonl_every_bad_line(tmp_path: Path):
     path = tmp_path / "c.jsonl"
     lines = [
@@ -101,6 +104,7 @@ def test_jsonl_every_bad_line(tmp_path: Path):
     assert len(documents) + len(rejects) == len(lines)
 
 
+@pytest.mark.slow
 def test_compressed_jsonl_and_bom(tmp_path: Path):
     path = tmp_path / "d.jsonl.gz"
     with gzip.open(path, "wb") as f:
@@ -109,6 +113,7 @@ def test_compressed_jsonl_and_bom(tmp_path: Path):
     assert [d.text for d in documents] == ["with a byte order mark"] and rejects == []
 
 
+@pytest.mark.slow
 def test_parquet_rows_missing_column_and_nulls(tmp_path: Path):
     good = tmp_path / "good.parquet"
     pq.write_table(pa.table({"content": ["alpha beta", None, "", "gamma"], "n": [1, 2, 3, 4]}), good)
@@ -130,6 +135,7 @@ def test_parquet_rows_missing_column_and_nulls(tmp_path: Path):
     ]
 
 
+@pytest.mark.slow
 def test_unknown_file_type_is_a_reject(tmp_path: Path):
     (tmp_path / "notes.csv").write_text("a,b\n")
     documents, rejects = read([tmp_path / "notes.csv"], tmp_path)
@@ -189,6 +195,7 @@ def test_fingerprint_matches_hashlib(tmp_path: Path, sample_corpus: Path):
     assert corpus_fingerprint([str(copy)])["sha256"] != first["sha256"]
 
 
+@pytest.mark.slow
 def test_sample_corpus_reads_whole(tmp_path: Path, sample_corpus: Path):
     documents, rejects = read([sample_corpus], tmp_path)
     expected = [json.loads(line)["text"] for line in sample_corpus.read_text(encoding="utf-8").splitlines()]

@@ -100,6 +100,7 @@ def test_parquet_hostile_values_are_documents_or_rejects(tmp_path: Path, values:
     assert len(documents) + len(rejects) == len(values)
 
 
+@pytest.mark.slow
 def test_json_nested_5000_deep_is_a_reject_and_the_job_goes_on(tmp_path: Path, subprocess_env) -> None:
     """The issue's case, end to end: `maskstream stats` used to fail with RecursionError."""
     from tests.conftest import run_cli

@@ -28,6 +28,7 @@ def beam_anonymous_gcs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(auth._Credentials, "_credentials", None)
 
 
+@pytest.mark.slow
 def test_read_corpus_from_gcs_glob(gcs_emulator: str, gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs):
     fs, _ = fsspec.core.url_to_fs(gcs_bucket)
     lines = sample_corpus.read_text(encoding="utf-8").splitlines()[:20]
@@ -53,6 +54,7 @@ def test_read_corpus_from_gcs_glob(gcs_emulator: str, gcs_bucket: str, sample_co
         )
 
 
+@pytest.mark.slow
 def test_stats_and_seeds_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs, capsys):
     """The whole stats -> seeds path with every input and output in the bucket (in process, so
     that Beam's credentials cache above applies)."""
@@ -76,6 +78,7 @@ def test_stats_and_seeds_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anony
     assert fs.exists(f"{gcs_bucket}/seeds/seeds_report.md") and fs.exists(f"{gcs_bucket}/seeds/seeds.png")
 
 
+@pytest.mark.slow
 def test_a_refused_listing_is_an_error_not_an_empty_match(gcs_emulator: str, gcs_bucket: str, beam_anonymous_gcs,
                                                           monkeypatch):
     """A 403 (a bucket the credentials may not list) names the pattern and the refusal; only a missing

@@ -77,16 +77,24 @@ def first_build(sample_corpus: Path, tmp_path_factory) -> dict:
     return {"base": base, "corpus": corpus, "root": root, "report": report}
 
 
-def test_change_one_file_redoes_only_that_file_and_equals_a_full_rebuild(first_build, sample_corpus) -> None:
-    corpus, root = first_build["corpus"], first_build["root"]
+@pytest.fixture(scope="module")
+def second_build(first_build: dict) -> dict:
+    """The update of `first_build`'s root after one file of its corpus changed: made once, by the first
+    test that asks for it (each test builds what it needs, alone or in any order)."""
+    change_one_file(first_build["corpus"])
+    return run_update(f"{first_build['corpus']}/*.jsonl", str(first_build["root"]))
+
+
+@pytest.mark.slow
+def test_change_one_file_redoes_only_that_file_and_equals_a_full_rebuild(first_build, second_build) -> None:
+    corpus = first_build["corpus"]
     first = first_build["report"]
     assert first["counts"]["files_processed"] == FILES
     assert first["counts"]["documents_tokenized"] == FILES * DOCUMENTS_PER_FILE
     before = load_manifest(first["version"])[1]
     old_words = set(pq.read_table(f"{first['version']}/words").column("word").to_pylist()) | set(before.seeds)
 
-    change_one_file(corpus)
-    second = run_update(f"{corpus}/*.jsonl", str(root))
+    second = second_build
     assert second["counts"]["files_processed"] == 1
     assert second["counts"]["documents_tokenized"] == DOCUMENTS_PER_FILE + 1
     new_words = set(pq.read_table(f"{second['version']}/words").column("word").to_pylist()) | set(second["seeds"])
@@ -100,14 +108,14 @@ def test_change_one_file_redoes_only_that_file_and_equals_a_full_rebuild(first_b
     url, manifest = load_manifest(first["version"])
     assert manifest.version == before.version
     assert all(verify_shard(url, shard) is None for shard in manifest.shards)
-    first_build["second"] = second
 
 
-def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, monkeypatch) -> None:
+@pytest.mark.slow
+def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, second_build, monkeypatch) -> None:
     """Changes above IN_PROCESS_MAX_BYTES go through a Beam pipeline: the same cache entries, the same dataset."""
     from maskstream.pipelines.update import changed_files
 
-    second = first_build.get("second") or pytest.skip("needs the incremental test")
+    second = second_build
     corpus, base = first_build["corpus"], first_build["base"]
     monkeypatch.setattr(changed_files, "IN_PROCESS_MAX_BYTES", -1)
     with_beam = run_update(f"{corpus}/*.jsonl", str(base / "with-beam"))
@@ -121,6 +129,7 @@ def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, monke
     assert beam and all(in_process[path] == content for path, content in beam.items())
 
 
+@pytest.mark.slow
 def test_an_update_without_new_words_imports_neither_beam_nor_the_encoder(first_build, subprocess_env, tmp_path) -> None:
     from maskstream.pipelines.build.core.encoder_dtype import gpu_driver_present
 
@@ -147,10 +156,11 @@ def test_an_update_without_new_words_imports_neither_beam_nor_the_encoder(first_
             assert imported == {"torch": False, "transformers": False, "apache_beam": False}
 
 
-def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) -> None:
+@pytest.mark.slow
+def test_update_equals_stats_seeds_build(first_build, second_build, subprocess_env, tmp_path) -> None:
     from tests.conftest import run_cli
 
-    second = first_build.get("second") or pytest.skip("needs the incremental test")
+    second = second_build
     corpus = f"{first_build['corpus']}/*.jsonl"
     run_cli(["stats", "--input", corpus, "--output", str(tmp_path / "stats")], subprocess_env)
     run_cli(["seeds", "--stats", str(tmp_path / "stats"), "--output", str(tmp_path / "seeds.json")], subprocess_env)
@@ -159,6 +169,7 @@ def test_update_equals_stats_seeds_build(first_build, subprocess_env, tmp_path) 
     assert_same_dataset(second["version"], str(tmp_path / "dataset"))
 
 
+@pytest.mark.slow
 def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first_build) -> None:
     from maskstream.pipelines.build.core.encoder_dtype import resolve_encoder_dtype
     from maskstream.pipelines.update.cache import encoder_key
@@ -186,12 +197,11 @@ def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first
     assert np.abs(similarity[0] - similarity[1]).max() < 0.01
 
 
-def test_gc_keeps_latest_and_removes_unused_cache(first_build, subprocess_env) -> None:
+@pytest.mark.slow
+def test_gc_keeps_latest_and_removes_unused_cache(first_build, second_build, subprocess_env) -> None:
     from tests.conftest import run_cli
 
-    root = first_build["root"]
-    if "second" not in first_build:
-        pytest.skip("needs the incremental test's second version")
+    root = first_build["root"]  # holds two versions: first_build's and second_build's
     copy = first_build["base"] / "gc-root"
     shutil.copytree(root, copy)
     (copy / "20000101T000000Z-broken").mkdir()  # an old incomplete version
@@ -226,6 +236,7 @@ def watched_copy(first_build, name: str) -> tuple[Path, Path]:
     return corpus, root
 
 
+@pytest.mark.slow
 def test_watch_builds_when_the_folder_changes(first_build) -> None:
     from maskstream.pipelines.update.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
 
@@ -253,6 +264,7 @@ def test_watch_builds_when_the_folder_changes(first_build) -> None:
     assert manifest.source_fingerprint["documents"]["accepted"] == lines
 
 
+@pytest.mark.slow
 def test_killed_watch_leaves_a_consistent_root(first_build, subprocess_env) -> None:
     corpus, root = watched_copy(first_build, "killed")
     first = run_update(f"{corpus}/*.jsonl", str(root))
@@ -283,6 +295,7 @@ def test_killed_watch_leaves_a_consistent_root(first_build, subprocess_env) -> N
     assert load_manifest(str(root))[0] == after["version"]
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_build_finishes_it_then_stops(first_build, subprocess_env) -> None:
     corpus, root = watched_copy(first_build, "sigterm")
     process = subprocess.Popen(
@@ -299,6 +312,7 @@ def test_sigterm_during_a_build_finishes_it_then_stops(first_build, subprocess_e
     assert all(verify_shard(url, shard) is None for shard in manifest.shards)
 
 
+@pytest.mark.slow
 def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fresh_build(sample_corpus, tmp_path):
     """--min-word-count 2: after an added document makes a word seen once occur twice, the update
     encodes it, and its rows equal a fresh update's and `maskstream stats` + `seeds` + `build`'s."""
@@ -401,6 +415,7 @@ def test_the_encoder_process_outlives_ctrl_c_and_sigterm_sent_to_its_group() -> 
         pool.shutdown(wait=True)
 
 
+@pytest.mark.slow
 def test_the_encoder_process_ends_when_its_parent_is_killed(subprocess_env) -> None:
     import os
 

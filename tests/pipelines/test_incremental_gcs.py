@@ -23,6 +23,7 @@ def beam_anonymous_gcs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(auth._Credentials, "_credentials", None)
 
 
+@pytest.mark.slow
 def test_update_watch_and_follow_on_gcs(gcs_bucket: str, sample_corpus: Path, beam_anonymous_gcs, caplog,
                                         tiny_bert: str, tmp_path) -> None:
     from maskstream.pipelines.update.incremental import update

@@ -36,6 +36,7 @@ def corpus(sample_corpus: Path, tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_an_update_after_a_tenth_changed_equals_a_fresh_update_and_the_build(corpus, subprocess_env, tmp_path):
     root = tmp_path / "root"
     inputs = f"{corpus}/*.jsonl"

@@ -50,6 +50,7 @@ def page_data(path: Path) -> dict:
     return json.loads(found.group(1))
 
 
+@pytest.mark.slow
 def test_page_is_self_contained_small_and_complete(page, capsys):
     text = page["path"].read_text(encoding="utf-8")
     assert len(text.encode("utf-8")) < PAGE_LIMIT
@@ -69,6 +70,7 @@ def test_page_is_self_contained_small_and_complete(page, capsys):
     assert len(ids) == 40 and ids == sorted(set(ids)) and ids[0] == 0 and ids[-1] == manifest.total_rows - 1
 
 
+@pytest.mark.slow
 def test_the_sample_shrinks_until_the_page_fits(page, monkeypatch, capsys):
     limit = page["path"].stat().st_size - 20_000
     monkeypatch.setattr(inspect_html, "MAX_PAGE_BYTES", limit)

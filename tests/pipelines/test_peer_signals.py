@@ -69,6 +69,7 @@ def test_ngram_counts_equal_an_independent_count_of_the_shipped_corpus(texts):
     assert ngram_counts(texts) == independent_ngram_counts(texts)
 
 
+@pytest.mark.slow
 def test_beam_counts_equal_the_independent_counts(texts):
     sample = texts[:60]
     expected = list(independent_ngram_counts(sample).items())
@@ -141,6 +142,7 @@ def test_relevance_equals_the_direct_computation_on_a_handful_of_sentences(texts
     assert any(value > 0 for value in relevance.values())
 
 
+@pytest.mark.slow
 def test_beam_relevance_equals_the_in_process_form(texts):
     sample = texts[:80]
     settings = PeerSignalSettings(pair_min_count=2)
@@ -170,6 +172,7 @@ def peer_build(sample_corpus, tmp_path_factory):
     return {"version_url": version_url, "manifest": manifest, "texts": corpus, "inputs": inputs, "folder": folder}
 
 
+@pytest.mark.slow
 def test_the_build_writes_what_the_in_process_form_computes(peer_build):
     version_url, manifest, corpus = peer_build["version_url"], peer_build["manifest"], peer_build["texts"]
     settings = PeerSignalSettings(ngram_min_count=3, max_collocations=500)
@@ -195,6 +198,7 @@ def test_the_build_writes_what_the_in_process_form_computes(peer_build):
     assert table.column("sentences").to_pylist() == [sentence_counts.get(w, 0) for w in words_of]
 
 
+@pytest.mark.slow
 def test_a_build_without_peer_signals_names_the_flag(sample_corpus, tmp_path):
     inputs = make_inputs(sample_corpus, tmp_path, 30)
     assert main(build_args(inputs, str(tmp_path / "dataset"))) == 0
@@ -205,6 +209,7 @@ def test_a_build_without_peer_signals_names_the_flag(sample_corpus, tmp_path):
         PeerSignals.load(version_url, manifest)
 
 
+@pytest.mark.slow
 def test_span_ids_join_the_words_of_each_collocation_found(peer_build):
     version_url, manifest = peer_build["version_url"], peer_build["manifest"]
     signals = PeerSignals.load(version_url, manifest)
@@ -234,6 +239,7 @@ def test_span_ids_join_the_words_of_each_collocation_found(peer_build):
     assert multiword > 0
 
 
+@pytest.mark.slow
 def test_inspect_shows_the_collocations_found_and_the_informative_words(peer_build, tmp_path, capsys):
     page = tmp_path / "page.html"
     assert main(["inspect", str(peer_build["version_url"]), "--samples", "0", "--html", str(page)]) == 0
@@ -248,6 +254,7 @@ def test_inspect_shows_the_collocations_found_and_the_informative_words(peer_bui
     assert 'id="peers-section"' in html and top in html and "Peer signals" in html
 
 
+@pytest.mark.slow
 def test_inspect_of_a_version_without_them_says_how_to_get_them(tmp_path, sample_corpus, capsys):
     inputs = make_inputs(sample_corpus, tmp_path, 20)
     assert main(build_args(inputs, str(tmp_path / "dataset"))) == 0
@@ -257,6 +264,7 @@ def test_inspect_of_a_version_without_them_says_how_to_get_them(tmp_path, sample
     assert 'id="peers-section"' not in (tmp_path / "p.html").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_the_loader_joins_the_signals_to_every_row(peer_build):
     from maskstream.trainer.dataset import StreamingSequenceDataset
 
@@ -274,6 +282,7 @@ def test_the_loader_joins_the_signals_to_every_row(peer_build):
     assert "informativeness" in informask and "span_ids" not in informask  # only what the strategy reads
 
 
+@pytest.mark.slow
 def test_train_with_pmi_span_resumes_exactly(peer_build, tiny_bert, tmp_path):
     """`maskstream train --strategy pmi_span` (held-out loss with informask) on a --peer-signals version: a
     resume from step 3 of 6 gives the uninterrupted run's losses exactly (masks are f(seed, epoch, row))."""

@@ -118,6 +118,7 @@ def sharpened_build(sample_corpus, tmp_path_factory):
     return {"root": root, "version_url": version_url, "manifest": manifest, "inputs": inputs}
 
 
+@pytest.mark.slow
 def test_build_diagnostics_match_a_count_of_the_shards(sharpened_build):
     """Every figure of the manifest's diagnostics, recomputed from the shards with Counter."""
     manifest, version_url = sharpened_build["manifest"], sharpened_build["version_url"]
@@ -163,6 +164,7 @@ def test_build_diagnostics_match_a_count_of_the_shards(sharpened_build):
     assert min(probabilities) >= np.float32(SHARPENED["floor"])
 
 
+@pytest.mark.slow
 def test_the_build_prints_its_diagnostics(sharpened_build, capsys):
     from maskstream.cli.build import print_signal
 
@@ -185,6 +187,7 @@ def _version_with_diagnostics(sharpened_build, folder: Path, change) -> str:
     return str(copy)
 
 
+@pytest.mark.slow
 def test_inspect_does_not_repeat_the_signal_the_build_printed(sharpened_build, tmp_path, capsys):
     """The shards give the manifest's figures: one line says so, and the table is not printed again."""
     plot = tmp_path / "hist.png"
@@ -196,6 +199,7 @@ def test_inspect_does_not_repeat_the_signal_the_build_printed(sharpened_build, t
     assert (tmp_path / "hist_signal.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("manifest_kind", ["older, without diagnostics", "figures that differ"])
 def test_inspect_prints_the_signal_the_build_did_not(sharpened_build, tmp_path, capsys, manifest_kind):
     """An older manifest (no diagnostics) or one whose figures differ from the shards': the whole
@@ -216,6 +220,7 @@ def test_inspect_prints_the_signal_the_build_did_not(sharpened_build, tmp_path, 
     assert "the shards agree" not in out
 
 
+@pytest.mark.slow
 def test_a_near_uniform_map_is_warned_about(sharpened_build):
     """The paper's map on this slice: its diagnostics carry the warning naming the knobs."""
     from maskstream.pipelines.build.inspect.signal import signal_reports
@@ -241,6 +246,7 @@ def test_a_near_uniform_map_is_warned_about(sharpened_build):
     assert paper["warning"] and "--sharpness" in paper["warning"]
 
 
+@pytest.mark.slow
 def test_comparison_maps_are_tallied_on_every_kth_sequence(sharpened_build, monkeypatch):
     """With k = 3 the built map is still tallied on every row, and each compared map on exactly the
     rows whose sequence id is a multiple of 3 (counted here with numpy), as a full tally of those rows."""
@@ -294,6 +300,7 @@ def background_counts() -> Counter:
     return counts
 
 
+@pytest.mark.slow
 def test_background_contrast_seeds_are_domain_words(background_stats, background_counts):
     """At most 2 of the top 20 seeds are among the background's 300 most common words; TF-ICF
     alone picks many of them."""
@@ -304,6 +311,7 @@ def test_background_contrast_seeds_are_domain_words(background_stats, background
     assert len([w for w in general if w in common]) >= 10
 
 
+@pytest.mark.slow
 def test_background_report_says_which_contrast_put_each_seed_there(background_stats, background_counts):
     folder = background_stats["folder"]
     table = pa.concat_tables(pq.read_table(p) for p in sorted((folder / "stats").glob("word_stats-*.parquet")))
@@ -321,6 +329,7 @@ def test_background_report_says_which_contrast_put_each_seed_there(background_st
     assert "put there by" in report and "background + general" in report and "| package |" in report
 
 
+@pytest.mark.slow
 def test_seeds_json_records_which_contrast_put_each_seed_there(background_stats):
     """Each seed's rank, domain frequency, score, rank by TF-ICF alone among the words the filters
     keep (computed here), and `put_there_by`, which `inspect --html` shows."""

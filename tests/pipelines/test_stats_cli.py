@@ -39,6 +39,7 @@ def sample_stats(tmp_path_factory, sample_corpus: Path, subprocess_env) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_counts_equal_counter_on_the_sample(sample_stats: Path, sample_corpus: Path):
     texts = sample_texts(sample_corpus)
     tf = Counter(w for t in texts for w in words(t))
@@ -61,6 +62,7 @@ def test_counts_equal_counter_on_the_sample(sample_stats: Path, sample_corpus: P
     assert [p.read_text() for p in sample_stats.glob("rejects-*.jsonl")] == [""]
 
 
+@pytest.mark.slow
 def test_seeds_are_domain_words(sample_stats: Path, tmp_path: Path, subprocess_env):
     seeds_json = tmp_path / "out" / "seeds.json"
     result = run_cli(["seeds", "--stats", str(sample_stats), "--output", str(seeds_json)], subprocess_env)
@@ -94,6 +96,7 @@ def test_shipped_stop_words_are_sklearns():
     assert SHIPPED_STOP_WORDS == ENGLISH_STOP_WORDS
 
 
+@pytest.mark.slow
 def test_two_workers_give_the_same_statistics(tmp_path: Path, sample_corpus: Path, subprocess_env):
     subset = tmp_path / "subset.jsonl"
     subset.write_text("\n".join(sample_corpus.read_text(encoding="utf-8").splitlines()[:300]) + "\n")
@@ -114,6 +117,7 @@ def test_two_workers_give_the_same_statistics(tmp_path: Path, sample_corpus: Pat
     assert summaries[0]["N"] == summaries[1]["N"] == 300
 
 
+@pytest.mark.slow
 def test_general_corpus_frequencies(tmp_path: Path, subprocess_env):
     domain = tmp_path / "domain.txt"
     domain.write_text("genome genome reads\nthe genome of the cat\n")
@@ -139,6 +143,7 @@ def test_general_corpus_frequencies(tmp_path: Path, subprocess_env):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["domain.txt", "general.txt", "s"]  # no staging left
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_rejected_and_counted(tmp_path: Path, subprocess_env):
     (tmp_path / "a.txt").write_bytes(b"good line one\n\xff\xfe broken\n\nanother good line\n")
     (tmp_path / "b.jsonl").write_bytes(b'{"text": "fine"}\n{oops\n{"body": "x"}\n{"text": 5}\n{"text": ""}\n')
@@ -164,6 +169,7 @@ def test_bad_inputs_are_rejected_and_counted(tmp_path: Path, subprocess_env):
     ]
 
 
+@pytest.mark.slow
 def test_missing_input_fails_and_writes_nothing(tmp_path: Path, sample_corpus: Path, subprocess_env):
     out = tmp_path / "stats"
     result = run_cli(["stats", "--input", str(sample_corpus), str(tmp_path / "nope.jsonl"), "--output", str(out)],
@@ -173,6 +179,7 @@ def test_missing_input_fails_and_writes_nothing(tmp_path: Path, sample_corpus: P
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_zero_accepted_fails_and_writes_nothing(tmp_path: Path, subprocess_env):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -184,6 +191,7 @@ def test_zero_accepted_fails_and_writes_nothing(tmp_path: Path, subprocess_env):
     assert [p.name for p in tmp_path.iterdir()] == ["corpus"]
 
 
+@pytest.mark.slow
 def test_seeds_without_stats_fails(tmp_path: Path, subprocess_env):
     result = run_cli(["seeds", "--stats", str(tmp_path), "--output", str(tmp_path / "seeds.json")],
                      subprocess_env, check=False)

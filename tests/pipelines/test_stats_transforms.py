@@ -64,6 +64,7 @@ def expected_counts(texts: list[str]) -> dict[str, tuple[int, int]]:
     return {w: (tf[w], df[w]) for w in tf}
 
 
+@pytest.mark.slow
 def test_count_words():
     with TestPipeline() as p:
         counted = p | beam.Create(documents(DOMAIN, "d")) | CountWords()
@@ -95,6 +96,7 @@ def test_batch_counts_equal_counter_on_every_code_point():
     assert dict(word_counts_of_texts(texts)) == expected_counts_of(texts)
 
 
+@pytest.mark.slow
 def test_count_words_over_several_batches(monkeypatch):
     monkeypatch.setattr(stats_transforms, "BATCH_CHARACTERS", 40)  # a few texts a batch
     texts = MULTILINGUAL * 3 + DOMAIN
@@ -105,6 +107,7 @@ def test_count_words_over_several_batches(monkeypatch):
         assert_that(counted["documents"], equal_to([len(texts)]), label="N")
 
 
+@pytest.mark.slow
 def test_tf_icf_with_wordfreq():
     counts = expected_counts(DOMAIN)
     total = sum(tf for tf, _ in counts.values())
@@ -120,6 +123,7 @@ def test_tf_icf_with_wordfreq():
         assert_that(rows, equal_to(expected))
 
 
+@pytest.mark.slow
 def test_tf_icf_with_general_corpus():
     counts = expected_counts(DOMAIN)
     total = sum(tf for tf, _ in counts.values())

@@ -42,6 +42,7 @@ def test_facts_are_those_of_the_loaded_tokenizer(minilm_path):
     assert Tokenizer.from_str(facts["backend"]).encode(text).ids == hf(text)["input_ids"]
 
 
+@pytest.mark.slow
 def test_the_cache_is_keyed_by_content(tokenizer_copy, tmp_path, monkeypatch, subprocess_env):
     monkeypatch.setenv("MASKSTREAM_CACHE", str(tmp_path / "cache"))
     key = content_key(tokenizer_copy)

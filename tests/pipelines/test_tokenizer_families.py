@@ -192,6 +192,7 @@ def test_bad_tokenizers_are_refused_with_what_is_missing(family_path, texts, tmp
     check_tokenizer(family_path("sentencepiece-bpe"), "pack")  # no end token in its template: eos separates
 
 
+@pytest.mark.slow
 def test_build_refuses_a_tokenizer_without_mask_token_at_start(texts, tmp_path, subprocess_env):
     from tests.conftest import run_cli
 
@@ -219,6 +220,7 @@ def test_fine_tuning_word_ids_follow_the_build(family, family_path, documents):
         assert np.all(sample["word_ids"][~body] == -1)
 
 
+@pytest.mark.slow
 def test_check_tokenizer_command(family_path, minilm_path, subprocess_env, tmp_path, texts):
     from tests.conftest import run_cli
 

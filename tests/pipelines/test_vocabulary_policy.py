@@ -50,6 +50,7 @@ def encoded_by_count(counts: Counter) -> set[str]:
     return {w for w, n in counts.items() if n >= MIN_COUNT} | (set(SEEDS) & counts.keys())
 
 
+@pytest.mark.slow
 def test_coverage_is_counted_right(builds):
     counts = builds["counts"]
     encoded = encoded_by_count(counts)
@@ -75,6 +76,7 @@ def test_coverage_is_counted_right(builds):
     assert everything["fallback_similarity"] is None
 
 
+@pytest.mark.slow
 def test_the_encoder_sees_only_the_encoded_words(builds, minilm_path):
     from transformers import AutoTokenizer
 
@@ -86,6 +88,7 @@ def test_the_encoder_sees_only_the_encoded_words(builds, minilm_path):
     assert len(builds["all"]["spy"].rows) > len(seen)
 
 
+@pytest.mark.slow
 def test_skipped_words_get_the_mean_similarity_of_the_encoded_ones(builds):
     counts, encoded = builds["counts"], encoded_by_count(builds["counts"])
     policy, everything = builds["policy"]["words"].to_pylist(), builds["all"]["words"].to_pylist()
@@ -122,6 +125,7 @@ def test_skipped_words_get_the_mean_similarity_of_the_encoded_ones(builds):
             assert p == q
 
 
+@pytest.mark.slow
 def test_the_budget_stays_exact(builds):
     rows, budget = builds["policy"]["rows"], builds["policy"]["manifest"].config["budget"]
     for p, special in zip(rows.column("mask_probability").to_pylist(), rows.column("special_tokens_mask").to_pylist(),

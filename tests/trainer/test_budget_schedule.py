@@ -72,6 +72,7 @@ def test_every_strategy_draws_the_steps_budget(batch, budget):
     assert abs(share - budget) < 4 * math.sqrt(budget * (1 - budget) / float(tokens.sum()))
 
 
+@pytest.mark.slow
 def test_a_scheduled_run_logs_each_steps_budget_and_resumes_exactly(tmp_path_factory, tiny_bert):
     root = tmp_path_factory.mktemp("dataset")
     write_dataset(str(root), sequence_rows(read_texts(limit=120), max_length=64), shards=3, row_group_size=20)

@@ -64,6 +64,7 @@ def test_latest_pointer_and_retention(tmp_path):
         resolve_checkpoint(tmp_path / "nothing")
 
 
+@pytest.mark.slow
 def test_checkpoint_written_by_one_process_loads_in_another_with_weights_only(tmp_path, subprocess_env):
     model, optimizer, scheduler = _training_objects(0)
     _one_step(model, optimizer, scheduler)

@@ -71,6 +71,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_resume_on_another_layout_trains_each_sample_once(case, datasets, tiny_bert, tmp_path, subprocess_env,
                                                           repo_root):
@@ -106,6 +107,7 @@ EPOCH_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(EPOCH_CASES))
 def test_a_run_of_one_epoch_resumed_on_another_layout_finishes_the_epoch(case, datasets, tiny_bert, tmp_path,
                                                                          subprocess_env, repo_root):
@@ -131,6 +133,7 @@ def test_a_run_of_one_epoch_resumed_on_another_layout_finishes_the_epoch(case, d
     assert last["learning_rate"] == 0.0 and last["samples"] == summary["samples"]
 
 
+@pytest.mark.slow
 def test_a_mixture_resumes_on_fewer_ranks_taking_each_sample_once(datasets, tiny_bert, tmp_path, subprocess_env,
                                                                   repo_root):
     """2 ranks -> 1 on a 0.8/0.2 mixture of 280 domain rows and 70 text records: by step 21 the ranks

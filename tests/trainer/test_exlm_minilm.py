@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from transformers import AutoTokenizer, BertForMaskedLM
 
@@ -32,6 +33,7 @@ def _batches(tokenizer, path, *, count: int, batch_size: int, max_length: int, s
     return batches
 
 
+@pytest.mark.slow
 def test_exlm_training_lowers_held_out_loss_on_real_text(minilm_path, sample_corpus):
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)

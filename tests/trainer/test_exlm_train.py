@@ -31,6 +31,7 @@ def _run(dataset: str, model: str, out, *extra: str) -> list[dict]:
     return read_metrics(out)
 
 
+@pytest.mark.slow
 def test_exlm_objective_trains_and_reports_held_out_perplexity_and_accuracy(small_dataset, tiny_bert, tmp_path):
     records = _run(small_dataset, tiny_bert, tmp_path / "run", "--exlm-states", "2")
     held = [r for r in records if r["split"] == "held_out"]
@@ -53,6 +54,7 @@ def test_exlm_objective_trains_and_reports_held_out_perplexity_and_accuracy(smal
     assert (tmp_path / "run" / "model" / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_token_budget_runs_the_same_objective_in_chunks(small_dataset, tiny_bert, tmp_path):
     whole = _run(small_dataset, tiny_bert, tmp_path / "whole", "--max-steps", "2")
     chunked = _run(small_dataset, tiny_bert, tmp_path / "chunked", "--max-steps", "2", "--exlm-token-budget", "150")

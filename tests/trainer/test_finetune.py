@@ -23,6 +23,7 @@ def labeled_rows(sample_corpus):
     return [rows[i] for i in rng.permutation(len(rows))]
 
 
+@pytest.mark.slow
 def test_finetune_with_tmr_and_class_weights_writes_model_evaluation_and_transfer(tmp_path, labeled_rows, minilm_path):
     from sklearn.metrics import accuracy_score, f1_score
 
@@ -67,6 +68,7 @@ def test_finetune_with_tmr_and_class_weights_writes_model_evaluation_and_transfe
     assert reloaded["id2label"] == {"0": "electronics", "1": "math", "2": "science"}
 
 
+@pytest.mark.slow
 def test_tmr_masks_about_p_of_the_non_special_tokens_in_training_and_none_at_evaluation(labeled_rows, minilm_path):
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 

@@ -86,6 +86,7 @@ def test_read_labeled_reads_every_format_and_rejects_bad_rows_with_a_reason(tmp_
         read_labeled(str(tmp_path / "d.txt"), "body", "tag", None, [])
 
 
+@pytest.mark.slow
 def test_read_labeled_from_gcs(gcs_bucket, sample_corpus):
     import fsspec
 

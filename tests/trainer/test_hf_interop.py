@@ -38,6 +38,7 @@ def test_load_dataset_reads_a_local_version(local_dataset):
     assert rows.num_rows == 400
 
 
+@pytest.mark.slow
 def test_load_dataset_reads_a_gcs_version(gcs_bucket, gcs_emulator):
     from datasets import load_dataset
 
@@ -73,6 +74,7 @@ def test_unknown_strategy_is_refused(local_dataset):
         MaskingCollator(StreamingSequenceDataset(local_dataset), "nonsense")
 
 
+@pytest.mark.slow
 def test_transformers_trainer_runs_the_documented_example(local_dataset, tiny_bert, tmp_path):
     """The module docstring's example, 5 steps: finite loss, and the weights reload with from_pretrained."""
     from transformers import AutoModelForMaskedLM, Trainer, TrainingArguments

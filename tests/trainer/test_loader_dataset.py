@@ -337,6 +337,7 @@ def test_unknown_schema_version_and_row_count_are_refused(local_dataset, tmp_pat
         StreamingSequenceDataset(str(root))
 
 
+@pytest.mark.slow
 def test_reads_from_gcs(local_dataset, gcs_bucket):
     fs = fsspec.filesystem("gs", token="anon")
     fs.put(local_dataset, f"{gcs_bucket}/data", recursive=True)

@@ -139,6 +139,7 @@ def test_mixture_resumes_exactly(local_dataset, text_file):
             assert torch.equal(got[key], want[key]), key
 
 
+@pytest.mark.slow
 def test_train_with_a_text_mixture(local_dataset, text_file, tiny_bert, tmp_path):
     path, _ = text_file
     out = tmp_path / "mixed"
@@ -157,6 +158,7 @@ def test_train_with_a_text_mixture(local_dataset, text_file, tiny_bert, tmp_path
     assert counts[str(path)] == 40 and 140 <= sum(counts.values()) - 40 <= 160
 
 
+@pytest.mark.slow
 def test_a_dataset_source_in_transformers_trainer(local_dataset, odd_dataset, text_file, tiny_bert, tmp_path):
     """A mixture of the domain, another maskstream version (random masking) and text through
     `transformers.Trainer` with MixtureRows and MixtureCollator: the Trainer's batches are the
@@ -251,6 +253,7 @@ def test_a_mixture_resumes_on_another_layout_taking_each_row_once(case, local_da
             after[0].load_state_dict(states[:1])
 
 
+@pytest.mark.slow
 def test_a_mixture_follows_each_maskstream_source_and_resumes_exactly(text_file, tiny_bert, tmp_path, monkeypatch):
     """--follow-latest with --mix: the domain (started on v1, `latest` -> v2) and a replayed maskstream
     source (given as its v1) each move on to v2 at their own epoch boundary; a run resumed from a
@@ -324,6 +327,7 @@ def test_a_text_source_tokenizes_in_workers_the_batches_of_one_process(text_file
     assert first_batches(2, state=source.state_dict())[:8] == expected[4:]
 
 
+@pytest.mark.slow
 def test_a_mixture_resumes_with_the_same_losses(local_dataset, text_file, tiny_bert, tmp_path, monkeypatch):
     """The model's random state (dropout) continues exactly: the sources' loaders, started again after
     the resume, draw from generators of their own."""

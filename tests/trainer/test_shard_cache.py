@@ -26,6 +26,7 @@ def epoch_rows(dataset: StreamingSequenceDataset, epoch: int, num_workers: int =
     return sorted(i for batch in loader for i in batch["sample_index"].tolist())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_second_epoch_reads_no_shard_from_the_bucket(local_dataset, gcs_bucket, tmp_path, num_workers):
     root = remote_copy(local_dataset, gcs_bucket, "data")
@@ -46,6 +47,7 @@ def test_a_second_epoch_reads_no_shard_from_the_bucket(local_dataset, gcs_bucket
         assert cache.bytes_downloaded == total  # each shard downloaded once, in epoch 1
 
 
+@pytest.mark.slow
 def test_the_cache_stays_within_its_limit_and_evicts_the_least_recently_used(local_dataset, gcs_bucket, tmp_path,
                                                                              monkeypatch):
     root = remote_copy(local_dataset, gcs_bucket, "small")
@@ -84,6 +86,7 @@ def test_the_cache_stays_within_its_limit_and_evicts_the_least_recently_used(loc
     assert lru.cached_bytes() <= limit
 
 
+@pytest.mark.slow
 def test_a_corrupted_shard_is_refused_and_not_cached(local_dataset, gcs_bucket, tmp_path):
     root = remote_copy(local_dataset, gcs_bucket, "bad")
     version_url, manifest = load_manifest(root)
@@ -107,6 +110,7 @@ def test_a_cache_needs_a_limit(tmp_path):
         TrainConfig(dataset="d", output="o", cache_dir=str(tmp_path))
 
 
+@pytest.mark.slow
 def test_train_reads_a_bucket_through_the_cache(local_dataset, gcs_bucket, tiny_bert, tmp_path):
     from maskstream.cli import main
 

@@ -36,6 +36,7 @@ def _train_losses(out) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in read_metrics(out) if r["split"] == "train"}
 
 
+@pytest.mark.slow
 def test_short_minilm_run_lowers_the_held_out_loss_and_warm_up_peaks(sample_dataset, minilm_path, tmp_path):
     from transformers import AutoModelForMaskedLM
 
@@ -69,6 +70,7 @@ def test_short_minilm_run_lowers_the_held_out_loss_and_warm_up_peaks(sample_data
     assert json.loads((out / "summary.json").read_text())["held_out"]["loss"] == held[1]["loss"]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_like_the_uninterrupted_run(sample_dataset, tiny_bert, tmp_path, monkeypatch):
     # 120 rows - held-out ones, batch 8: 15 steps per epoch, so the resumed part crosses an epoch.
     args = ["--batch-size", "8", "--max-steps", "20", "--save-every", "10", "--num-workers", "2",
@@ -102,6 +104,7 @@ def test_resume_continues_exactly_like_the_uninterrupted_run(sample_dataset, tin
                str(uninterrupted / "checkpoints"))
 
 
+@pytest.mark.slow
 def test_two_ranks_with_torchrun_on_cpu(sample_dataset, tiny_bert, tmp_path, subprocess_env, repo_root):
     out = tmp_path / "ddp"
     result = subprocess.run(
@@ -127,6 +130,7 @@ def test_held_out_split_is_a_fixed_share_of_sample_indices():
     assert not held_out(indices, 0.0).any() and held_out(indices, 1.0).all()
 
 
+@pytest.mark.slow
 def test_finetune_starts_from_a_train_output(sample_dataset, tiny_bert, sample_corpus, tmp_path):
     pretrained = tmp_path / "pretrained"
     _train(sample_dataset, pretrained, tiny_bert, "--batch-size", "8", "--max-steps", "2", "--num-workers", "0")
@@ -174,6 +178,7 @@ def test_train_config_checks_itself_and_the_cli_defaults_build_one():
     assert config_of(FinetuneConfig, parser.parse_args(["--train", "t", "--output", "o"])) == FinetuneConfig("t", "o")
 
 
+@pytest.mark.slow
 def test_eval_samples_0_evaluates_nothing(sample_dataset, tiny_bert, tmp_path):
     out = tmp_path / "no-eval"
     _train(sample_dataset, out, tiny_bert, "--batch-size", "8", "--max-steps", "2", "--eval-samples", "0",

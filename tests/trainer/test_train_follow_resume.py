@@ -68,6 +68,7 @@ def loader_version(out: Path, step: int) -> str:
     return state["loader"][0]["version"]
 
 
+@pytest.mark.slow
 def test_the_uninterrupted_run_switches_after_its_first_epoch(followed):
     _, run = followed
     assert [loader_version(run, s) for s in range(1, 9)] == ["v1"] * 3 + ["v2"] * 5
@@ -95,6 +96,7 @@ def test_resume_after_a_version_switch_continues_exactly(followed, tiny_bert, tm
     assert loader_version(resumed, 8) == "v2"
 
 
+@pytest.mark.slow
 def test_resume_that_cannot_continue_exactly_says_why(followed, tiny_bert, tmp_path, tmp_path_factory):
     root, run = followed
     resumed = killed_at(run, 5, tmp_path / "resumed")

@@ -62,6 +62,7 @@ def outputs_of(out: Path) -> dict:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_train_computes_the_recorded_losses_and_weights(name, two_versions, tiny_bert, tmp_path):
     out = tmp_path / name

@@ -52,6 +52,7 @@ def run(dataset: str, model: str, out, *extra: str) -> None:
                  *extra]) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_the_loop_moves_the_loaders_own_tensors(dataset, tiny_bert, tmp_path, monkeypatch, workers):
     yielded, moved = record_transfers(monkeypatch)
