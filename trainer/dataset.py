@@ -99,7 +99,7 @@ from maskstream.trainer.position import (
     announced,
 )
 from maskstream.trainer.shard_cache import ChecksumMismatch, ShardCache
-from maskstream.trainer.world import World
+from maskstream.trainer.world import World, rows_per_rank
 
 __all__ = ["ChecksumMismatch", "StreamingSequenceDataset"]
 
@@ -149,7 +149,7 @@ class RankPlan:
 
     @classmethod
     def of(cls, layout: Layout, rank: int, order_length: int, shuffle_buffer: int) -> RankPlan:
-        rows = math.ceil(order_length / layout.world_size)
+        rows = rows_per_rank(order_length, layout.world_size)
         batch = layout.batch_size
         size = max(batch, math.ceil(min(shuffle_buffer, math.ceil(rows / layout.readers)) / batch) * batch)
         first, last = rank * rows, (rank + 1) * rows
@@ -280,11 +280,11 @@ class StreamingSequenceDataset(IterableDataset):
 
     def rows_per_rank(self) -> int:
         """Rows this rank reads in the current epoch (what is left of it after an elastic resume)."""
-        return math.ceil(self._order_length() / self.world_size)
+        return rows_per_rank(self._order_length(), self.world_size)
 
     def steps_per_epoch(self, batch_size: int) -> int:
         """Batches per whole epoch on every rank (the same on all ranks)."""
-        return math.ceil(math.ceil(self.total_rows / self.world_size) / batch_size)
+        return math.ceil(rows_per_rank(self.total_rows, self.world_size) / batch_size)
 
     def __len__(self) -> int:
         return self.rows_per_rank()
@@ -521,7 +521,7 @@ class StreamingSequenceDataset(IterableDataset):
         # on: the shared epoch and count of resumes say which rest this iteration reads.
         rest = self._rest_of(epoch, segments)
         length = self.total_rows if rest is None else len(rest)
-        if consumed >= math.ceil(length / self.world_size):
+        if consumed >= rows_per_rank(length, self.world_size):
             return
         layout = Layout(self.world_size, num_workers, self.batch_size or 1)
         plan = RankPlan.of(layout, self.rank, length, self.shuffle_buffer)

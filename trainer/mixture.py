@@ -58,6 +58,7 @@ from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
 from maskstream.trainer.position import Layout, Pending, Segment, position_of
 from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES, peer_columns
 from maskstream.trainer.text_source import TEXT_SUFFIXES, TextSource
+from maskstream.trainer.world import rows_per_rank
 
 log = logging.getLogger("maskstream.mixture")
 
@@ -347,7 +348,7 @@ class Mixture:
         """The domain's epoch, the rows of it this rank has still to take, and the rows a whole epoch
         gives each rank: where a plan in domain epochs starts (maskstream.trainer.plan)."""
         taken, dataset = self._position(0), self.sources[0].dataset
-        return taken["epoch"], dataset.rows_per_rank() - taken["rows"], math.ceil(dataset.total_rows / self.world_size)
+        return taken["epoch"], dataset.rows_per_rank() - taken["rows"], rows_per_rank(dataset.total_rows, self.world_size)
 
     def domain_rows(self, start: int, count: int) -> np.ndarray:
         """Which of the mixture samples `start` .. `start + count - 1` the draw gives the domain."""

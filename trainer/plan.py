@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from maskstream.trainer.world import rows_per_rank
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -68,7 +70,7 @@ class Position:
         rows_now = dataset.rows_per_rank()
         return cls(epoch=position.epoch, rows_left=max(rows_now - position.samples_consumed, 0),
                    batches_left=max(math.ceil(rows_now / batch_size) - position.batches_consumed, 0),
-                   rows_per_epoch=math.ceil(dataset.total_rows / world_size), batch_size=batch_size,
+                   rows_per_epoch=rows_per_rank(dataset.total_rows, world_size), batch_size=batch_size,
                    world_size=world_size)
 
     @property

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
+from transformers import PreTrainedModel
 
 from maskstream.models import display_name
 from maskstream.trainer.checkpoint import (
@@ -29,7 +30,7 @@ from maskstream.trainer.checkpoint import (
 from maskstream.trainer.config import RESUME_CRITICAL, RESUME_DEFAULTS, TrainConfig
 from maskstream.trainer.held_out import evaluate
 from maskstream.trainer.loader import MASKED_POSITIONS
-from maskstream.trainer.masking import apply_masking
+from maskstream.trainer.masking import MaskingConfig, apply_masking
 from maskstream.trainer.metrics import MetricsLogger
 from maskstream.trainer.mixture import mask_by_source
 from maskstream.trainer.objectives import OBJECTIVES, load_mlm_model
@@ -136,10 +137,10 @@ def run_settings(config: TrainConfig, data: TrainingData, saved: dict[str, Any] 
 
 @dataclasses.dataclass
 class TrainingModel:
-    mlm_model: Any  # the Hugging Face masked-LM: what model/ and checkpoints hold
-    objective: Any  # the objective around it: what is trained, evaluated and checkpointed
-    model: Any  # what the loop calls: the objective, wrapped for DDP and compiled if asked
-    optimizer: Any  # its learning rate set before each step from the samples trained (`plan`)
+    mlm_model: PreTrainedModel  # the Hugging Face masked-LM: what model/ and checkpoints hold
+    objective: torch.nn.Module  # the objective around it: what is trained, evaluated and checkpointed
+    model: torch.nn.Module  # what the loop calls: the objective, wrapped for DDP and compiled if asked
+    optimizer: torch.optim.Optimizer  # its learning rate set before each step from the samples trained (`plan`)
 
 
 def build_model(config: TrainConfig, data: TrainingData, run_config: dict[str, Any]) -> TrainingModel:
@@ -224,7 +225,7 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
 
 
 def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dict[str, Any], int]],
-               data: TrainingData, window: MetricsWindow, masking: Any) -> tuple[int, int]:
+               data: TrainingData, window: MetricsWindow, masking: MaskingConfig) -> tuple[int, int]:
     """One optimizer step over --grad-accumulation micro-batches masked with `masking` (unless the
     loader workers masked them), their sums added to `window`; returns the epoch of its last batch
     and the rows this rank was dealt for it. With masks drawn in the workers nothing here waits for

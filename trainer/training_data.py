@@ -9,11 +9,11 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 import torch.distributed as dist
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from maskstream.models import default_model
 from maskstream.schemas.manifest import vocab_hash
@@ -25,9 +25,9 @@ from maskstream.trainer.config import TrainConfig
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks, version_exists
 from maskstream.trainer.held_out import collect_held_out, held_out, select_rows
-from maskstream.trainer.loader import ROWS_READ, build_dataloader
+from maskstream.trainer.loader import ROWS_READ, StreamingDataLoader, build_dataloader
 from maskstream.trainer.masking import BudgetSchedule, MaskingConfig
-from maskstream.trainer.mixture import build_mixture
+from maskstream.trainer.mixture import Mixture, build_mixture
 from maskstream.trainer.plan import Plan
 from maskstream.trainer.shard_cache import ShardCache
 from maskstream.trainer.strategies import peer_columns
@@ -57,7 +57,7 @@ class Ranks:
     rank: int
     world_size: int
     local_rank: int
-    device: Any  # torch.device
+    device: torch.device
 
     @property
     def is_main(self) -> bool:
@@ -119,20 +119,20 @@ class TrainingData:
     config: TrainConfig
     ranks: Ranks
     started_on: str  # version URL: the held-out rows and the run's identity
-    dataset: Any  # StreamingSequenceDataset of the version in use
+    dataset: StreamingSequenceDataset  # of the version in use
     model_name: str
-    tokenizer: Any
-    masking: Any  # MaskingConfig at --mask-budget; `masking_at` gives a step's
-    budget_schedule: Any  # BudgetSchedule
-    eval_masking: Any
+    tokenizer: PreTrainedTokenizerBase
+    masking: MaskingConfig  # at --mask-budget; `masking_at` gives a step's
+    budget_schedule: BudgetSchedule
+    eval_masking: MaskingConfig
     eval_batches: list[dict[str, Any]]
-    follower: Any  # LatestVersionFollower or None
+    follower: LatestVersionFollower | None
     mask_in_workers: bool
     resume_rng: dict[str, Any] | None = None  # RNG state to restore once the loader has started
-    sample_log: Any = None  # --sample-log, open for appending
-    mixture: Any = None  # maskstream.trainer.mixture.Mixture with --mix
-    loader: Any = None
-    lease: Any = None  # rank 0's maskstream.storage.lease.VersionLease on the version read: gc spares it
+    sample_log: TextIO | None = None  # --sample-log, open for appending
+    mixture: Mixture | None = None  # with --mix
+    loader: StreamingDataLoader | None = None  # none with --mix: a mixture has a loader per source
+    lease: VersionLease | None = None  # rank 0's lease on the version read: gc spares it
 
     def __post_init__(self) -> None:
         self.loader = None if self.config.mix else self._make_loader()  # a mixture has a loader per source
@@ -161,7 +161,7 @@ class TrainingData:
         self.sample_log.flush()
 
 
-    def masking_at(self, samples_done: int, plan: Plan) -> Any:
+    def masking_at(self, samples_done: int, plan: Plan) -> MaskingConfig:
         """The MaskingConfig of the step that starts with `samples_done` trained: the schedule's budget,
         from the first step's (0 trained) to the last's (a full step before the planned samples)."""
         if self.budget_schedule.kind == "constant":
@@ -174,7 +174,7 @@ class TrainingData:
     def pad_token_id(self) -> int:
         return self.dataset.manifest.tokenizer["pad_token_id"]
 
-    def _make_loader(self):
+    def _make_loader(self) -> StreamingDataLoader:
         config = self.config
         return build_dataloader(self.dataset, batch_size=config.batch_size, num_workers=config.num_workers,
                                 strategy=config.strategy, masking=self.masking, seed=config.seed,
@@ -294,7 +294,7 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
                         resume_rng=saved["rng"] if saved is not None else None)
 
 
-def open_mixture(data: TrainingData) -> Any:
+def open_mixture(data: TrainingData) -> Mixture:
     """The --mix mixture around the domain's dataset, each source read by a loader of its own."""
     config = data.config
     try:

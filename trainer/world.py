@@ -38,3 +38,9 @@ class World:
         if info is None:
             return cls(rank, world_size)
         return cls(rank, world_size, info.id, info.num_workers, in_worker_process=True)
+
+
+def rows_per_rank(rows: int, world_size: int) -> int:
+    """The rows each of `world_size` ranks reads of an order of `rows`: ceil(rows / world_size), the order
+    wrapping around to its start for the last rank (the remainder policy, maskstream.trainer.dataset)."""
+    return -(-rows // world_size)
