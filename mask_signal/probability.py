@@ -68,6 +68,18 @@ class MaskSettings:
     floor: float = 0.0
     max_length: int = 128
 
+    def __post_init__(self) -> None:
+        """Each setting's range, checked here once: the build's options (`BuildConfig`), a manifest's
+        config and a MaskMap all make one of these. `max_length` 0 pads to each batch's longest row."""
+        checks = [("--budget", self.budget, "in (0, 1]", 0.0 < self.budget <= 1.0),
+                  ("--alpha", self.alpha, "in [0, 1]", 0.0 <= self.alpha <= 1.0),
+                  ("--weighting", self.weighting, f"one of {WEIGHTINGS}", self.weighting in WEIGHTINGS),
+                  ("--sharpness", self.sharpness, "> 0", self.sharpness > 0),
+                  ("--floor", self.floor, f"in [0, --budget = {self.budget}]", 0.0 <= self.floor <= self.budget)]
+        for flag, value, rule, ok in checks:
+            if not ok:
+                raise ValueError(f"{flag} must be {rule}, got {value}")
+
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> MaskSettings:
         """From a manifest's config (or any mapping holding these names; other keys are ignored). A name

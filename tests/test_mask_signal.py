@@ -73,3 +73,17 @@ def test_the_signal_layer_imports_neither_beam_nor_torch():
             "print(sorted(m for m in ('apache_beam', 'torch', 'transformers') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_mask_settings_check_their_own_ranges():
+    """One place for the mask probabilities' ranges: the build's options, a manifest's config and a MaskMap
+    all make a MaskSettings."""
+    from maskstream.mask_signal.probability import MaskSettings
+
+    for bad, message in (({"budget": 0.0}, r"--budget must be in \(0, 1\]"), ({"alpha": 1.5}, "--alpha must be"),
+                         ({"weighting": "inverse"}, "--weighting must be one of"),
+                         ({"sharpness": 0.0}, "--sharpness must be > 0"),
+                         ({"budget": 0.1, "floor": 0.2}, r"--floor must be in \[0, --budget = 0.1\]")):
+        with pytest.raises(ValueError, match=message):
+            MaskSettings.of(bad)
+    assert MaskSettings.of({"budget": 0.2, "max_length": 0}).budget == 0.2  # 0: each batch's longest row

@@ -40,7 +40,7 @@ from maskstream.evaluate.design import (
     EvaluateConfig,
     assign_folds,
 )
-from maskstream.storage.publish import move_into_place
+from maskstream.storage.publish import move_into_place, write_atomically
 
 PILOT_RULE = (
     "With several --passes, a pilot on seeds outside the main run (--pilot-seeds) trains the `random` arm for "
@@ -223,9 +223,8 @@ def prepare(config: EvaluateConfig) -> dict[str, Any]:
         "cleaning": cleaning, "leaks_after_cleaning": leaks, "model": inputs["model"],
         "model_dir": model_dir.relative_to(work).as_posix(), "datasets": datasets, "root": key,
         "seconds": time.perf_counter() - started}
-    tmp = record_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(prepared, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(record_path)  # written last, whole: its presence means prepared
+    # written last, whole: its presence means prepared
+    write_atomically(str(record_path), (json.dumps(prepared, indent=1) + "\n").encode("utf-8"))
     print(f"prepared: {len(rows)} labeled texts ({len(rejects)} rejected) in {len(sizes)} clusters, "
           f"{config.folds} folds {[sum(c.values()) for c in counts.values()]}; cleaning {cleaning}", flush=True)
     return prepared

@@ -130,14 +130,9 @@ class BuildConfig:
         return MaskSettings(**{field.name: getattr(self, field.name) for field in dataclasses.fields(MaskSettings)})
 
     def __post_init__(self) -> None:
-        checks = [("--max-length", self.max_length, "between 8 and 512", 8 <= self.max_length <= 512),
-                  ("--budget", self.budget, "in (0, 1]", 0.0 < self.budget <= 1.0),
-                  ("--alpha", self.alpha, "in [0, 1]", 0.0 <= self.alpha <= 1.0),
-                  ("--sharpness", self.sharpness, "> 0", self.sharpness > 0),
-                  ("--floor", self.floor, f"in [0, --budget = {self.budget}]", 0.0 <= self.floor <= self.budget)]
-        for flag, value, rule, ok in checks:
-            if not ok:
-                raise ValueError(f"{flag} must be {rule}, got {value}")
+        if not 8 <= self.max_length <= 512:
+            raise ValueError(f"--max-length must be between 8 and 512, got {self.max_length}")
+        _ = self.mask_settings  # MaskSettings checks the probabilities' ranges (mask_signal/probability.py)
         check_min_word_count(self.min_word_count)
 
     def word_encoder(self) -> WordEncoder:
