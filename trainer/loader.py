@@ -8,7 +8,8 @@ after the transfer:
     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     batch = apply_masking(batch, strategy, masking, seed=seed, epoch=dataset.epoch)
 
-Either way the masks are the same (they are a function of seed, epoch and sample index). A batch masked
+Either way the masks are the same (they are a function of seed, epoch, sample index and the batch's
+padded width). A batch masked
 in the workers also carries `masked_positions`: the flat indices of its masked tokens, so that the
 training step selects them with a shape the host knows instead of waiting for the device.
 
