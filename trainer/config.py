@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from maskstream.trainer.strategies import PRETRAINING_STRATEGIES
+from maskstream.trainer.strategies import PRETRAINING_STRATEGIES, check_strategy
 
 
 @dataclasses.dataclass
@@ -73,8 +73,7 @@ class TrainConfig:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown --objective {self.objective!r}; choose one of {sorted(OBJECTIVES)}")
         for flag, strategy in (("--strategy", self.strategy), ("--eval-strategy", self.eval_strategy)):
-            if strategy not in PRETRAINING_STRATEGIES:
-                raise ValueError(f"unknown {flag} {strategy!r}; choose one of {PRETRAINING_STRATEGIES}")
+            check_strategy(strategy, PRETRAINING_STRATEGIES, flag)
 
 
 

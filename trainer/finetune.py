@@ -5,7 +5,6 @@ by validation macro-F1 and evaluates every split (maskstream/cli/finetune.py hol
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import logging
 import math
@@ -18,6 +17,7 @@ import numpy as np
 
 from maskstream.mask_signal.alignment import word_ids_of_text
 from maskstream.models import default_model, load_pretrained
+from maskstream.schemas.splits import hash_fraction
 from maskstream.trainer.config import check_ranges
 from maskstream.trainer.metrics import MetricsLogger
 from maskstream.trainer.optimizer import build_optimizer
@@ -114,11 +114,6 @@ def read_labeled(url: str, text_column: str, label_column: str, split_key: str |
             data.keys.append(str(record.get(key_column)))
             data.locations.append(location)
     return data
-
-
-def hash_fraction(key: str) -> float:
-    """sha256 of the key's UTF-8 bytes, first 8 bytes big-endian, as a number in [0, 1)."""
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2**64
 
 
 def drop_unknown_labels(data: LabeledSet, label_ids: dict[str, int], rejects: list[dict[str, str]]) -> LabeledSet:

@@ -96,9 +96,9 @@ from maskstream.mask_signal.peer_signals import PeerSignalsMissing
 from maskstream.schemas.manifest import load_manifest, safe_relative_path
 from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
-from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+from maskstream.trainer.masking import MaskingConfig, apply_masking
 from maskstream.trainer.mixture import Mixture, mask_by_source
-from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES, peer_columns
+from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES, check_strategy, peer_columns
 from maskstream.trainer.world import World
 
 LOG = logging.getLogger("maskstream.collator")
@@ -125,8 +125,7 @@ class MaskingCollator:
         masking: MaskingConfig | None = None,
         seed: int = 0,
     ) -> None:
-        if strategy not in STRATEGIES:
-            raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {tuple(STRATEGIES)}")
+        check_strategy(strategy)
         pad_token_id = dataset.manifest.tokenizer.get("pad_token_id")
         if pad_token_id is None:
             raise ValueError(f"manifest tokenizer entry lacks pad_token_id; it has {sorted(dataset.manifest.tokenizer)}")
@@ -215,8 +214,7 @@ class DifferenceMaskingCollator:
         pad_to_multiple_of: int | None = 8,
         allow_other_tokenizer: bool = False,
     ) -> None:
-        if strategy not in STRATEGIES:
-            raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {tuple(STRATEGIES)}")
+        check_strategy(strategy)
         if strategy in PEER_SIGNAL_STRATEGIES and mask_map.peer_signals is None:
             raise PeerSignalsMissing(f"{strategy} reads the version's peer signals, and this map has none: build the "
                                      "version with `maskstream build --peer-signals` (and export it again)")

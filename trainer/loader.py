@@ -38,8 +38,9 @@ from torch.utils.data import DataLoader
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.held_out import held_out
-from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+from maskstream.trainer.masking import MaskingConfig, apply_masking
 from maskstream.trainer.position import SharedCounts
+from maskstream.trainer.strategies import check_strategy
 
 ROWS_READ = "rows_read"  # a batch's rows of the loader's order, held-out ones included (an int)
 MASKED_POSITIONS = "masked_positions"  # flat indices (row * width + column) of a batch's masked tokens
@@ -128,8 +129,8 @@ def build_dataloader(
     prefetch_factor: batches each worker keeps ready (with num_workers > 0). held_out_fraction: drop
     the rows `maskstream.trainer.held_out.held_out` holds out before collation, and give each batch
     `rows_read` (None: keep every row, no `rows_read`)."""
-    if strategy is not None and strategy not in STRATEGIES:
-        raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {tuple(STRATEGIES)}")
+    if strategy is not None:
+        check_strategy(strategy)
     if strategy is not None and masking is None:
         raise ValueError("a masking strategy needs a MaskingConfig")
     pad_token_id = dataset.manifest.tokenizer.get("pad_token_id")

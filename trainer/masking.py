@@ -52,12 +52,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from maskstream.mask_signal.probability import scale_to_budget
-from maskstream.trainer.strategies import STRATEGIES
+from maskstream.trainer.strategies import STRATEGIES, check_strategy
 
 _MASK64 = (1 << 64) - 1
 
@@ -476,6 +477,60 @@ def choose_spans(
     return chosen, span_id
 
 
+def mask_random(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> dict[str, torch.Tensor]:
+    return corrupt(batch, choose_random(batch, keys, config), keys, config)
+
+
+def mask_whole_words(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> dict[str, torch.Tensor]:
+    can_mask = maskable(batch)
+    return corrupt(batch, choose_words(batch, keys, budget_counts(can_mask, config.budget), None), keys, config)
+
+
+def mask_spans(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> dict[str, torch.Tensor]:
+    chosen, span_id = choose_spans(batch, keys, config)
+    return corrupt(batch, chosen, keys, config, action_counters=span_id)
+
+
+def mask_difference(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> dict[str, torch.Tensor]:
+    return corrupt(batch, choose_difference(batch, keys, config), keys, config)
+
+
+def mask_pmi_units(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> dict[str, torch.Tensor]:
+    return corrupt(batch, choose_pmi_units(batch, keys, config, difference=False), keys, config)
+
+
+def mask_pmi_units_by_difference(
+    batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig
+) -> dict[str, torch.Tensor]:
+    return corrupt(batch, choose_pmi_units(batch, keys, config, difference=True), keys, config)
+
+
+def mask_informask(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> dict[str, torch.Tensor]:
+    return corrupt(batch, choose_informask(batch, keys, config), keys, config)
+
+
+def mask_tmr(batch: dict[str, torch.Tensor], keys: torch.Tensor, config: MaskingConfig) -> dict[str, torch.Tensor]:
+    """Every chosen token becomes [MASK] (no 80/10/10)."""
+    chosen = choose_tmr(batch, keys, config)
+    input_ids = batch["input_ids"]
+    masked = torch.where(chosen, torch.full_like(input_ids, config.mask_token_id), input_ids)
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+    return {**batch, "input_ids": masked, "labels": labels}
+
+
+# How each strategy of maskstream.trainer.strategies.STRATEGIES draws, under the same names.
+DRAWS: dict[str, Callable[[dict[str, torch.Tensor], torch.Tensor, MaskingConfig], dict[str, torch.Tensor]]] = {
+    "random": mask_random,
+    "whole_word": mask_whole_words,
+    "span": mask_spans,
+    "difference": mask_difference,
+    "pmi_span": mask_pmi_units,
+    "difference_pmi_span": mask_pmi_units_by_difference,
+    "informask": mask_informask,
+    "tmr": mask_tmr,
+}
+
+
 def apply_masking(
     batch: dict[str, torch.Tensor], strategy: str, config: MaskingConfig, *, seed: int, epoch: int
 ) -> dict[str, torch.Tensor]:
@@ -487,29 +542,8 @@ def apply_masking(
     token ids (MaskingConfig); `seed` and `epoch`: with the sample index, all the mask depends on (a
     fresh mask each epoch, the same one on a rerun).
     """
-    keys = sample_keys(batch["sample_index"], seed, epoch)
-    if strategy == "random":
-        return corrupt(batch, choose_random(batch, keys, config), keys, config)
-    if strategy == "whole_word":
-        can_mask = maskable(batch)
-        return corrupt(batch, choose_words(batch, keys, budget_counts(can_mask, config.budget), None), keys, config)
-    if strategy == "span":
-        chosen, span_id = choose_spans(batch, keys, config)
-        return corrupt(batch, chosen, keys, config, action_counters=span_id)
-    if strategy == "difference":
-        return corrupt(batch, choose_difference(batch, keys, config), keys, config)
-    if strategy in ("pmi_span", "difference_pmi_span"):
-        chosen = choose_pmi_units(batch, keys, config, difference=strategy == "difference_pmi_span")
-        return corrupt(batch, chosen, keys, config)
-    if strategy == "informask":
-        return corrupt(batch, choose_informask(batch, keys, config), keys, config)
-    if strategy == "tmr":
-        chosen = choose_tmr(batch, keys, config)
-        input_ids = batch["input_ids"]
-        masked = torch.where(chosen, torch.full_like(input_ids, config.mask_token_id), input_ids)
-        labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
-        return {**batch, "input_ids": masked, "labels": labels}
-    raise ValueError(f"unknown masking strategy {strategy!r}; choose one of {tuple(STRATEGIES)}")
+    draw = DRAWS[check_strategy(strategy)]
+    return draw(batch, sample_keys(batch["sample_index"], seed, epoch), config)
 
 
 def expected_span_length(config: MaskingConfig) -> float:
@@ -521,6 +555,7 @@ def expected_span_length(config: MaskingConfig) -> float:
 
 
 __all__ = [
+    "DRAWS",
     "STRATEGIES",
     "BudgetSchedule",
     "MaskingConfig",

@@ -54,9 +54,9 @@ from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
 from maskstream.trainer.loader import build_dataloader, loader_generator
-from maskstream.trainer.masking import STRATEGIES, MaskingConfig, apply_masking
+from maskstream.trainer.masking import MaskingConfig, apply_masking
 from maskstream.trainer.position import Layout, Pending, Segment, position_of
-from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES, peer_columns
+from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES, STRATEGIES, peer_columns
 from maskstream.trainer.text_source import TEXT_SUFFIXES, TextSource
 from maskstream.trainer.world import rows_per_rank
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from maskstream.evaluate.experiment import file_sha256
+from maskstream.schemas.manifest import sha256_file
 
 MODELS = Path(__file__).resolve().parent / "models"
 EVAL_SEED = 1234  # the held-out masks: the same for every evaluation
@@ -186,7 +186,7 @@ def train_general_model(texts: list[str], tokenizer_name: str, shape: dict[str, 
               "held_out_curve": state["evaluations"],
               "loss_first50": float(np.mean(losses[:50])), "loss_last50": float(np.mean(losses[-50:])),
               "seconds": time.perf_counter() - started, "hardware": hardware(device),
-              "weights_sha256": file_sha256(tmp / WEIGHTS), "weights_bytes": (tmp / WEIGHTS).stat().st_size}
+              "weights_sha256": sha256_file(str(tmp / WEIGHTS)), "weights_bytes": (tmp / WEIGHTS).stat().st_size}
     (tmp / "general.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
@@ -209,7 +209,7 @@ def ensure_general_model(texts: list[str], texts_sha256: str, tokenizer_name: st
             print(f"general model {key}: training ({config['general']['steps']} steps)", flush=True)
             record = train_general_model(texts, tokenizer_name, config["model"], config["general"],
                                          config["max_length"], out, device)
-    if file_sha256(out / WEIGHTS) != record["weights_sha256"]:
+    if sha256_file(str(out / WEIGHTS)) != record["weights_sha256"]:
         raise SystemExit(f"general model {key}: {WEIGHTS} does not match the sha256 in its general.json")
     if math.isnan(record["held_out"]["loss"]):
         raise SystemExit(f"general model {key}: held-out loss is nan")

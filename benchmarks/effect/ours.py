@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.effect.configs import CONFIGS, GENERAL_CORPUS
-from benchmarks.effect.general_model import MODELS, ensure_general_model, file_sha256
+from benchmarks.effect.general_model import MODELS, ensure_general_model
 from maskstream.evaluate.design import EvaluateConfig
 from maskstream.evaluate.experiment import evaluate, read_jsonl, versions
 from maskstream.evaluate.report import load, write_report
 from maskstream.evaluate.statistics import paired_summary, seeds_for_power
 from maskstream.pipelines.build.core.tokenizer_facts import cache_root
+from maskstream.schemas.manifest import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
 # PREREGISTRATION.md: what decides the run, fixed before it starts
@@ -58,7 +59,7 @@ def general_model(config_name: str = "small") -> Path:
     """The config's general model folder (trained when missing)."""
     config = CONFIGS[config_name]
     path = REPO / GENERAL_CORPUS["path"]
-    sha = file_sha256(path)
+    sha = sha256_file(str(path))
     if sha != GENERAL_CORPUS["sha256"]:
         raise SystemExit(f"{GENERAL_CORPUS['path']} is not the file configs.GENERAL_CORPUS pins: restore it from git")
     with gzip.open(path, "rt", encoding="utf-8") as f:

@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from maskstream.schemas.splits import hash_fraction
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -127,11 +129,6 @@ class EvaluateConfig:
         return {**{k: getattr(self, k) for k in ("text_field", "label_field", "batch_size", "learning_rate",
                                                  "max_length", "folds", "probe_folds", "device")},
                 "probe_grid": PROBE_GRID, "held_out_fraction": HELD_OUT_FRACTION, "eval_samples": EVAL_SAMPLES}
-
-
-def hash_fraction(key: str) -> float:
-    """A number in [0, 1) from a string: where a cluster falls in its label's order."""
-    return int(hashlib.sha256(key.encode("utf-8")).hexdigest()[:16], 16) / 2**64
 
 
 def assign_folds(labels: list[str], cluster_of: list[int], cluster_keys: dict[int, str], folds: int) -> list[int]:

@@ -40,6 +40,7 @@ from maskstream.evaluate.design import (
     EvaluateConfig,
     assign_folds,
 )
+from maskstream.schemas.manifest import sha256_file
 from maskstream.storage.publish import move_into_place, write_atomically
 
 PILOT_RULE = (
@@ -51,14 +52,6 @@ PILOT_RULE = (
 PROBE_RULE = (
     "The probe's inverse regularization C is chosen once per fold, before any arm runs, by the `none` arm's "
     "out-of-fold macro-F1 over the grid (ties: the smaller C), and used for every arm of that fold.")
-
-
-def file_sha256(path: Path | str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
@@ -141,7 +134,7 @@ def model_identity(model: str) -> dict[str, Any]:
     if not folder.is_dir():
         return {"name": model}
     files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin") or p.name == "config.json")
-    digest = hashlib.sha256("".join(f"{p.name}:{file_sha256(p)}" for p in files).encode()).hexdigest()
+    digest = hashlib.sha256("".join(f"{p.name}:{sha256_file(str(p))}" for p in files).encode()).hexdigest()
     return {"name": folder.name, "sha256": digest}
 
 
@@ -161,8 +154,8 @@ def prepare(config: EvaluateConfig) -> dict[str, Any]:
     near-duplicate."""
     corpora = {"domain": config.domain_corpus, "background": config.background_corpus,
                "general": config.general_corpus}
-    inputs = {"labeled": file_sha256(config.labeled), "settings": config.deciding(),
-              "corpora": {name: [file_sha256(p) for pattern in patterns for p in expand(pattern)] if patterns else None
+    inputs = {"labeled": sha256_file(str(config.labeled)), "settings": config.deciding(),
+              "corpora": {name: [sha256_file(str(p)) for pattern in patterns for p in expand(pattern)] if patterns else None
                           for name, patterns in corpora.items()},
               "model": model_identity(config.model), "threshold": neardup.THRESHOLD,
               "datasets": sorted({ARMS[a].dataset for a in ("random", *config.arms)}), "versions": versions()}

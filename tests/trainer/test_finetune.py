@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from maskstream.cli import main
+from maskstream.schemas.splits import hash_fraction
 from maskstream.trainer import finetune
 from maskstream.trainer.metrics import read_metrics
 
@@ -41,7 +42,7 @@ def test_finetune_with_tmr_and_class_weights_writes_model_evaluation_and_transfe
     evaluation = json.loads((out / "evaluation.json").read_text())
     labels = ["electronics", "math", "science"]
     assert evaluation["validation"]["labels"] == labels
-    kept = [r for r in labeled_rows[:60] if finetune.hash_fraction(r["package"]) >= 0.2]
+    kept = [r for r in labeled_rows[:60] if hash_fraction(r["package"]) >= 0.2]
     counts = [sum(r["section"] == label for r in kept) for label in labels]
     assert list(evaluation["class_weights"].values()) == pytest.approx(finetune.class_weights(counts).tolist())
     validation_size = 60 - len(kept)

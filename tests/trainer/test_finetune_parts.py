@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from maskstream.trainer.finetune import class_weights, classification_metrics, hash_fraction, read_labeled
+from maskstream.schemas.splits import hash_fraction
+from maskstream.trainer.finetune import class_weights, classification_metrics, read_labeled
 
 
 def test_class_weights_match_the_written_formula_on_an_imbalanced_toy_set():

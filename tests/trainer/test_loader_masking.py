@@ -219,3 +219,18 @@ def test_cuda_matches_cpu(batch, config, strategy):
     gpu = apply_masking({k: v.cuda() for k, v in batch.items()}, strategy, config, seed=9, epoch=4)
     for key in ("input_ids", "labels"):
         assert torch.equal(cpu[key], gpu[key].cpu()), key
+
+
+def test_every_strategy_has_one_draw_and_unknown_names_fail_alike() -> None:
+    """One registry: each name of STRATEGIES draws through DRAWS; masking and the train config refuse an
+    unknown name with the same message (the HF collator: tests/trainer/test_hf_interop.py)."""
+    from maskstream.trainer.config import TrainConfig
+    from maskstream.trainer.masking import DRAWS
+    from maskstream.trainer.strategies import PRETRAINING_STRATEGIES
+
+    assert list(DRAWS) == list(STRATEGIES)
+    assert "tmr" not in PRETRAINING_STRATEGIES
+    with pytest.raises(ValueError, match=r"unknown masking strategy 'electra'; choose one of \('random'"):
+        apply_masking({"sample_index": torch.zeros(1, dtype=torch.int64)}, "electra", None, seed=0, epoch=0)
+    with pytest.raises(ValueError, match=r"unknown --strategy 'tmr'; choose one of \('random'"):
+        TrainConfig(dataset="d", output="o", strategy="tmr")
