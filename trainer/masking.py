@@ -157,8 +157,8 @@ class MaskingConfig:
     whole_word: bool = False  # for `difference`
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.budget <= 1.0:
-            raise ValueError(f"budget must be in [0, 1], got {self.budget}")
+        if not 0.0 < self.budget <= 1.0:  # the range MaskSettings and --mask-budget-schedule allow
+            raise ValueError(f"budget must be in (0, 1], got {self.budget}")
         if self.mask_replace < 0 or self.random_replace < 0 or self.mask_replace + self.random_replace > 1:
             raise ValueError("mask_replace and random_replace must be >= 0 and sum to at most 1")
         if not 0.0 < self.span_p <= 1.0 or self.span_max < 1:

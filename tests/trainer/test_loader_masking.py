@@ -234,3 +234,13 @@ def test_every_strategy_has_one_draw_and_unknown_names_fail_alike() -> None:
         apply_masking({"sample_index": torch.zeros(1, dtype=torch.int64)}, "electra", None, seed=0, epoch=0)
     with pytest.raises(ValueError, match=r"unknown --strategy 'tmr'; choose one of \('random'"):
         TrainConfig(dataset="d", output="o", strategy="tmr")
+
+
+@pytest.mark.parametrize("budget", [0.0, -0.1, 1.5])
+def test_masking_config_refuses_the_budgets_the_build_refuses(config, budget) -> None:
+    from maskstream.mask_signal.probability import MaskSettings
+
+    with pytest.raises(ValueError, match=r"budget must be in \(0, 1\]"):
+        MaskingConfig(**{**config.__dict__, "budget": budget})
+    with pytest.raises(ValueError, match=r"--budget must be in \(0, 1\]"):
+        MaskSettings(budget=budget)
