@@ -80,17 +80,14 @@ ranks + rank), which is unique in a run but depends on the loader's workers and 
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer
 from torch.utils.data import IterableDataset
 
-from maskstream.mask_signal.alignment import encoding_arrays
 from maskstream.mask_signal.mask_map import MaskMap
 from maskstream.mask_signal.peer_signals import PeerSignalsMissing
 from maskstream.schemas.manifest import load_manifest, safe_relative_path
@@ -99,6 +96,7 @@ from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.masking import MaskingConfig, apply_masking
 from maskstream.trainer.mixture import Mixture, mask_by_source
 from maskstream.trainer.strategies import PEER_SIGNAL_STRATEGIES, check_strategy, peer_columns
+from maskstream.trainer.text_samples import TextEncoder, text_samples
 from maskstream.trainer.world import World
 
 LOG = logging.getLogger("maskstream.collator")
@@ -218,9 +216,6 @@ class DifferenceMaskingCollator:
         if strategy in PEER_SIGNAL_STRATEGIES and mask_map.peer_signals is None:
             raise PeerSignalsMissing(f"{strategy} reads the version's peer signals, and this map has none: build the "
                                      "version with `maskstream build --peer-signals` (and export it again)")
-        if not getattr(tokenizer, "is_fast", False):
-            raise ValueError(f"tokenizer {tokenizer.name_or_path} is not a fast tokenizer: words are found from the "
-                             "character offsets only a fast (Rust) tokenizer gives")
         if tokenizer.pad_token_id is None:
             raise ValueError(f"tokenizer {tokenizer.name_or_path} has no pad token: set one before collating")
         mask_map.check_tokenizer(tokenizer, allow_other_tokenizer)
@@ -234,11 +229,7 @@ class DifferenceMaskingCollator:
         self.pad_to_multiple_of = pad_to_multiple_of
         # The tokens a tokenizer adds around or between texts; [UNK] stands for text, as in the build.
         self.special_ids = np.array(sorted(set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}), np.int64)
-        # Raw text is encoded by a copy of the Rust tokenizer, truncating as `tokenizer(texts,
-        # truncation=True, max_length=...)` does, without the per-token Python conversion of its output.
-        self.backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-        self.backend.no_padding()
-        self.backend.enable_truncation(self.max_length)
+        self.encoder = TextEncoder(tokenizer, self.max_length)
         self.epoch = 0
         self.rows_seen = 0  # rows this copy numbered itself (per loader worker)
         self.rows_without_words = 0
@@ -250,16 +241,8 @@ class DifferenceMaskingCollator:
         if not len(rows):
             raise ValueError("cannot collate an empty batch")
         texts, ids, offsets, special = self.encoded(rows)
-        word_ids, word_index, p, bounds = self.mask_map.token_words_and_signal(texts, offsets, special,
-                                                                               width=self.max_length)
-        samples = [{"input_ids": ids[i], "special_tokens_mask": special[i],
-                    "word_ids": word_ids[bounds[i] : bounds[i + 1]], "mask_probability": p[bounds[i] : bounds[i + 1]],
-                    "sample_index": index} for i, index in enumerate(self.sample_indices(rows))]
-        if self.strategy in PEER_SIGNAL_STRATEGIES:  # the version's collocations and informativeness
-            for name, values in self.mask_map.peer_signals.columns(word_ids, word_index, bounds,
-                                                                   peer_columns(self.strategy)).items():
-                for i, sample in enumerate(samples):
-                    sample[name] = values[bounds[i] : bounds[i + 1]]
+        samples = text_samples(texts, ids, offsets, special, self.sample_indices(rows), mask_map=self.mask_map,
+                               width=self.max_length, peer_columns=peer_columns(self.strategy))
         batch = collate_sequences(samples, int(self.tokenizer.pad_token_id), self.pad_to_multiple_of)
         masked = apply_masking(batch, self.strategy, self.masking, seed=self.seed, epoch=self.epoch)
         return {name: masked[name] for name in MODEL_INPUTS}
@@ -301,14 +284,9 @@ class DifferenceMaskingCollator:
                 offsets.append(offsets_i)
         special: list[Any] = [None] * len(rows)
         if raw:
-            encodings = self.backend.encode_batch([texts[i] for i in raw])
-            counts, flat_ids, pairs = encoding_arrays(encodings)
-            flat_special = np.fromiter(itertools.chain.from_iterable(e.special_tokens_mask for e in encodings),
-                                       np.int8, len(flat_ids))
-            bounds = np.cumsum(counts)[:-1]
-            for i, row_ids, row_offsets, row_special in zip(raw, np.split(flat_ids, bounds), np.split(pairs, bounds),
-                                                             np.split(flat_special, bounds), strict=True):
-                ids[i], offsets[i], special[i] = row_ids.astype(np.int64), row_offsets, row_special
+            for i, row_ids, row_offsets, row_special in zip(raw, *self.encoder.encode([texts[i] for i in raw]),
+                                                             strict=True):
+                ids[i], offsets[i], special[i] = row_ids, row_offsets, row_special
         for i, row in enumerate(rows):
             if special[i] is None:
                 given = row.get("special_tokens_mask")

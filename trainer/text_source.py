@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import fsspec
-import numpy as np
 import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -20,6 +19,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from maskstream.mask_signal.mask_map import MaskMap
 from maskstream.trainer.loader import loader_generator, samples_as_read
 from maskstream.trainer.position import Ahead, Layout, Segment, TextPosition, announced
+from maskstream.trainer.text_samples import TextEncoder, text_samples
 from maskstream.trainer.world import World
 
 TEXT_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -38,8 +38,8 @@ def _untaken(records: Iterator[tuple[int, str]], segment: Segment) -> Iterator[t
 
 class TextSource:
     """Plain text (JSONL or Parquet `text` fields) tokenized on the fly: samples like a maskstream
-    version's (with a mask map, its word ids and mask probabilities; else the tokenizer's words and
-    probability 0). An epoch's order is the records with a text, files sorted; record `p` of what
+    version's (with a mask map, its word ids and mask probabilities; else maskstream's word rule and
+    probability 0: maskstream.trainer.text_samples). An epoch's order is the records with a text, files sorted; record `p` of what
     is left of it goes to rank `p % world_size` (no remainder padding: a mixture's ranks take their
     own counts anyway). `sample_index` is the record's number."""
 
@@ -47,8 +47,9 @@ class TextSource:
                  num_workers: int = 0, mask_map: MaskMap | None = None, text_field: str = "text") -> None:
         self.url, self.tokenizer, self.max_length = url, tokenizer, max_length
         # The domain's MaskMap: word ids and mask probabilities as a build of the text with
-        # the domain's signal would store them (for difference masking); None: the tokenizer's words, 0.
+        # the domain's signal would store them (for difference masking); None: maskstream's words, 0.
         self.mask_map = mask_map
+        self.encoder = TextEncoder(tokenizer, max_length)
         if mask_map is not None:
             mask_map.check_tokenizer(tokenizer)
         self.batch_size, self.rank, self.world_size, self.text_field = batch_size, rank, world_size, text_field
@@ -159,26 +160,11 @@ class TextSource:
             self.segments, self.ahead = announced(self.ahead, self.epoch)
 
     def samples(self, records: list[tuple[int, str]]) -> list[dict[str, Any]]:
-        """The records tokenized, as samples of a maskstream version: with the mask map's word ids and
-        mask probabilities, or the tokenizer's words and probability 0."""
+        """The records tokenized, as samples of a maskstream version (maskstream.trainer.text_samples): with
+        the mask map's word ids and mask probabilities, or maskstream's word rule and probability 0."""
         texts = [text for _, text in records]
-        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, return_special_tokens_mask=True,
-                                 return_offsets_mapping=self.mask_map is not None)
-        if self.mask_map is not None:
-            word_ids, probability, offsets = self.mask_map.token_signal(
-                texts, encoded["offset_mapping"], encoded["special_tokens_mask"], width=self.max_length)
-        samples = []
-        for i in range(len(texts)):
-            ids = np.asarray(encoded["input_ids"][i], dtype=np.int64)
-            if self.mask_map is not None:
-                words, p = word_ids[offsets[i] : offsets[i + 1]], probability[offsets[i] : offsets[i + 1]]
-            else:
-                words = np.asarray([-1 if w is None else w for w in encoded.word_ids(i)], dtype=np.int64)
-                p = np.zeros(len(ids), dtype=np.float32)
-            samples.append({"input_ids": ids, "word_ids": words, "mask_probability": p, "special_tokens_mask":
-                            np.asarray(encoded["special_tokens_mask"][i], dtype=bool),
-                            "sample_index": records[i][0]})  # the key of the row's masks
-        return samples
+        return text_samples(texts, *self.encoder.encode(texts), [index for index, _ in records],
+                            mask_map=self.mask_map, width=self.max_length)
 
 
 class TextEpoch(IterableDataset):

@@ -463,3 +463,33 @@ def test_a_text_sources_bad_records_are_counted_and_said(tmp_path, caplog):
     other = TextSource(str(path), factory.tokenizer(), 64, batch_size=8, rank=1, world_size=2)
     assert [text for _, text in other._texts([])] == texts[1::2]
     assert not [r for r in caplog.records if "rejected" in r.getMessage()]
+
+
+def test_a_text_source_without_a_mask_map_finds_words_by_the_builds_rule(text_file):
+    """`--mix TEXT:WEIGHT:whole_word` (no mask map): the rows' word ids are the ones a version's mask map
+    gives for the same text (maskstream's word rule, as the build stores them), so `whole_word` and `span`
+    masks see the shards' words; the tokenizer's own `word_ids()` splits them differently on real text."""
+    import pyarrow as pa
+
+    from maskstream.mask_signal.mask_map import MaskMap
+    from maskstream.mask_signal.words import words
+
+    path, texts = text_file
+    vocabulary = sorted({w for text in texts for w in words(text)})
+    settings = {"budget": 0.15, "alpha": 1.0, "weighting": "similarity", "sharpness": 1.0, "floor": 0.0,
+                "max_length": 128}
+    mask_map = MaskMap.of_words(pa.array(vocabulary), np.arange(len(vocabulary)),
+                                np.ones(len(vocabulary), np.float32), settings, factory.tokenizer_entry(), {"url": "t"})
+    records = list(enumerate(texts))
+    plain = TextSource(str(path), factory.tokenizer(), 128, batch_size=20, rank=0, world_size=1).samples(records)
+    mapped = TextSource(str(path), factory.tokenizer(), 128, batch_size=20, rank=0, world_size=1,
+                        mask_map=mask_map).samples(records)
+    tokenizer = factory.tokenizer()
+    differs = 0
+    for text, without, with_map in zip(texts, plain, mapped, strict=True):
+        assert np.array_equal(without["input_ids"], with_map["input_ids"])
+        assert np.array_equal(without["word_ids"], with_map["word_ids"])
+        assert not without["mask_probability"].any() and with_map["mask_probability"].any()
+        own = tokenizer(text, truncation=True, max_length=128).word_ids()
+        differs += not np.array_equal(without["word_ids"], [-1 if w is None else w for w in own])
+    assert differs > 0  # e.g. "C++", "e-mail": one word here, several for the tokenizer
