@@ -67,8 +67,15 @@ def write_atomically(url: str, data: bytes) -> None:
 
 def move_into_place(source: str, url: str) -> None:
     """Moves a finished file or folder `source` to `url`, replacing a file there (a folder must
-    not exist). Local: one rename. An object store: a copy then a delete (gcsfs's move),
-    each object of which appears whole."""
+    not exist). Local: one rename. An object store: a server-side copy then a delete, each object
+    of which appears whole."""
     fs, path = fsspec.core.url_to_fs(url)
     _, source_path = fsspec.core.url_to_fs(source)
-    fs.mv(source_path, path, recursive=fs.isdir(source_path))
+    recursive = fs.isdir(source_path)
+    if isinstance(fs, LocalFileSystem):
+        fs.mv(source_path, path, recursive=recursive)
+        return
+    # Not fs.mv: gcsfs's first tries the objects.moveTo API, which a bucket without hierarchical namespace
+    # (and the GCS emulator) refuses with 501, retried for about 30 s per call before it copies anyway.
+    fs.copy(source_path, path, recursive=recursive)
+    fs.rm(source_path, recursive=recursive)
