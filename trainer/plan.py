@@ -49,7 +49,7 @@ class Plan:
 
 
 @dataclasses.dataclass(frozen=True)
-class Position:
+class EpochProgress:
     """Where a rank's loader is, and how it deals: what the plan is worked out from."""
 
     epoch: int
@@ -64,7 +64,7 @@ class Position:
     samples_done: int = 0
 
     @classmethod
-    def of(cls, dataset: Any, batch_size: int, world_size: int) -> Position:
+    def of(cls, dataset: Any, batch_size: int, world_size: int) -> EpochProgress:
         """The position of a `StreamingSequenceDataset` (after `load_state_dict`, if resuming)."""
         position = dataset.position()
         rows_now = dataset.rows_per_rank()
@@ -138,28 +138,28 @@ class Position:
             batches += chunk
 
 
-def fresh_plan(position: Position, *, epochs: float, max_steps: int, grad_accumulation: int,
+def fresh_plan(progress: EpochProgress, *, epochs: float, max_steps: int, grad_accumulation: int,
                warmup_ratio: float) -> Plan:
-    """The plan of a run that starts at `position`: --max-steps, else the steps that end --epochs
+    """The plan of a run that starts at `progress`: --max-steps, else the steps that end --epochs
     (the last step may take a few batches of the next epoch when accumulation does not divide)."""
-    batches = position.batches_until(epochs)
+    batches = progress.batches_until(epochs)
     total_steps = max_steps or max(1, math.ceil(batches / grad_accumulation))
     warmup_steps = math.ceil(warmup_ratio * total_steps)
-    return Plan(total_steps, warmup_steps, position.samples_of(total_steps * grad_accumulation),
-                position.samples_of(warmup_steps * grad_accumulation))
+    return Plan(total_steps, warmup_steps, progress.samples_of(total_steps * grad_accumulation),
+                progress.samples_of(warmup_steps * grad_accumulation))
 
 
-def replan(saved: Plan, step: int, samples_done: int, position: Position, *, epochs: float | None,
+def replan(saved: Plan, step: int, samples_done: int, progress: EpochProgress, *, epochs: float | None,
            grad_accumulation: int) -> Plan:
     """The plan of a run resumed at `step`, `samples_done` trained, on another layout now at
-    `position`: the steps that end its epochs on this layout (or its steps, for a run planned in
+    `progress`: the steps that end its epochs on this layout (or its steps, for a run planned in
     steps: `epochs` None), and the samples they cover."""
     if epochs is None:
         steps_left = saved.total_steps - step
     else:
-        steps_left = math.ceil(position.batches_until(epochs) / grad_accumulation)
+        steps_left = math.ceil(progress.batches_until(epochs) / grad_accumulation)
     return dataclasses.replace(saved, total_steps=step + steps_left,
-                               total_samples=samples_done + position.samples_of(steps_left * grad_accumulation))
+                               total_samples=samples_done + progress.samples_of(steps_left * grad_accumulation))
 
 
 def learning_rate_factor(samples_done: int, plan: Plan) -> float:

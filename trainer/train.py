@@ -35,15 +35,15 @@ from maskstream.trainer.metrics import MetricsLogger
 from maskstream.trainer.mixture import mask_by_source
 from maskstream.trainer.objectives import OBJECTIVES, load_mlm_model
 from maskstream.trainer.optimizer import adamw, set_learning_rate
-from maskstream.trainer.plan import Plan, Position, fresh_plan, learning_rate_factor, replan
+from maskstream.trainer.plan import EpochProgress, Plan, fresh_plan, learning_rate_factor, replan
 from maskstream.trainer.position import DatasetPosition, Layout
 from maskstream.trainer.training_data import (
-    Ranks,
     TrainingData,
     open_data,
     open_mixture,
-    setup_ranks,
+    setup_world,
 )
+from maskstream.trainer.world import World
 
 log = logging.getLogger("maskstream.train")
 DATA_WAIT_WARNING = 0.05  # a GPU waiting for data longer than this share of a window is worth a line
@@ -69,20 +69,20 @@ class MetricsWindow:
 
 def plan_run(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | None, step: int,
              samples_done: int) -> Plan:
-    """How long the run trains (maskstream.trainer.plan), from the loader's position. A fresh run plans
+    """How long the run trains (maskstream.trainer.plan), from the loader's progress through its epoch (EpochProgress). A fresh run plans
     --max-steps or --epochs; a resumed one keeps its checkpoint's plan on the same layout, works it out
     again on another world size or batch size (its epochs still end where they should), and with
     --max-steps given now trains to that step."""
-    batch, world = config.batch_size, data.ranks.world_size
+    batch, world = config.batch_size, data.world.world_size
     if data.mixture is not None:  # full batches, the domain's rows as the draw gives them
         epoch, rows_left, rows_per_epoch = data.mixture.domain_position()
-        position = Position(epoch, rows_left, math.ceil(rows_left / batch), rows_per_epoch, batch, world,
-                            domain_rows=data.mixture.domain_rows, samples_done=data.mixture.samples)
+        progress = EpochProgress(epoch, rows_left, math.ceil(rows_left / batch), rows_per_epoch, batch, world,
+                                 domain_rows=data.mixture.domain_rows, samples_done=data.mixture.samples)
     else:
-        position = Position.of(data.dataset, batch, world)
+        progress = EpochProgress.of(data.dataset, batch, world)
     accumulation = config.grad_accumulation
     if saved is None:
-        return fresh_plan(position, epochs=config.epochs, max_steps=config.max_steps,
+        return fresh_plan(progress, epochs=config.epochs, max_steps=config.max_steps,
                           grad_accumulation=accumulation, warmup_ratio=config.warmup_ratio)
     was = saved["config"]
     before = saved["loader"][0]
@@ -91,11 +91,11 @@ def plan_run(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | No
         saved_plan = dataclasses.replace(saved_plan, total_steps=config.max_steps)
     if (before["world_size"], before["batch_size"]) == (world, batch):
         if config.max_steps:
-            return replan(saved_plan, step, samples_done, position, epochs=None, grad_accumulation=accumulation)
+            return replan(saved_plan, step, samples_done, progress, epochs=None, grad_accumulation=accumulation)
         return saved_plan  # the same batches: the plan as it was
     # A run planned in epochs (not --max-steps) ends them on this layout.
     epochs = None if config.max_steps else was.get("epochs")
-    plan = replan(saved_plan, step, samples_done, position, epochs=epochs, grad_accumulation=accumulation)
+    plan = replan(saved_plan, step, samples_done, progress, epochs=epochs, grad_accumulation=accumulation)
     steps_before = saved_plan.total_steps - step
     if epochs is None:
         log.info("elastic resume: the %d step(s) left now cover %d samples, against %d on the checkpoint's layout",
@@ -103,7 +103,7 @@ def plan_run(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | No
     else:
         log.info("elastic resume: %d step(s) (%d samples) finish the run's %g epoch(s) on this layout, where the "
                  "checkpoint's %d step(s) left would have covered %d samples", plan.total_steps - step, plan.total_samples - samples_done,
-                 epochs, steps_before, position.samples_of(steps_before * accumulation))
+                 epochs, steps_before, progress.samples_of(steps_before * accumulation))
     return plan
 
 
@@ -130,7 +130,7 @@ def run_settings(config: TrainConfig, data: TrainingData, saved: dict[str, Any] 
         "mask_budget_schedule": str(data.budget_schedule), "whole_word": config.whole_word,
         "batch_size": config.batch_size, "grad_accumulation": config.grad_accumulation, "epochs": epochs,
         "learning_rate": config.learning_rate, "seed": config.seed,
-        "world_size": data.ranks.world_size, "held_out_fraction": config.held_out_fraction,
+        "world_size": data.world.world_size, "held_out_fraction": config.held_out_fraction,
         "eval_strategy": config.eval_strategy,
     }
 
@@ -146,7 +146,7 @@ class TrainingModel:
 def build_model(config: TrainConfig, data: TrainingData, run_config: dict[str, Any]) -> TrainingModel:
     """The model in its objective and AdamW (no weight decay on biases and norms). ExLM's expansion
     settings are recorded in `run_config`."""
-    device = data.ranks.device
+    device = data.world.device
     mlm_model = load_mlm_model(data.model_name)
     options = {}
     if config.objective == "exlm":  # expansion settings (trainer/exlm.py), recorded with the run
@@ -182,10 +182,10 @@ def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_
         except (ValueError, OSError) as e:  # other weights, a version gone: say which, in one line
             raise SystemExit(f"cannot resume {saved['path']}: {e}") from None
     else:
-        data.dataset.load_state_dict(loader_state(saved, data.ranks.rank, data.ranks.world_size))
+        data.dataset.load_state_dict(loader_state(saved, data.world.rank, data.world.world_size))
     log.info("resumed from %s at step %d", saved["path"], saved["step"])
     before = DatasetPosition.of(saved["loader"][0]).layout
-    now = Layout(data.ranks.world_size, data.config.num_workers, data.config.batch_size)
+    now = Layout(data.world.world_size, data.config.num_workers, data.config.batch_size)
     if before.reading != now.reading:
         log.info("elastic resume: the checkpoint's %d rank(s) x %d worker(s) x batch %d continue as %d x %d x %d; "
                  "the %d samples left of epoch %d are dealt to the new layout", before.world_size, before.num_workers,
@@ -207,12 +207,12 @@ def loader_state(saved: dict[str, Any], rank: int, world_size: int) -> dict[str,
     return states[0]
 
 
-def wrap_model(parts: TrainingModel, config: TrainConfig, ranks: Ranks) -> None:
+def wrap_model(parts: TrainingModel, config: TrainConfig, world: World) -> None:
     """DDP across ranks, torch.compile if asked: what the loop calls."""
 
-    if ranks.world_size > 1:
+    if world.world_size > 1:
         parts.model = torch.nn.parallel.DistributedDataParallel(
-            parts.model, device_ids=[ranks.local_rank] if ranks.device.type == "cuda" else None)
+            parts.model, device_ids=[world.local_rank] if world.device.type == "cuda" else None)
     if config.compile:
         parts.model = torch.compile(parts.model)
 
@@ -232,7 +232,7 @@ def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dic
     the device: the masked positions come with the batch, and whether it holds padding is read on
     the host before the transfer."""
 
-    config, device = data.config, data.ranks.device
+    config, device = data.config, data.world.device
     rows_dealt = 0
     for micro in range(config.grad_accumulation):
         wait_start = time.perf_counter()
@@ -252,7 +252,7 @@ def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dic
         window.wait += time.perf_counter() - wait_start
         # DDP averages gradients across ranks on the last micro-batch of a step only.
         last_micro = micro == config.grad_accumulation - 1
-        with parts.model.no_sync() if data.ranks.world_size > 1 and not last_micro else contextlib.nullcontext():
+        with parts.model.no_sync() if data.world.world_size > 1 and not last_micro else contextlib.nullcontext():
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                 out = parts.model(batch["input_ids"], batch["attention_mask"], batch["labels"],
                                   batch.get(MASKED_POSITIONS), attends_all)
@@ -268,17 +268,17 @@ def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dic
     return epoch, rows_dealt
 
 
-def window_record(window: MetricsWindow, parts: TrainingModel, ranks: Ranks, epoch: int,
+def window_record(window: MetricsWindow, parts: TrainingModel, world: World, epoch: int,
                   names: list[str]) -> dict[str, Any]:
     """The logged training metrics of one window (tokens, samples, correct and masked summed over ranks;
     with a mixture, samples by source). Reading the sums waits for the device: once a window."""
 
     elapsed = time.perf_counter() - window.start
     # One all-reduce: tokens, samples, correct, masked, then (a mixture) the samples of each source.
-    totals = torch.cat([torch.stack([torch.as_tensor(value, dtype=torch.float64, device=ranks.device)
+    totals = torch.cat([torch.stack([torch.as_tensor(value, dtype=torch.float64, device=world.device)
                                      for value in (window.tokens, window.samples, window.correct, window.masked)]),
-                        torch.tensor(window.sources or [], dtype=torch.float64, device=ranks.device)])
-    if ranks.world_size > 1:
+                        torch.tensor(window.sources or [], dtype=torch.float64, device=world.device)])
+    if world.world_size > 1:
         dist.all_reduce(totals)
     (tokens, samples, correct, masked), counts = totals[:4].tolist(), totals[4:].tolist()
     record = {"loss": float(window.loss) / window.micro, "masked_accuracy": correct / max(masked, 1),
@@ -304,7 +304,7 @@ def warn_if_waiting(record: dict[str, Any], config: TrainConfig, device: torch.d
 
 def evaluate_held_out(step: int, parts: TrainingModel, data: TrainingData, logger) -> dict[str, float]:
     held = evaluate(parts.objective, data.eval_batches, data.config.eval_strategy, data.eval_masking,
-                    data.ranks.device)
+                    data.world.device)
     logger.log(step, "held_out", held)
     log.info("%s: held-out loss %.4f, perplexity %.2f, masked-token accuracy %.4f",
              f"step {step}" if step else "before training", held["loss"], held["perplexity"], held["accuracy"])
@@ -317,11 +317,11 @@ def evaluate_and_checkpoint(step: int, total_steps: int, parts: TrainingModel, d
     every --save-every steps and at the end, a checkpoint (with the samples and tokens `trained`)."""
     config, last = data.config, step == total_steps
     held = None
-    if data.ranks.is_main and data.eval_batches and (step % config.eval_every == 0 or last):
+    if data.world.is_main and data.eval_batches and (step % config.eval_every == 0 or last):
         held = evaluate_held_out(step, parts, data, logger)
     if step % config.save_every == 0 or last:
         loader_states = data.loader_states()
-        if data.ranks.is_main:
+        if data.world.is_main:
             save_checkpoint(Path(config.output) / "checkpoints", step, parts.objective, parts.optimizer,
                             None, loader_states, run_config, progress=dict(trained))
     return held
@@ -341,9 +341,9 @@ def train(config: TrainConfig) -> int:
     """The training loop, top to bottom: set up the ranks, the data and the model (resuming from a
     checkpoint when asked), train, evaluate and checkpoint on schedule, save the final model."""
 
-    ranks = setup_ranks(config.seed)
+    world = setup_world(config.seed)
     saved = read_resume_state(config)
-    data = open_data(config, ranks, saved)
+    data = open_data(config, world, saved)
     if config.mix:
         data.mixture = open_mixture(data)
     run_config = run_settings(config, data, saved)
@@ -355,46 +355,46 @@ def train(config: TrainConfig) -> int:
         trained = {"samples": saved_samples(saved, "samples")[0], "tokens": saved.get("progress", {}).get("tokens", 0)}
     plan = plan_run(config, data, saved, step, trained["samples"])
     run_config.update(plan.record())
-    wrap_model(parts, config, ranks)
+    wrap_model(parts, config, world)
     out = Path(config.output)
-    logger = MetricsLogger(out, resume_step=step if saved is not None else None, enabled=ranks.is_main)
-    if ranks.is_main:
+    logger = MetricsLogger(out, resume_step=step if saved is not None else None, enabled=world.is_main)
+    if world.is_main:
         log.info("training %s on %s: %d steps, %d samples (%d warm-up), strategy %s, %d rank(s) x batch %d x "
                  "accumulation %d", display_name(data.model_name), data.dataset.version_url, plan.total_steps,
-                 plan.total_samples, plan.warmup_samples, config.strategy, ranks.world_size, config.batch_size,
+                 plan.total_samples, plan.warmup_samples, config.strategy, world.world_size, config.batch_size,
                  config.grad_accumulation)
 
     held: dict[str, float] = {}
-    if ranks.is_main and data.eval_batches and saved is None:
+    if world.is_main and data.eval_batches and saved is None:
         held = evaluate_held_out(0, parts, data, logger)
     batches = data.batches()
     parts.model.train()
-    progress = tqdm(total=plan.total_steps, initial=step, disable=not ranks.is_main, desc="train", unit="step")
+    progress = tqdm(total=plan.total_steps, initial=step, disable=not world.is_main, desc="train", unit="step")
     window, warned = MetricsWindow(), False
     set_learning_rate(parts.optimizer, config.learning_rate * learning_rate_factor(trained["samples"], plan))
     while step < plan.total_steps:
         masking = data.masking_at(trained["samples"], plan)
         epoch, rows_dealt = train_step(step + 1, parts, batches, data, window, masking)
         step += 1
-        trained["samples"] += rows_dealt * ranks.world_size  # every rank is dealt as many rows
+        trained["samples"] += rows_dealt * world.world_size  # every rank is dealt as many rows
         set_learning_rate(parts.optimizer, config.learning_rate * learning_rate_factor(trained["samples"], plan))
         progress.update(1)
         # A checkpoint's step is logged too, so that the tokens it records are all counted.
         if step % config.log_every == 0 or step % config.save_every == 0 or step == plan.total_steps:
-            record = {**window_record(window, parts, ranks, epoch, data.source_names), "mask_budget": masking.budget}
+            record = {**window_record(window, parts, world, epoch, data.source_names), "mask_budget": masking.budget}
             trained["tokens"] += record["tokens"]
             record.update(trained)
             logger.log(step, "train", record)
             progress.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['learning_rate']:.2e}")
             if not warned and step > config.log_every:
-                warned = warn_if_waiting(record, config, ranks.device)
+                warned = warn_if_waiting(record, config, world.device)
             window = MetricsWindow()
         paused = time.perf_counter()  # evaluation and checkpoints do not count in tokens/s
         held = evaluate_and_checkpoint(step, plan.total_steps, parts, data, logger, run_config, trained) or held
         window.start += time.perf_counter() - paused
     progress.close()
 
-    if ranks.is_main:
+    if world.is_main:
         save_final(out, step, parts, data, run_config, held, trained)
     logger.close()
     if data.sample_log is not None:
@@ -403,7 +403,7 @@ def train(config: TrainConfig) -> int:
         data.mixture.close()  # the leases of the domain and of the other sources
     elif data.lease is not None:
         data.lease.release()
-    if ranks.world_size > 1:
+    if world.world_size > 1:
         dist.barrier()
         dist.destroy_process_group()
     return 0

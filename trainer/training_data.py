@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 from collections.abc import Iterator
 from typing import Any, TextIO
 
@@ -31,6 +30,7 @@ from maskstream.trainer.mixture import Mixture, build_mixture
 from maskstream.trainer.plan import Plan
 from maskstream.trainer.shard_cache import ShardCache
 from maskstream.trainer.strategies import peer_columns
+from maskstream.trainer.world import World
 
 log = logging.getLogger("maskstream.train")
 
@@ -50,35 +50,16 @@ def masks_in_loader_workers(schedule_kind: str, mixed: bool) -> bool:
     return schedule_kind == "constant" and not mixed
 
 
-@dataclasses.dataclass(frozen=True)
-class Ranks:
-    """This process's place among the torchrun ranks, and its device."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def setup_ranks(seed: int) -> Ranks:
-    """Device and process group (torchrun sets RANK, LOCAL_RANK and WORLD_SIZE); seeds torch."""
-
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
-    if world_size > 1:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+def setup_world(seed: int) -> World:
+    """This process's place among the torchrun ranks (RANK, LOCAL_RANK, WORLD_SIZE; one process: 0 of 1),
+    its device made current and the process group started; seeds torch."""
+    world = World.detect()
+    if world.device.type == "cuda":
+        torch.cuda.set_device(world.local_rank)
+    if world.world_size > 1:
+        dist.init_process_group("nccl" if world.device.type == "cuda" else "gloo")
     torch.manual_seed(seed)
-    return Ranks(rank, world_size, local_rank, device)
+    return world
 
 
 def resume_versions(dataset: str, follow_latest: bool, saved: dict[str, Any]) -> tuple[str, str]:
@@ -117,7 +98,7 @@ class TrainingData:
     schedule stays as planned)."""
 
     config: TrainConfig
-    ranks: Ranks
+    world: World
     started_on: str  # version URL: the held-out rows and the run's identity
     dataset: StreamingSequenceDataset  # of the version in use
     model_name: str
@@ -136,7 +117,7 @@ class TrainingData:
 
     def __post_init__(self) -> None:
         self.loader = None if self.config.mix else self._make_loader()  # a mixture has a loader per source
-        self.lease = VersionLease(self.dataset.version_url) if self.ranks.is_main else None
+        self.lease = VersionLease(self.dataset.version_url) if self.world.is_main else None
         if self.config.sample_log:
             self.sample_log = open(self.config.sample_log, "a", encoding="utf-8")  # noqa: SIM115 (closed by train)
 
@@ -151,7 +132,7 @@ class TrainingData:
         their source's epoch."""
         if self.sample_log is None:
             return
-        rank, count = self.ranks.rank, len(batch["sample_index"])
+        rank, count = self.world.rank, len(batch["sample_index"])
         sources = batch["source"].tolist() if "source" in batch else [0] * count
         epochs = batch["epoch"].tolist() if "epoch" in batch else [epoch] * count
         name = self.mixture.name_of if self.mixture is not None else lambda _s, _e: self.dataset.manifest.version
@@ -166,7 +147,7 @@ class TrainingData:
         from the first step's (0 trained) to the last's (a full step before the planned samples)."""
         if self.budget_schedule.kind == "constant":
             return self.masking
-        step_samples = self.config.batch_size * self.config.grad_accumulation * self.ranks.world_size
+        step_samples = self.config.batch_size * self.config.grad_accumulation * self.world.world_size
         return dataclasses.replace(self.masking, budget=self.budget_schedule.at(samples_done, plan.total_samples,
                                                                                  step_samples))
 
@@ -178,7 +159,7 @@ class TrainingData:
         config = self.config
         return build_dataloader(self.dataset, batch_size=config.batch_size, num_workers=config.num_workers,
                                 strategy=config.strategy, masking=self.masking, seed=config.seed,
-                                mask_in_workers=self.mask_in_workers, pin_memory=self.ranks.device.type == "cuda",
+                                mask_in_workers=self.mask_in_workers, pin_memory=self.world.device.type == "cuda",
                                 held_out_fraction=config.held_out_fraction)
 
     def _epoch_finished(self) -> bool:
@@ -186,11 +167,11 @@ class TrainingData:
 
     def _follow(self) -> None:
         """At an epoch boundary, moves on to the version `latest` names if it is newer and compatible."""
-        switch = poll_all_ranks(self.follower, self.ranks.world_size)
+        switch = poll_all_ranks(self.follower, self.world.world_size)
         if switch is not None:
             next_epoch = self.dataset.epoch + 1
-            self.dataset = StreamingSequenceDataset(switch.version_url, seed=self.config.seed, rank=self.ranks.rank,
-                                                    world_size=self.ranks.world_size, cache=shard_cache(self.config),
+            self.dataset = StreamingSequenceDataset(switch.version_url, seed=self.config.seed, rank=self.world.rank,
+                                                    world_size=self.world.world_size, cache=shard_cache(self.config),
                                                     peer_columns=peer_columns(self.config.strategy))
             if self.lease is not None:
                 self.lease.move_to(switch.version_url)
@@ -245,21 +226,21 @@ class TrainingData:
             state = {**mixture["sources"][0]["state"], "mixture": mixture}
         else:
             state = self.dataset.state_dict()
-        if self.ranks.world_size == 1:
+        if self.world.world_size == 1:
             return [state]
-        states: list[Any] = [None] * self.ranks.world_size
+        states: list[Any] = [None] * self.world.world_size
         dist.all_gather_object(states, state)
         return states
 
 
-def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -> TrainingData:
+def open_data(config: TrainConfig, world: World, saved: dict[str, Any] | None) -> TrainingData:
     """The dataset (the version --dataset names, or when resuming the one the checkpoint was reading),
     the tokenizer checked against it, the masking, the held-out batches and the follower."""
 
     url = config.dataset
     if saved is not None:
         started, url = resume_versions(config.dataset, config.follow_latest, saved)
-    dataset = StreamingSequenceDataset(url, seed=config.seed, rank=ranks.rank, world_size=ranks.world_size,
+    dataset = StreamingSequenceDataset(url, seed=config.seed, rank=world.rank, world_size=world.world_size,
                                        cache=shard_cache(config), peer_columns=peer_columns(config.strategy))
     if saved is None:
         started = dataset.version_url
@@ -285,11 +266,11 @@ def open_data(config: TrainConfig, ranks: Ranks, saved: dict[str, Any] | None) -
     pad_token_id = dataset.manifest.tokenizer["pad_token_id"]
     eval_batches = (collect_held_out(started, config.held_out_fraction, config.eval_samples, pad_token_id,
                                      config.batch_size, peer_columns=peer_columns(config.eval_strategy))
-                    if ranks.is_main else [])
+                    if world.is_main else [])
     # A changing budget is drawn where the step is known: in this process, not in the loader workers;
     # a mixture's rows are masked by source once their batch is drawn.
     in_workers = masks_in_loader_workers(schedule.kind, bool(config.mix))
-    return TrainingData(config, ranks, started, dataset, model_name, tokenizer, masking, schedule, eval_masking,
+    return TrainingData(config, world, started, dataset, model_name, tokenizer, masking, schedule, eval_masking,
                         eval_batches, follower, in_workers,
                         resume_rng=saved["rng"] if saved is not None else None)
 
@@ -301,6 +282,6 @@ def open_mixture(data: TrainingData) -> Mixture:
         return build_mixture(data.dataset, config.mix, data.tokenizer, strategy=config.strategy, seed=config.seed,
                              batch_size=config.batch_size, num_workers=config.num_workers, cache=shard_cache(config),
                              follow=config.follow_latest, domain_follower=data.follower, lease=data.lease,
-                             pin_memory=data.ranks.device.type == "cuda")
+                             pin_memory=data.world.device.type == "cuda")
     except ValueError as e:  # a source that cannot be mixed: say which, in one line
         raise SystemExit(str(e)) from None

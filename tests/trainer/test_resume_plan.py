@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.loader import build_dataloader
 from maskstream.trainer.mixture import build_mixture
-from maskstream.trainer.plan import Plan, Position, fresh_plan, learning_rate_factor, replan
+from maskstream.trainer.plan import EpochProgress, Plan, fresh_plan, learning_rate_factor, replan
 from testing.sequence_dataset import read_texts, sequence_rows, tokenizer, write_dataset
 
 ROWS = (61, 150, 203)  # prime or odd: no layout below divides them
@@ -77,8 +77,8 @@ class Ranks:
             for batch in loader:
                 yield dataset.epoch, batch["sample_index"].tolist()
 
-    def position(self) -> Position:
-        return Position.of(self.datasets[0], self.layout.batch, self.layout.ranks)
+    def position(self) -> EpochProgress:
+        return EpochProgress.of(self.datasets[0], self.layout.batch, self.layout.ranks)
 
     def train(self, steps: int, accumulation: int, trained: list[tuple[int, int]]) -> int:
         """Takes `steps` steps' batches on every rank; returns the samples dealt."""
@@ -141,13 +141,13 @@ def test_a_run_planned_in_epochs_finishes_them_on_any_layout(versions, rows, epo
 def test_the_issues_case_finishes_the_epoch() -> None:
     """1,377 rows, 2 ranks x batch 8, stopped at step 84 and resumed on 1 rank: 34 samples are left
     of the epoch; the old plan's 3 steps covered 24 of them, the new plan's 5 cover all 34."""
-    before = Position(epoch=0, rows_left=689 - 84 * 8, batches_left=87 - 84, rows_per_epoch=689, batch_size=8,
+    before = EpochProgress(epoch=0, rows_left=689 - 84 * 8, batches_left=87 - 84, rows_per_epoch=689, batch_size=8,
                       world_size=2)
-    plan = fresh_plan(Position(0, 689, 87, 689, 8, 2), epochs=1, max_steps=0, grad_accumulation=1, warmup_ratio=0.0)
+    plan = fresh_plan(EpochProgress(0, 689, 87, 689, 8, 2), epochs=1, max_steps=0, grad_accumulation=1, warmup_ratio=0.0)
     assert (plan.total_steps, plan.total_samples) == (87, 1378)
     samples_done = 84 * 8 * 2
     assert plan.total_samples - samples_done == before.samples_of(3) == 34
-    after = Position(epoch=0, rows_left=34, batches_left=5, rows_per_epoch=1377, batch_size=8, world_size=1)
+    after = EpochProgress(epoch=0, rows_left=34, batches_left=5, rows_per_epoch=1377, batch_size=8, world_size=1)
     resumed = replan(plan, 84, samples_done, after, epochs=1, grad_accumulation=1)
     assert (resumed.total_steps, resumed.total_samples - samples_done) == (89, 34)
 
@@ -165,10 +165,10 @@ class MixtureRanks(Ranks):
                 mixture.load_state_dict(states)
             self.mixtures.append(mixture)
 
-    def position(self) -> Position:
+    def position(self) -> EpochProgress:
         mixture = self.mixtures[0]
         epoch, rows_left, rows_per_epoch = mixture.domain_position()
-        return Position(epoch, rows_left, math.ceil(rows_left / self.layout.batch), rows_per_epoch, self.layout.batch,
+        return EpochProgress(epoch, rows_left, math.ceil(rows_left / self.layout.batch), rows_per_epoch, self.layout.batch,
                         self.layout.ranks, domain_rows=mixture.domain_rows, samples_done=mixture.samples)
 
     def train(self, steps: int, accumulation: int, trained: list[tuple[int, int]]) -> int:
