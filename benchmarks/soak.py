@@ -195,11 +195,13 @@ class Soak:
         thread.start()
         self.threads.append(thread)
 
-    def start(self, model: str, max_steps: int, timeout: float) -> None:
-        """Watch until its first version, then the trainer until its first step."""
+    def start(self, model: str, max_steps: int, timeout: float, encoder: str | None = None) -> None:
+        """Watch until its first version, then the trainer until its first step. `encoder`: the watch's
+        --model (default: its default, the offline MiniLM)."""
         self.processes["watch"] = watch = subprocess.Popen(
             [*self.cli, "watch", str(self.corpus), "--output", str(self.root), "--interval", "1", "--settle", "1",
-             "--max-length", "64", "--shard-rows", "16", "--row-group-rows", "8"],
+             "--max-length", "64", "--shard-rows", "16", "--row-group-rows", "8",
+             *(["--model", encoder] if encoder else [])],
             env=self.env, stdout=self.logs["watch"], stderr=subprocess.STDOUT)
         self.thread(self.read_versions)
         self.thread(self.sample_rss)
@@ -303,11 +305,15 @@ class Soak:
 
 
 def run_soak(work: Path, versions: int = 100, files: int = 4, docs_per_file: int = 10, change_every: float = 4.0,
-             gc_every: float = 3.0, max_steps: int = 1_000_000, setup_timeout: float = 600.0) -> dict[str, Any]:
-    """The soak of the module docstring; its figures, with `passed`."""
+             gc_every: float = 3.0, max_steps: int = 1_000_000, setup_timeout: float = 600.0,
+             tiny_encoder: bool = False) -> dict[str, Any]:
+    """The soak of the module docstring; its figures, with `passed`. `tiny_encoder`: the watch encodes new
+    words with the trainer's tiny BERT instead of the MiniLM (tests/test_soak.py: a rebuild then takes a
+    second or two instead of 5-13 s, and what the soak checks does not depend on the encoder)."""
     soak = Soak(work, files, docs_per_file)
     try:
-        soak.start(tiny_bert(work / "tiny-bert"), max_steps, setup_timeout)
+        model = tiny_bert(work / "tiny-bert")
+        soak.start(model, max_steps, setup_timeout, encoder=model if tiny_encoder else None)
         train_log = soak.soak(versions, change_every, gc_every)
     finally:
         soak.close()
