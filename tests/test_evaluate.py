@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from maskstream.evaluate import neardup, statistics
-from maskstream.evaluate.design import EvaluateConfig, assign_folds
+from maskstream.evaluate.design import ARMS, EvaluateConfig, assign_folds
 from maskstream.evaluate.experiment import claim, pilot_choice
 from maskstream.evaluate.probe import out_of_fold, probe_splits
 
@@ -356,3 +356,20 @@ def test_the_model_every_arm_starts_from_is_the_same_in_two_evaluations(minilm_p
     second = load_file(str(float32_model(minilm_path, tmp_path / "b") / "model.safetensors"))
     assert first.keys() == second.keys() and any(key.startswith("cls.") for key in first)
     assert all(np.array_equal(first[key].numpy(), second[key].numpy()) for key in first)
+
+
+def test_the_commands_evaluate_runs_know_every_flag_it_gives_them() -> None:
+    """evaluate builds each command's arguments from the command's own option names (command_line): every
+    arm's extra flags are options of their command, and a renamed or misspelled option fails here."""
+    from maskstream.cli import command_line
+
+    for arm in ARMS.values():
+        for command, flags in (("stats", arm.stats), ("seeds", arm.seeds), ("build", arm.build), ("train", arm.train)):
+            assert command_line(command, *flags)[1:] == list(flags)
+    assert command_line("train", "--strategy", "random", batch_size=32, whole_word=True, model=None) == [
+        "train", "--batch-size", "32", "--whole-word", "--strategy", "random"]
+    assert command_line("stats", input=["a.jsonl", "b.jsonl"], output="s")[1:4] == ["--input", "a.jsonl", "b.jsonl"]
+    with pytest.raises(ValueError, match=r"maskstream train has no option \['batchsize'\]"):
+        command_line("train", batchsize=32)
+    with pytest.raises(ValueError, match=r"maskstream build has no option \['--max-len'\]"):
+        command_line("build", "--max-len", "128")

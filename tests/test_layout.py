@@ -18,9 +18,12 @@ REPO = Path(__file__).resolve().parents[1]
 # installed name -> folder in the repository (pyproject.toml's package-dir)
 PACKAGE_DIRS = {"maskstream": "maskstream", "maskstream.schemas": "schemas", "maskstream.mask_signal": "mask_signal", "maskstream.pipelines": "pipelines",
                 "maskstream.trainer": "trainer"}
-# a module may import its own package and the layers below it, never above or beside
+# a module may import its own package and the layers below it, never above or beside; `evaluate` runs the
+# commands as a user does (each a `python -m maskstream` process, its arguments from the command's own
+# options: maskstream.cli.command_line), so it sits on top with the command line
 LAYERS = {"maskstream.storage": 0, "maskstream.models": 0, "maskstream.schemas": 0, "maskstream.mask_signal": 1,
-          "maskstream.pipelines": 2, "maskstream.trainer": 2, "maskstream": 3, "maskstream.cli": 4, "maskstream.__main__": 4}
+          "maskstream.pipelines": 2, "maskstream.trainer": 2, "maskstream": 3, "maskstream.cli": 4, "maskstream.__main__": 4,
+          "maskstream.evaluate": 4}
 # inside the dataset stage, each role imports only the roles before it (pipelines/build/__init__.py)
 DATASET_ROLES = ["core", "storage", "inspect", "steps", "beam", "driver"]
 LONGEST_FUNCTION = 100
@@ -109,7 +112,7 @@ def test_no_import_circles() -> None:
 
 def test_layers_import_only_downward() -> None:
     """schemas imports neither side; pipelines and trainer import schemas and never each other; the
-    command line sits on top and nothing in the library imports it."""
+    command line (and evaluate, which runs its commands) sits on top and nothing in the library imports it."""
     apart = {"maskstream.pipelines", "maskstream.trainer"}
     upward = [f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
               if LAYERS[layer(b)] > LAYERS[layer(a)] or {layer(a), layer(b)} == apart]

@@ -69,6 +69,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_line(command: str, *extra: str, **options: object) -> list[str]:
+    """`maskstream COMMAND` arguments built from the command's own option names (argparse dests, which are
+    its config's fields), for a program that runs the commands (maskstream evaluate): an option the command
+    does not have, or an `extra` flag it does not know, raises here, where that program's tests see it, not
+    in a run. True gives a switch, None leaves the option out, a list or tuple gives several values."""
+    parser = argparse.ArgumentParser(add_help=False)
+    importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
+    by_name = {action.dest: action for action in parser._actions if action.option_strings}
+    known = {flag for action in by_name.values() for flag in action.option_strings}
+    unknown = [flag for flag in extra if flag.startswith("--") and flag.split("=", 1)[0] not in known]
+    if unknown or set(options) - set(by_name):
+        raise ValueError(f"maskstream {command} has no option {unknown or sorted(set(options) - set(by_name))}")
+    args = [command]
+    for name, value in options.items():
+        flag = max(by_name[name].option_strings, key=len)
+        if value is None:
+            continue
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, list | tuple):
+            args += [flag, *map(str, value)]
+        else:
+            args += [flag, str(value)]
+    return args + list(extra)
+
+
 def beam_root_chatter(record: logging.LogRecord) -> bool:
     """False for Beam's INFO lines logged on the root logger rather than its own (`logging.info(
     "Missing pipeline option (runner)...")` in apache_beam/pipeline.py), which the level of the

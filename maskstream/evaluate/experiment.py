@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from maskstream.cli import command_line
 from maskstream.evaluate import neardup, probe
 from maskstream.evaluate.corpora import expand, read_labeled, read_texts
 from maskstream.evaluate.design import (
@@ -249,7 +250,7 @@ def build_datasets(config: EvaluateConfig, work: Path, folder: Path) -> dict[str
     logs = folder / "logs"
     tokenizer = str(work / "model")
     if not (folder / "stats" / "summary.json").exists():
-        maskstream(["stats", "--input", str(folder / "tapt.jsonl"), "--output", str(folder / "stats")],
+        maskstream(command_line("stats", input=[str(folder / "tapt.jsonl")], output=str(folder / "stats")),
                    logs / "stats.log", config.threads)
     for arm in (ARMS[a] for a in ("random", *config.arms)):
         name = arm.dataset
@@ -261,13 +262,13 @@ def build_datasets(config: EvaluateConfig, work: Path, folder: Path) -> dict[str
         if arm.stats:
             stats = root / "stats"
             flags = [str(folder / "background.jsonl") if f == "{background}" else f for f in arm.stats]
-            maskstream(["stats", "--input", str(folder / "tapt.jsonl"), "--output", str(stats), *flags],
+            maskstream(command_line("stats", *flags, input=[str(folder / "tapt.jsonl")], output=str(stats)),
                        logs / f"stats-{name}.log", config.threads)
-        maskstream(["seeds", "--stats", str(stats), "--output", str(root / "seeds.json"), *arm.seeds],
+        maskstream(command_line("seeds", *arm.seeds, stats=str(stats), output=str(root / "seeds.json")),
                    logs / f"seeds-{name}.log", config.threads)
-        maskstream(["build", "--input", str(folder / "tapt.jsonl"), "--stats", str(stats), "--seeds",
-                    str(root / "seeds.json"), "--output", str(root / "dataset"), "--version", "v1", "--tokenizer",
-                    tokenizer, "--max-length", str(config.max_length), "--packing", "pack", *arm.build],
+        maskstream(command_line("build", *arm.build, input=[str(folder / "tapt.jsonl")], stats=str(stats),
+                                seeds=str(root / "seeds.json"), output=str(root / "dataset"), version="v1",
+                                tokenizer=tokenizer, max_length=config.max_length, packing="pack"),
                    logs / f"build-{name}.log", config.threads)
         manifest = json.loads((root / "dataset" / "v1" / "manifest.json").read_text(encoding="utf-8"))
         out[name] = {"root": (root / "dataset").relative_to(work).as_posix(),
@@ -371,12 +372,12 @@ class Evaluation:
         if not ((out / "model" / "config.json").exists() and (out / "summary.json").exists()):
             shutil.rmtree(out, ignore_errors=True)
             dataset = self.root / self.prepared["datasets"][str(fold)][arm.dataset]["root"]
-            maskstream(["train", "--dataset", str(dataset), "--output", str(out), "--model", str(self.model),
-                        *arm.train, "--batch-size", str(c.batch_size), "--max-steps", str(steps),
-                        "--learning-rate", str(c.learning_rate), "--seed", str(seed), "--num-workers", "0",
-                        "--held-out-fraction", str(HELD_OUT_FRACTION), "--eval-samples", str(EVAL_SAMPLES),
-                        "--eval-every", str(steps), "--log-every", str(max(steps // 10, 1)), "--save-every",
-                        str(steps)], self.root / "logs" / f"train-{arm_name}-{seed}-{fold}.log", c.threads)
+            maskstream(command_line("train", *arm.train, dataset=str(dataset), output=str(out), model=str(self.model),
+                                    batch_size=c.batch_size, max_steps=steps, learning_rate=c.learning_rate,
+                                    seed=seed, num_workers=0, held_out_fraction=HELD_OUT_FRACTION,
+                                    eval_samples=EVAL_SAMPLES, eval_every=steps, log_every=max(steps // 10, 1),
+                                    save_every=steps),
+                       self.root / "logs" / f"train-{arm_name}-{seed}-{fold}.log", c.threads)
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
         summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
         return out / "model", {"steps": summary["steps"], "passes": passes, "held_out": summary["held_out"],
