@@ -19,6 +19,7 @@ but tensors and plain containers: reading a checkpoint never runs code from it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -31,6 +32,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from maskstream.storage.publish import move_into_place, write_atomically
+from maskstream.trainer.position import DatasetPosition
 
 MODEL_FILE = "model.safetensors"
 OBJECTIVE_FILE = "objective.safetensors"
@@ -173,28 +175,61 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     return path / name
 
 
-def read_training_state(path: str | os.PathLike) -> dict[str, Any]:
-    """The stored state of the checkpoint at `path` (or the one its `latest` names): `step`, `loader`,
-    `config`, `rng`, optimizer and scheduler states, and `path`. Weights are not read."""
+@dataclasses.dataclass(frozen=True)
+class SavedRun:
+    """A checkpoint's training state, read once (`read_training_state`); the weights stay in its folder."""
+
+    path: str  # the checkpoint folder
+    step: int
+    settings: dict[str, Any]  # the run's settings and plan as `save_checkpoint` got them (`config` in the file)
+    loader: list[dict[str, Any]]  # every rank's loader state (a mixture's hold its sources' under "mixture")
+    progress: dict[str, int]  # samples and tokens trained by `step` (empty in checkpoints older than the count)
+    rng: dict[str, Any]
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any] | None
+
+    @property
+    def positions(self) -> list[DatasetPosition]:
+        """Each rank's position in the version it was reading (a mixture's: its domain's)."""
+        return [DatasetPosition.of(state) for state in self.loader]
+
+    @property
+    def mixed(self) -> bool:
+        return "mixture" in self.loader[0]
+
+    def samples(self, *keys: str) -> list[int]:
+        """Sample counts the run recorded (`samples`, `total_samples`, `warmup_samples`); a checkpoint
+        written before they were counted measured in steps: its steps times a full step's rows."""
+        first = self.loader[0]
+        full_step = first["batch_size"] * first["world_size"] * self.settings["grad_accumulation"]
+        steps = {"total_samples": self.settings["total_steps"], "warmup_samples": self.settings["warmup_steps"],
+                 "samples": self.step}
+        counted = {**self.settings, **self.progress}
+        return [int(counted[k]) if k in counted else steps[k] * full_step for k in keys]
+
+
+def read_training_state(path: str | os.PathLike) -> SavedRun:
+    """The stored state of the checkpoint at `path` (or the one its `latest` names). Weights are not read."""
     path = resolve_checkpoint(path)
     state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
-    state["path"] = str(path)
-    return state
+    return SavedRun(path=str(path), step=int(state["step"]), settings=state["config"], loader=state["loader"],
+                    progress=state.get("progress") or {}, rng=state["rng"], optimizer=state["optimizer"],
+                    scheduler=state.get("scheduler"))
 
 
 def restore_checkpoint(
-    state: dict[str, Any],
+    state: SavedRun,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> None:
     """Loads the weights of `read_training_state`'s checkpoint into `model`, its states into the optimizer
     and scheduler."""
-    _load_weights(model, Path(state["path"]))
+    _load_weights(model, Path(state.path))
     if optimizer is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
+        optimizer.load_state_dict(state.optimizer)
+    if scheduler is not None and state.scheduler is not None:
+        scheduler.load_state_dict(state.scheduler)
 
 
 def load_checkpoint(
@@ -203,11 +238,11 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     restore_rng: bool = True,
-) -> dict[str, Any]:
-    """Loads weights into `model` (and state into optimizer/scheduler/RNGs); returns the stored state
-    (`step`, `loader`, `config`, ...). Never unpickles: safetensors and weights_only only."""
+) -> SavedRun:
+    """Loads weights into `model` (and state into optimizer/scheduler/RNGs); returns the stored state.
+    Never unpickles: safetensors and weights_only only."""
     state = read_training_state(path)
     restore_checkpoint(state, model, optimizer, scheduler)
     if restore_rng:
-        set_rng_state(state["rng"])
+        set_rng_state(state.rng)
     return state

@@ -23,6 +23,7 @@ from transformers import PreTrainedModel
 
 from maskstream.models import display_name
 from maskstream.trainer.checkpoint import (
+    SavedRun,
     read_training_state,
     restore_checkpoint,
     save_checkpoint,
@@ -36,7 +37,7 @@ from maskstream.trainer.mixture import mask_by_source
 from maskstream.trainer.objectives import OBJECTIVES, load_mlm_model
 from maskstream.trainer.optimizer import adamw, set_learning_rate
 from maskstream.trainer.plan import EpochProgress, Plan, fresh_plan, learning_rate_factor, replan
-from maskstream.trainer.position import DatasetPosition, Layout
+from maskstream.trainer.position import Layout
 from maskstream.trainer.training_data import (
     TrainingData,
     open_data,
@@ -67,7 +68,7 @@ class MetricsWindow:
 # --- the run ---------------------------------------------------------------------------------
 
 
-def plan_run(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | None, step: int,
+def plan_run(config: TrainConfig, data: TrainingData, saved: SavedRun | None, step: int,
              samples_done: int) -> Plan:
     """How long the run trains (maskstream.trainer.plan), from the loader's progress through its epoch (EpochProgress). A fresh run plans
     --max-steps or --epochs; a resumed one keeps its checkpoint's plan on the same layout, works it out
@@ -84,12 +85,11 @@ def plan_run(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | No
     if saved is None:
         return fresh_plan(progress, epochs=config.epochs, max_steps=config.max_steps,
                           grad_accumulation=accumulation, warmup_ratio=config.warmup_ratio)
-    was = saved["config"]
-    before = saved["loader"][0]
-    saved_plan = Plan(was["total_steps"], was["warmup_steps"], *saved_samples(saved, "total_samples", "warmup_samples"))
+    was, before = saved.settings, saved.positions[0].layout
+    saved_plan = Plan(was["total_steps"], was["warmup_steps"], *saved.samples("total_samples", "warmup_samples"))
     if config.max_steps:  # to the step asked now
         saved_plan = dataclasses.replace(saved_plan, total_steps=config.max_steps)
-    if (before["world_size"], before["batch_size"]) == (world, batch):
+    if (before.world_size, before.batch_size) == (world, batch):
         if config.max_steps:
             return replan(saved_plan, step, samples_done, progress, epochs=None, grad_accumulation=accumulation)
         return saved_plan  # the same batches: the plan as it was
@@ -107,23 +107,13 @@ def plan_run(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | No
     return plan
 
 
-def saved_samples(saved: dict[str, Any], *keys: str) -> list[int]:
-    """Sample counts a checkpoint's plan records; a checkpoint written before they were counted
-    measured in steps: its steps times the rows of a full step of its layout."""
-    was, before = saved["config"], saved["loader"][0]
-    full_step = before["batch_size"] * before["world_size"] * was["grad_accumulation"]
-    steps = {"total_samples": was["total_steps"], "warmup_samples": was["warmup_steps"], "samples": saved["step"]}
-    progress = {**was, **saved.get("progress", {})}
-    return [int(progress[k]) if k in progress else steps[k] * full_step for k in keys]
-
-
-def run_settings(config: TrainConfig, data: TrainingData, saved: dict[str, Any] | None) -> dict[str, Any]:
+def run_settings(config: TrainConfig, data: TrainingData, saved: SavedRun | None) -> dict[str, Any]:
     """What the checkpoints and summary.json record of the run (RESUME_CRITICAL among them; the plan's
     fields are added once it is made). `epochs` is what the run ends on, None for --max-steps (a
     resumed run's are its checkpoint's)."""
     epochs = None if config.max_steps else config.epochs
     if saved is not None and not config.max_steps:
-        epochs = saved["config"].get("epochs")
+        epochs = saved.settings.get("epochs")
     return {
         "dataset_version": data.started_on, "model": data.model_name, "objective": config.objective,
         "strategy": config.strategy, "mask_budget": config.mask_budget,
@@ -158,53 +148,51 @@ def build_model(config: TrainConfig, data: TrainingData, run_config: dict[str, A
     return TrainingModel(mlm_model, objective, objective, optimizer)
 
 
-def read_resume_state(config: TrainConfig) -> dict[str, Any] | None:
+def read_resume_state(config: TrainConfig) -> SavedRun | None:
     """The checkpoint state to continue from (--resume), None when starting fresh."""
     if not config.resume:
         return None
     return read_training_state(Path(config.output) / "checkpoints" if config.resume == "latest" else config.resume)
 
 
-def resume(saved: dict[str, Any], parts: TrainingModel, data: TrainingData, run_config: dict[str, Any]) -> int:
+def resume(saved: SavedRun, parts: TrainingModel, data: TrainingData, run_config: dict[str, Any]) -> int:
     """Restores weights, optimizer, schedule and loader position; returns the step to continue from."""
-    was = {k: saved["config"].get(k, RESUME_DEFAULTS.get(k)) for k in RESUME_CRITICAL}
+    was = {k: saved.settings.get(k, RESUME_DEFAULTS.get(k)) for k in RESUME_CRITICAL}
     changed = {k: (was[k], run_config[k]) for k in RESUME_CRITICAL if was[k] != run_config[k]}
     if changed:
-        raise SystemExit(f"cannot resume {saved['path']} exactly: settings changed (was, now): {changed}")
+        raise SystemExit(f"cannot resume {saved.path} exactly: settings changed (was, now): {changed}")
     restore_checkpoint(saved, parts.objective, parts.optimizer)
-    mixed = "mixture" in saved["loader"][0]
-    if mixed != (data.mixture is not None):
-        raise SystemExit(f"cannot resume {saved['path']}: it was {'' if mixed else 'not '}trained on a mixture; "
+    if saved.mixed != (data.mixture is not None):
+        raise SystemExit(f"cannot resume {saved.path}: it was {'' if saved.mixed else 'not '}trained on a mixture; "
                          "resume with the same --mix")
     if data.mixture is not None:
         try:  # every rank's state: a mixture's ranks take their own rows from each source
-            data.mixture.load_state_dict([state["mixture"] for state in saved["loader"]])
+            data.mixture.load_state_dict([state["mixture"] for state in saved.loader])
         except (ValueError, OSError) as e:  # other weights, a version gone: say which, in one line
-            raise SystemExit(f"cannot resume {saved['path']}: {e}") from None
+            raise SystemExit(f"cannot resume {saved.path}: {e}") from None
     else:
         data.dataset.load_state_dict(loader_state(saved, data.world.rank, data.world.world_size))
-    log.info("resumed from %s at step %d", saved["path"], saved["step"])
-    before = DatasetPosition.of(saved["loader"][0]).layout
+    log.info("resumed from %s at step %d", saved.path, saved.step)
+    before = saved.positions[0].layout
     now = Layout(data.world.world_size, data.config.num_workers, data.config.batch_size)
     if before.reading != now.reading:
         log.info("elastic resume: the checkpoint's %d rank(s) x %d worker(s) x batch %d continue as %d x %d x %d; "
                  "the %d samples left of epoch %d are dealt to the new layout", before.world_size, before.num_workers,
                  before.batch_size, now.world_size, now.num_workers, now.batch_size,
                  data.dataset.rows_per_rank() * now.world_size, data.dataset.epoch)
-    return saved["step"]
+    return saved.step
 
 
-def loader_state(saved: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
+def loader_state(saved: SavedRun, rank: int, world_size: int) -> dict[str, Any]:
     """The loader state rank `rank` of `world_size` continues from: its own when the world size is the
     checkpoint's, else any rank's (they agree on epoch and batches taken; elastic resume)."""
-    states = saved["loader"]
-    if len(states) == world_size:
-        return states[rank]
-    taken = {(p.epoch, p.batches_consumed, len(p.segments)) for p in map(DatasetPosition.of, states)}
+    if len(saved.loader) == world_size:
+        return saved.loader[rank]
+    taken = {(p.epoch, p.batches_consumed, len(p.segments)) for p in saved.positions}
     if len(taken) != 1:
-        raise SystemExit(f"cannot resume {saved['path']} on {world_size} ranks: its ranks disagree on the "
+        raise SystemExit(f"cannot resume {saved.path} on {world_size} ranks: its ranks disagree on the "
                          f"(epoch, batches, resumes) they had taken: {sorted(taken)}")
-    return states[0]
+    return saved.loader[0]
 
 
 def wrap_model(parts: TrainingModel, config: TrainConfig, world: World) -> None:
@@ -352,7 +340,7 @@ def train(config: TrainConfig) -> int:
     # samples and tokens trained, all ranks: what the schedule follows and the records count
     trained = {"samples": 0, "tokens": 0}
     if saved is not None:
-        trained = {"samples": saved_samples(saved, "samples")[0], "tokens": saved.get("progress", {}).get("tokens", 0)}
+        trained = {"samples": saved.samples("samples")[0], "tokens": saved.progress.get("tokens", 0)}
     plan = plan_run(config, data, saved, step, trained["samples"])
     run_config.update(plan.record())
     wrap_model(parts, config, world)

@@ -18,6 +18,7 @@ from maskstream.models import default_model
 from maskstream.schemas.manifest import vocab_hash
 from maskstream.storage.lease import VersionLease
 from maskstream.trainer.checkpoint import (
+    SavedRun,
     set_rng_state,
 )
 from maskstream.trainer.config import TrainConfig
@@ -62,18 +63,18 @@ def setup_world(seed: int) -> World:
     return world
 
 
-def resume_versions(dataset: str, follow_latest: bool, saved: dict[str, Any]) -> tuple[str, str]:
+def resume_versions(dataset: str, follow_latest: bool, saved: SavedRun) -> tuple[str, str]:
     """(the version the run started on, the version it was reading) for resuming the checkpoint state
     `saved` with `--dataset DATASET`. The held-out rows come from the first, training continues on the
     second: a run that followed newer versions (`--follow-latest`) stops on a later one than it started.
     DATASET may be their root, the version being read, or (with --follow-latest, as the run was
     started) the first version; anything else, or a version the root no longer holds, exits saying why."""
 
-    started = saved["config"]["dataset_version"]
+    started = saved.settings["dataset_version"]
     root = started.rsplit("/", 1)[0]
-    reading = f"{root}/{saved['loader'][0]['version']}"  # every rank reads the same version
+    reading = f"{root}/{saved.positions[0].version}"  # every rank reads the same version
     given = dataset.rstrip("/")
-    where = f"checkpoint {saved['path']} was reading {reading}"
+    where = f"checkpoint {saved.path} was reading {reading}"
     if reading != started:
         where += f" (the run started on {started} and followed the latest version)"
     if given not in (root, reading, started):
@@ -233,7 +234,7 @@ class TrainingData:
         return states
 
 
-def open_data(config: TrainConfig, world: World, saved: dict[str, Any] | None) -> TrainingData:
+def open_data(config: TrainConfig, world: World, saved: SavedRun | None) -> TrainingData:
     """The dataset (the version --dataset names, or when resuming the one the checkpoint was reading),
     the tokenizer checked against it, the masking, the held-out batches and the follower."""
 
@@ -272,7 +273,7 @@ def open_data(config: TrainConfig, world: World, saved: dict[str, Any] | None) -
     in_workers = masks_in_loader_workers(schedule.kind, bool(config.mix))
     return TrainingData(config, world, started, dataset, model_name, tokenizer, masking, schedule, eval_masking,
                         eval_batches, follower, in_workers,
-                        resume_rng=saved["rng"] if saved is not None else None)
+                        resume_rng=saved.rng if saved is not None else None)
 
 
 def open_mixture(data: TrainingData) -> Mixture:

@@ -48,7 +48,7 @@ def test_round_trip_restores_weights_optimizer_schedule_rngs_and_continues_ident
 
     restored, restored_optimizer, restored_scheduler = _training_objects(1)  # different initial weights
     state = load_checkpoint(tmp_path, restored, restored_optimizer, restored_scheduler)
-    assert state["step"] == 3 and state["loader"] == loader_state and state["config"] == {"seed": 0}
+    assert state.step == 3 and state.loader == loader_state and state.settings == {"seed": 0}
     assert restored.get_output_embeddings().weight is restored.get_input_embeddings().weight  # still tied
     assert [_one_step(restored, restored_optimizer, restored_scheduler) for _ in range(3)] == expected
     assert (random.random(), np.random.random()) == (python_draw, numpy_draw)
