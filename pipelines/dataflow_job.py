@@ -24,6 +24,7 @@ def is_dry_run(beam_args: Sequence[str]) -> bool:
     """Whether Beam's flags ask for a dry run (`--dry_run=True`), parsed as Beam parses them."""
     if not any(arg.startswith("--dry_run") for arg in beam_args):
         return False  # no Beam import for the common case
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     from apache_beam.options.pipeline_options import PipelineOptions, TestOptions
 
     return bool(PipelineOptions(list(beam_args)).view_as(TestOptions).dry_run)

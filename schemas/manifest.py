@@ -57,6 +57,7 @@ def read_word_table(version_url: str, word_table: str, columns: list[str] | None
                     filter: Any = None) -> Any:
     """A version's word table (`manifest.word_table`) as one pyarrow Table (its shards, or the one file of format 1), in
     word_index order; `columns` and a `pyarrow.dataset` `filter` read only what is asked."""
+    # heavy: this pyarrow module loads only when data is read: importing this module stays light
     import pyarrow.dataset as ds
 
     fs, path = fsspec.core.url_to_fs(posixpath.join(version_url.rstrip("/"), word_table))

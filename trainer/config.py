@@ -65,6 +65,7 @@ class TrainConfig:
                      ("--exlm-token-budget", self.exlm_token_budget, self.exlm_token_budget >= 0))
         BudgetSchedule.parse(self.mask_budget_schedule, self.mask_budget)  # a bad schedule fails here
         if self.mix:
+            # heavy: imports torch; only here, where it is needed
             from maskstream.trainer.mixture import MixSource, mixture_weights
 
             mixture_weights([MixSource.parse(entry) for entry in self.mix])  # bad entries and sums fail here

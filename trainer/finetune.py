@@ -54,6 +54,7 @@ class LabeledSet:
 def read_records(url: str, rejects: list[dict[str, str]]) -> list[tuple[str, dict[str, Any]]]:
     """(location, record) for every record of a JSONL, Parquet or CSV file; JSONL lines that are not
     JSON objects go to `rejects`."""
+    # heavy: this pyarrow module loads only when data is read: importing this module stays light
     import fsspec
     import pyarrow.csv
     import pyarrow.parquet
@@ -179,9 +180,11 @@ def format_report(name: str, metrics: dict[str, Any]) -> str:
 
 
 def plot_confusion(metrics: dict[str, Any], title: str, path: Path) -> None:
+    # heavy: matplotlib loads only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # heavy: matplotlib loads only when a figure is drawn
     import matplotlib.pyplot as plt
 
     confusion = np.asarray(metrics["confusion_matrix"])
@@ -231,6 +234,7 @@ def encode(tokenizer, data: LabeledSet, label_ids: dict[str, int], max_length: i
 def batches(samples: list[dict[str, Any]], batch_size: int, pad_token_id: int, shuffle_seed: int | None):
     """Padded tensor batches (`collate_sequences`) with `class_labels`; shuffled when a seed is given.
     (`labels` is what masking adds: the MLM targets.)"""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch
 
     # heavy: imports torch; only here, where it is needed
@@ -251,6 +255,7 @@ def batches(samples: list[dict[str, Any]], batch_size: int, pad_token_id: int, s
 
 def predict(model, samples: list[dict[str, Any]], batch_size: int, pad_token_id: int, device) -> np.ndarray:
     """Predicted class per sample. Inputs are never masked here: TMR is a training-time perturbation."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch
 
     model.eval()
@@ -306,6 +311,7 @@ class FinetuneConfig:
 def train_epoch(model, samples, epoch: int, step: int, total_steps: int, config: FinetuneConfig, pad_token_id: int,
                 tmr, loss_weights, optimizer, scheduler, logger, progress) -> int:
     """One pass over `samples` (shuffled per epoch), TMR-masked, stopping at `total_steps`; returns the step."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch
 
     # heavy: imports torch; only here, where it is needed
@@ -338,6 +344,7 @@ def fit(model, tokenizer, train_samples, validation_samples, label_names: list[s
         weights: np.ndarray | None, logger) -> dict[str, Any]:
     """Trains with TMR and early stopping on validation macro-F1; leaves the best weights in `model`
     and returns the best validation metrics (with `epoch`)."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch
     from tqdm import tqdm
 
@@ -415,6 +422,7 @@ def read_splits(config: FinetuneConfig, rejects: list[dict[str, str]]) -> tuple[
 
 def load_classifier(config: FinetuneConfig, label_names: list[str]):
     """(tokenizer, model): --model with a new classification head for `label_names`, on the device."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -452,6 +460,7 @@ def evaluate_splits(model, tokenizer, encoded: dict[str, list[dict[str, Any]]], 
 def finetune(config: FinetuneConfig) -> int:
     """Reads the splits, fits the classifier (best epoch by validation macro-F1), evaluates every split,
     and writes model/, evaluation.json, confusion-*.png, metrics.jsonl and rejects.jsonl into the output."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch
 
     torch.manual_seed(config.seed)

@@ -78,6 +78,7 @@ def poll_all_ranks(follower: LatestVersionFollower, world_size: int) -> VersionS
     """`follower.poll()`, decided by rank 0 and the same on every rank (they must read one version)."""
     if world_size == 1:
         return follower.poll()
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch.distributed as dist
 
     choice = [follower.newest_compatible() if dist.get_rank() == 0 else None]

@@ -34,6 +34,7 @@ class MetricsLogger:
             self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
         elif self.path.exists():
             self.path.unlink()
+        # heavy: torch and transformers load only when a model is needed (--help stays fast)
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(out_dir / "tensorboard"), purge_step=resume_step)

@@ -289,6 +289,7 @@ class Mixture:
         followed = [source for source in self.sources if getattr(source, "follower", None) is not None]
         in_use = [source.in_use() for source in followed]
         if self.world_size > 1:
+            # heavy: torch and transformers load only when a model is needed (--help stays fast)
             import torch.distributed as dist
 
             gathered: list[Any] = [None] * self.world_size

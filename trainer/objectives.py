@@ -25,6 +25,7 @@ def load_mlm_model(model_name: str):
     """A masked-LM from `model_name`. A checkpoint without an MLM head (an encoder saved as
     `BertModel`, like the offline MiniLM) gets a newly initialized head whose output projection is
     the input embedding matrix itself (tied), so only the small transform and bias are new."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     from transformers import AutoModelForMaskedLM
 
     model, _ = load_pretrained(AutoModelForMaskedLM, model_name, "MLM head", "expected for sentence encoders")

@@ -23,6 +23,7 @@ def adamw(module, weight_decay: float, lr: float, fused: bool | None = None):
 def build_optimizer(module, weight_decay: float, lr: float, warmup_steps: int, total_steps: int,
                     fused: bool | None = None):
     """`adamw` and a linear warm-up then linear decay schedule in steps; returns (optimizer, scheduler)."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     from transformers import get_linear_schedule_with_warmup
 
     optimizer = adamw(module, weight_decay, lr, fused)

@@ -13,6 +13,7 @@ Pipeline subcommands pass every argument they do not know to Beam (`--runner`,
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -190,8 +191,6 @@ def run() -> int:
     at exit would walk the millions of objects torch and transformers keep alive (docs/updates.md)
     only to free memory the OS takes back anyway: frozen
     objects are left out of it (finalizers still run)."""
-    import gc
-
     status = main()
     gc.freeze()
     return status

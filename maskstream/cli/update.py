@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 
 from maskstream.cli.build import add_dataset_options, build_config, peer_signal_settings, print_signal
@@ -65,8 +66,6 @@ def update_options(args: argparse.Namespace, inputs: list[str], root: str) -> Up
 
 def process_age() -> float | None:
     """Seconds since this process started (Linux /proc), None where unknown."""
-    import os
-
     try:
         with open("/proc/self/stat", encoding="ascii") as f:
             started_ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22, starttime

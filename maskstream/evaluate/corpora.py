@@ -36,6 +36,7 @@ def _records(path: Path, text_field: str) -> list[Any]:
                     out.append(ValueError(f"{path.name}:{number}: not JSON ({error.msg})"))
             return out
     if name.endswith(".parquet"):
+        # heavy: this pyarrow module loads only when data is read: importing this module stays light
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()

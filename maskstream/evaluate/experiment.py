@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from maskstream import __version__
 from maskstream.cli import command_line
 from maskstream.evaluate import neardup, probe
 from maskstream.evaluate.corpora import expand, read_labeled, read_texts
@@ -100,12 +101,11 @@ def maskstream(args: list[str], log: Path, threads: int) -> float:
 def versions() -> dict[str, str]:
     """The versions that can change a result: part of an evaluation's identity, so a later session with
     other libraries starts an evaluation of its own instead of pooling with this one."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import sklearn
     import tokenizers
     import torch
     import transformers
-
-    from maskstream import __version__
 
     return {"maskstream": __version__, "python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
@@ -114,6 +114,7 @@ def versions() -> dict[str, str]:
 
 def environment(device: str) -> dict[str, Any]:
     """Versions, the code's commit and the hardware, recorded with every result line."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -284,6 +285,7 @@ def float32_model(model: str, work: Path) -> Path:
     out = work / "model"
     if (out / "config.json").exists():
         return out
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
@@ -498,6 +500,7 @@ def chosen_passes(evaluation: Evaluation, on_result: Callable[[dict[str, Any]], 
 def evaluate(config: EvaluateConfig, on_result: Callable[[dict[str, Any]], None] | None = None) -> bool:
     """Prepare, pilot (with several --passes), then every (arm, seed), seed by seed; `none` once (it has no
     seed). True when every planned run is in, False when another process still holds some."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch
 
     if config.device == "cpu":

@@ -24,6 +24,7 @@ PRIMARY_METRIC = "macro_f1"
 def features(model_dir: Path | str, texts: list[str], max_length: int, device: str, batch_size: int = 32
              ) -> np.ndarray:
     """(len(texts), hidden size) float64 features of the module docstring."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     import torch
     import transformers
     from transformers import AutoModel, AutoTokenizer
@@ -64,6 +65,7 @@ def fit_predict(train_x: np.ndarray, train_y: list[str], eval_x: np.ndarray, c: 
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Fits the probe with inverse regularization `c`: the predicted labels of `eval_x`, and their class
     probabilities as columns of `classes` (0 for a class the training texts lack)."""
+    # heavy: scikit-learn and SciPy load only where they are used
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -76,6 +78,7 @@ def fit_predict(train_x: np.ndarray, train_y: list[str], eval_x: np.ndarray, c: 
 
 
 def scores(y_true: list[str], y_pred: np.ndarray) -> dict[str, Any]:
+    # heavy: scikit-learn and SciPy load only where they are used
     from sklearn.metrics import accuracy_score, f1_score
 
     return {"accuracy": float(accuracy_score(y_true, y_pred)),
@@ -84,6 +87,7 @@ def scores(y_true: list[str], y_pred: np.ndarray) -> dict[str, Any]:
 
 def probe_splits(labels: list[str], groups: list[int], folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, predict) index pairs of the stratified group k-fold, fixed by its seed (0)."""
+    # heavy: scikit-learn and SciPy load only where they are used
     from sklearn.model_selection import StratifiedGroupKFold
 
     splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=0)

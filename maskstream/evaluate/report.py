@@ -289,9 +289,11 @@ def plot(primary: dict[str, Any] | None, path: Path) -> bool:
     """The per-seed paired differences of the primary comparison, with their mean and hierarchical interval."""
     if not primary or primary["n"] == 0:
         return False
+    # heavy: matplotlib loads only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # heavy: matplotlib loads only when a figure is drawn
     import matplotlib.pyplot as plt
 
     diffs = 100 * np.array(primary["differences"])

@@ -33,6 +33,7 @@ POWER = 0.8
 def paired_t_power(effect: float, sd: float, n: int, alpha: float = ALPHA) -> float:
     """Power of the two-sided one-sample t-test on n paired differences with standard deviation `sd`
     when their true mean is `effect`."""
+    # heavy: scikit-learn and SciPy load only where they are used
     from scipy import stats
 
     if n < 2 or sd <= 0:
@@ -48,6 +49,7 @@ def paired_t_power(effect: float, sd: float, n: int, alpha: float = ALPHA) -> fl
 
 def minimum_detectable_effect(sd: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float:
     """Smallest true mean difference detected with `power` by the two-sided paired t-test."""
+    # heavy: scikit-learn and SciPy load only where they are used
     from scipy.optimize import brentq
 
     if n < 2 or not sd > 0:
@@ -60,6 +62,7 @@ def minimum_detectable_effect(sd: float, n: int, alpha: float = ALPHA, power: fl
 
 def paired_summary(arm: dict[int, float], base: dict[int, float], alpha: float = ALPHA) -> dict[str, Any]:
     """The statistics of the module docstring over the seeds both runs have."""
+    # heavy: scikit-learn and SciPy load only where they are used
     from scipy import stats
 
     seeds = sorted(set(arm) & set(base))
@@ -143,6 +146,7 @@ def tost(diffs: list[float] | np.ndarray, margin: float, alpha: float = ALPHA) -
     """Two one-sided paired t-tests of H0: mean <= -margin and H0: mean >= +margin; p is the larger of
     the two. Equivalence at `alpha` when p < alpha, i.e. the (1 - 2 alpha) t-interval lies inside
     (-margin, +margin)."""
+    # heavy: scikit-learn and SciPy load only where they are used
     from scipy import stats
 
     d = np.asarray(diffs, dtype=np.float64)
@@ -243,6 +247,7 @@ def projected_variance(components: dict[str, float], seeds: int, texts: int, new
 def hierarchical_power(effect: float, variance: float, alpha: float = ALPHA) -> float:
     """Power of a two-sided test at `alpha` (normal, with the hierarchical standard error) to find a true
     difference `effect`."""
+    # heavy: scikit-learn and SciPy load only where they are used
     from scipy import stats
 
     if not variance > 0:
@@ -256,6 +261,7 @@ def design_for_power(components: dict[str, float], seeds: int, texts: int, effec
     """The seeds (with these texts) and the labeled texts (with these seeds) at which the hierarchical
     standard error gives `power` for `effect`; None where no number reaches it (the other part alone is
     too large)."""
+    # heavy: scikit-learn and SciPy load only where they are used
     from scipy import stats
 
     target = (effect / (stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))) ** 2  # the variance allowed

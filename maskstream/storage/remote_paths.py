@@ -50,6 +50,7 @@ def _advice(protocol: str) -> str:
 
 
 def _list_bucket(protocol: str, bucket: str) -> None:
+    # fsspec and its filesystems load only when a path is opened: importing this module stays light
     import fsspec
 
     # A private instance without a listings cache: the command's own filesystem objects (fsspec

@@ -80,6 +80,7 @@ def build_version(config: BuildConfig, inputs: list[str], text_field: str, txt_m
     only to build the job). Raises ValueError, FileNotFoundError or FileExistsError on bad input, before
     a version is written, and ValueError when no document gave a sequence. `peer_signals`: also
     compute the peers' signals (pipelines/build/beam/peer_signals.py) with these settings."""
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 

@@ -395,6 +395,7 @@ def assemble_manifest(fields: dict[str, Any], shards: Iterable[ShardEntry], *, r
 
 def words_of(version_url: str, fields: dict[str, Any], indices: np.ndarray) -> list[str]:
     """The text of the word types `indices` (word_index), read from the version's word table with a filter."""
+    # heavy: this pyarrow module loads only when data is read: importing this module stays light
     import pyarrow.dataset as ds
 
     wanted = pa.array(np.asarray(indices, np.int32))
@@ -421,6 +422,7 @@ def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
     """Writes rejects as one file of Beam's sharded names (VERSION/rejects-00000-of-00001.jsonl),
     sorted by (source, location); returns how many. For the in-process driver: the build writes
     them from the pipeline (BuildDataset's Bookkeeping), in as many files as the runner chooses."""
+    # fsspec and its filesystems load only when a path is opened: importing this module stays light
     import fsspec
 
     rejects = sorted(rejects, key=lambda r: (r["source"], r["location"]))
@@ -432,6 +434,7 @@ def write_rejects(version_url: str, rejects: Iterable[dict[str, str]]) -> int:
 
 def pipeline_counters(result: Any, namespace: str) -> dict[str, float]:
     """The committed Beam counters of `namespace` in a finished pipeline's result, summed by name."""
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     from apache_beam.metrics.metric import MetricsFilter
 
     counters: dict[str, float] = {}

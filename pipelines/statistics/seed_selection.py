@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from maskstream.mask_signal.words import normalize_word
+from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
 
 DEFAULT_TOP_K = 20
 # 3: a word in at least three documents is the domain's, not one document's (a package's own
@@ -23,11 +24,10 @@ def load_stop_words(spec: str) -> frozenset[str]:
     """The stop-word set `spec` names, in the normalized word form."""
 
     if spec == "english":
-        from maskstream.pipelines.statistics.stop_words import ENGLISH_STOP_WORDS
-
         return ENGLISH_STOP_WORDS
     if spec == "none":
         return frozenset()
+    # fsspec and its filesystems load only when a path is opened: importing this module stays light
     import fsspec
 
     with fsspec.open(spec, "r", encoding="utf-8") as f:

@@ -32,6 +32,7 @@ SCORE_COLUMN = {"general": "tf_icf", "background": "contrast"}
 
 def word_stats_dataset(stats_dir: str) -> Any:
     """The `word_stats-*.parquet` of a stats folder as one pyarrow dataset (schema checked, nothing read)."""
+    # heavy: this pyarrow module loads only when data is read: importing this module stays light
     import pyarrow.dataset as ds
 
     fs, path = fsspec.core.url_to_fs(stats_dir)
@@ -172,9 +173,11 @@ def render_background_report(ranking: SeedRanking, tf_icf_ranks: dict[str, int],
 
 def plot_scores(seeds: list[dict], path: str, score: str = "tf_icf") -> None:
     """A horizontal bar chart of the seeds' TF-ICF, best at the top, written as PNG to `path`."""
+    # heavy: matplotlib loads only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # heavy: matplotlib loads only when a figure is drawn
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 0.3 * len(seeds) + 1.2))

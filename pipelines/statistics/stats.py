@@ -58,6 +58,7 @@ def count_corpus(patterns: list[str], text_field: str, txt_mode: str, rejects_pr
     """A composite transform, PBegin -> {"counts", "documents", "words" (CountWords), "rejected":
     the number of rejects, "files": the paths read}: reads one corpus, counts its words, and writes its rejects to
     REJECTS_PREFIX-*.jsonl. The domain, general and background corpora go through the same steps."""
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     import apache_beam as beam
 
     # heavy: imports apache_beam; only here, where it is needed
@@ -81,6 +82,7 @@ def count_corpus(patterns: list[str], text_field: str, txt_mode: str, rejects_pr
 
 def build_pipeline(pipeline: Any, args: StatsConfig, out_dir: str) -> None:
     """Adds the stats pipeline to `pipeline`, writing into `out_dir`."""
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     import apache_beam as beam
     from apache_beam.pvalue import AsSingleton
 
@@ -123,6 +125,7 @@ def build_pipeline(pipeline: Any, args: StatsConfig, out_dir: str) -> None:
 
 
 def _read_text(path: str) -> str:
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     from apache_beam.io.filesystems import FileSystems
 
     with FileSystems.open(path) as f:
@@ -130,6 +133,7 @@ def _read_text(path: str) -> str:
 
 
 def _write_text(path: str, text: str) -> None:
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     from apache_beam.io.filesystems import FileSystems
 
     with FileSystems.create(path) as f:
@@ -137,12 +141,14 @@ def _write_text(path: str, text: str) -> None:
 
 
 def _matching(patterns: list[str]) -> list[str]:
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     from apache_beam.io.filesystems import FileSystems
 
     return sorted(m.path for result in FileSystems.match(patterns) for m in result.metadata_list)
 
 
 def _remove_tree(path: str) -> None:
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     from apache_beam.io.filesystems import FileSystems
 
     if FileSystems.get_scheme(path) in (None, "file"):
@@ -156,6 +162,7 @@ def _remove_tree(path: str) -> None:
 
 def publish(staging: str, output: str) -> None:
     """Replaces the stats files in `output` by those in `staging`."""
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     from apache_beam.io.filesystems import FileSystems
 
     names = [f"{WORD_STATS_PREFIX}-*", f"{REJECTS_PREFIX}-*", f"{GENERAL_REJECTS_PREFIX}-*",
@@ -216,6 +223,7 @@ def compute_stats(config: StatsConfig, beam_args: list[str]) -> dict[str, Any]:
     """Runs the pipeline with Beam's `beam_args` and publishes its outputs into `config.output`; returns
     the summary (summary.json), or {"dry_run": the job's size line} when Beam is asked only to build the
     job. Raises FileNotFoundError (an input matches no file) or StatsError; the output is then untouched."""
+    # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 

@@ -104,6 +104,7 @@ class WordfreqFrequencyFn(beam.DoFn):
         self.language = language
 
     def setup(self) -> None:
+        # heavy: wordfreq loads its tables only when general frequencies are read
         from wordfreq import word_frequency
 
         self.word_frequency = word_frequency

@@ -31,6 +31,7 @@ import os
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 import fsspec
@@ -324,8 +325,7 @@ def general_frequencies(cache_url: str, language: str, words: pa.Array) -> np.nd
     """wordfreq's frequency in `language` of each of `words` (float64, aligned with them): those
     looked up by an earlier update from the cache, the others looked up now and appended to it.
     (wordfreq takes about 70 us a word: seconds of every update for a vocabulary of 100 k.)"""
-    from importlib import metadata
-
+    # heavy: wordfreq loads its tables only when general frequencies are read
     from wordfreq import word_frequency
 
     folder = join(cache_url, FREQUENCIES_DIR, f"{language}-wordfreq-{metadata.version('wordfreq')}")

@@ -10,7 +10,11 @@ import functools
 import gc
 import logging
 import logging.handlers
+import multiprocessing
+import multiprocessing.connection
 import os
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -29,10 +33,6 @@ def _start_encoder_process(records: Any, level: int) -> None:
     its parent decides (`maskstream watch` finishes the rebuild under way, then stops), and it
     ends with its parent, however that ends (a pool's worker would otherwise wait for work forever
     after a SIGKILL of its parent, holding the model's memory)."""
-    import multiprocessing.connection
-    import signal
-    import threading
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent = multiprocessing.parent_process()
@@ -77,7 +77,6 @@ class _RelogHandler(logging.Handler):
 
 @functools.lru_cache(maxsize=1)
 def _encoder_process(encoder: Any) -> tuple[ProcessPoolExecutor, Future]:
-    import multiprocessing
 
     context = multiprocessing.get_context("spawn")  # CUDA-safe, and free of this process's threads
     records = context.Queue()

@@ -82,6 +82,7 @@ def live_leases(fs, base: str, now: float, grace_s: float) -> tuple[dict[str, li
 def collect_garbage(root: str, keep: int, grace_minutes: float, dry_run: bool = False) -> dict[str, list[str]]:
     """Removes what the module docstring says; returns {"versions", "incomplete", "files", "embeddings",
     "leases"} removed, and under "kept" a line per version kept beyond --keep and `latest`, with why."""
+    # fsspec and its filesystems load only when a path is opened: importing this module stays light
     import fsspec
 
     if keep < 1:

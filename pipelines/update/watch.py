@@ -25,6 +25,7 @@ EXIT_BUILT, EXIT_FAILED, EXIT_INPUT_ERROR, EXIT_UNCHANGED = 0, 1, 2, 3
 
 def list_source(source: str) -> dict[str, tuple]:
     """{file URL: (size, modification stamp)} of the corpus files under `source`."""
+    # fsspec and its filesystems load only when a path is opened: importing this module stays light
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
 

@@ -98,6 +98,7 @@ class ReadWordStats(beam.PTransform):
         self._pattern = join(stats_dir, "word_stats-*.parquet")
 
     def expand(self, pbegin):
+        # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
         from apache_beam.io import fileio
 
         return (

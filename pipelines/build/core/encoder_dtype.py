@@ -46,6 +46,7 @@ def resolve_encoder_dtype(device: str, requested: str) -> str:
     if device in ("auto", "cpu") and (device == "cpu" or not gpu_driver_present()):
         kind = "cpu"  # decided without importing torch (seconds of every command's start)
     else:
+        # heavy: torch and transformers load only when a model is needed (--help stays fast)
         import torch
 
         if device == "auto":
@@ -56,6 +57,7 @@ def resolve_encoder_dtype(device: str, requested: str) -> str:
             raise ValueError(f"--encoder-device {device!r}: {e}") from e
     native = False
     if kind == "cuda":
+        # heavy: torch and transformers load only when a model is needed (--help stays fast)
         import torch
 
         if torch.cuda.is_available():  # else the encoder fails to load, with a clearer message

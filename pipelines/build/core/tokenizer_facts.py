@@ -78,6 +78,7 @@ def tokenizer_facts(name: str) -> dict[str, Any]:
 
 def compute_tokenizer_facts(name: str) -> dict[str, Any]:
     """The facts of `tokenizer_facts`, from the loaded Hugging Face tokenizer."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     from tokenizers import Tokenizer
 
     hf = load_tokenizer(name)
@@ -140,6 +141,7 @@ OFFSETS_PROBE = "Offsets: every word of this probe, e.g. x86_64 or naïve, maps 
 def load_tokenizer(name: str):
     """The Hugging Face tokenizer `name`, loaded once per process (its callers set padding and
     truncation per call, as the tokenizer's own `__call__` does)."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(name)
@@ -150,6 +152,7 @@ def load_backend_tokenizer(name: str):
     """The fast tokenizer's Rust backend, without the padding/truncation its config may carry
     (loaded once per process and name, from tokenizer_facts' cache when there; callers only encode
     with it)."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     from tokenizers import Tokenizer
 
     backend = tokenizer_facts(name)["backend"]

@@ -60,6 +60,7 @@ class WordEncoder:
 
     def load(self) -> LoadedEncoder:
         """Imports torch and transformers and loads the tokenizer and the model (seconds)."""
+        # heavy: torch and transformers load only when a model is needed (--help stays fast)
         import torch
         from transformers import AutoModel
 
@@ -87,6 +88,7 @@ class LoadedEncoder:
 
     def encode(self, batch: Sequence[str]) -> np.ndarray:
         """One float32 embedding per word of `batch` (a batch of `word_batches`), in its order."""
+        # heavy: torch and transformers load only when a model is needed (--help stays fast)
         import torch
 
         encoder, model = self.encoder, self.model
@@ -114,6 +116,7 @@ def load_word_tokenizer(name: str, max_word_tokens: int):
     around each, truncated to `max_word_tokens` on the model's truncation side, a batch padded
     to its longest word on its padding side. The same ids and masks as the Hugging Face call
     with `padding=True, truncation=True`, without its Python per-token conversions."""
+    # heavy: torch and transformers load only when a model is needed (--help stays fast)
     from tokenizers import Tokenizer
 
     hf = load_tokenizer(name)

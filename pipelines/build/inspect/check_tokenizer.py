@@ -20,9 +20,11 @@ NOT_WORD = re.compile(r"[^\w\u00a6]|_")
 
 def read_texts(path: str, text_field: str, limit: int) -> list[str]:
     """The first `limit` non-empty texts of a .jsonl, .txt or .parquet file."""
+    # fsspec and its filesystems load only when a path is opened: importing this module stays light
     import fsspec
 
     if path.endswith(".parquet"):
+        # heavy: this pyarrow module loads only when data is read: importing this module stays light
         import pyarrow.parquet as pq
 
         with fsspec.open(path, "rb") as f:
@@ -49,6 +51,7 @@ def word_decode_report(model: str, texts: Sequence[str], examples: int = 5) -> d
     build assigns to it decode to it? Counts: `words`, `right` (one word per occurrence unit),
     `joined` (right, in a unit of several words joined by a token across them), `wrong`
     (mis-decoded, or given tokens of two units, or none), `tokens_across_words`."""
+    # loaded where used: importing this module stays light
     import numpy as np
 
     backend = load_backend_tokenizer(model)

@@ -73,6 +73,7 @@ def token_texts(tokenizer: Any, ids: list[int], cache: dict[int, str]) -> list[s
 
 
 def viridis_stops(count: int = SCALE_STOPS) -> list[list[int]]:
+    # heavy: matplotlib loads only when a figure is drawn
     from matplotlib import colormaps
 
     colours = colormaps["viridis"](np.linspace(0.0, 1.0, count))[:, :3]

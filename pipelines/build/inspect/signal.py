@@ -116,9 +116,11 @@ def comparison_lines(reports: dict[str, dict[str, Any]]) -> list[str]:
 
 def plot_histograms(probabilities: Any, rates: Any, path: str, title: str) -> None:
     """Two histograms: the non-special tokens' mask probabilities and each sequence's expected masked fraction."""
+    # heavy: matplotlib loads only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # heavy: matplotlib loads only when a figure is drawn
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -142,9 +144,11 @@ def plot_histograms(probabilities: Any, rates: Any, path: str, title: str) -> No
 def plot_report(report: dict[str, Any], path: str, title: str) -> None:
     """PNG: token vs mask shares per group, the probability histogram, the most masked words and
     the frequent words masked least. Every y axis starts at zero; word labels are rotated."""
+    # heavy: matplotlib loads only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # heavy: matplotlib loads only when a figure is drawn
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(14, 9))
