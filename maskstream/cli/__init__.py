@@ -13,7 +13,6 @@ Pipeline subcommands pass every argument they do not know to Beam (`--runner`,
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import logging
 import os
@@ -191,6 +190,9 @@ def run() -> int:
     at exit would walk the millions of objects torch and transformers keep alive (docs/updates.md)
     only to free memory the OS takes back anyway: frozen
     objects are left out of it (finalizers still run)."""
+    # here, not at the top: once `maskstream gc` is loaded, `gc` on this package is that command's module
+    import gc
+
     status = main()
     gc.freeze()
     return status
