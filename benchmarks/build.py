@@ -75,7 +75,7 @@ def tokenizer_with_offsets(texts: list[str], model: str) -> tuple[int, float]:
     and the build's own conversion of its output to ids and character offsets (the offsets find
     each token's word)."""
     from maskstream.mask_signal.alignment import encoding_arrays
-    from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 
     tokenizer = load_backend_tokenizer(model)
     tokens = 0

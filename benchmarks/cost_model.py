@@ -188,7 +188,7 @@ def measure_encoders(whole: Path) -> tuple[int, str, list[dict]]:
     """(word types, the build's runtime choice here, runtimes compared) over every word type of `whole`."""
     from benchmarks.encoder_runtime import compare_runtimes, vocabulary_and_seeds
     from maskstream.models import default_model
-    from maskstream.pipelines.build.core.encoder_dtype import resolve_encoder_dtype
+    from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
 
     vocabulary, seeds = vocabulary_and_seeds(whole)
     chosen = "torch bfloat16 autocast" if resolve_encoder_dtype("cpu", "auto") == "bfloat16" else "torch float32"

@@ -3,7 +3,7 @@
     python -m benchmarks.encoder_runtime [--corpus data/debian-science.jsonl] [--threads 1]   # pip install -e '.[bench]'
 
 Every distinct word of the corpus (the build's vocabulary) is encoded as the build encodes it
-(`maskstream.pipelines.build.beam.embeddings`: `[CLS] word [SEP]`, mean over the word's own tokens, batches of words of
+(`maskstream.pipelines.dataset.beam.embeddings`: `[CLS] word [SEP]`, mean over the word's own tokens, batches of words of
 one token count) by the offline MiniLM in each runtime, then scored against seed words with
 `nearest_seed_similarity`. Seeds: the 20 words of highest TF-ICF from `maskstream.pipelines.statistics.tf_icf` over
 the corpus' counts (`collections.Counter`), after `maskstream seeds`' default filters. Runtimes:
@@ -57,14 +57,14 @@ def vocabulary_and_seeds(corpus: Path, top_k: int = 20) -> tuple[list[str], list
 
 
 def batches(vocabulary: list[str], model: str) -> list[list[str]]:
-    from maskstream.pipelines.build.core.word_encoder import word_batches
+    from maskstream.pipelines.dataset.core.word_encoder import word_batches
 
     return word_batches(vocabulary, model, BATCH)
 
 
 def inputs_of(batch: list[str], model: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
     from maskstream.models import MAX_WORD_TOKENS
-    from maskstream.pipelines.build.core.word_encoder import load_word_tokenizer
+    from maskstream.pipelines.dataset.core.word_encoder import load_word_tokenizer
 
     encodings = load_word_tokenizer(model, MAX_WORD_TOKENS).encode_batch(batch)
     own = np.array([e.attention_mask for e in encodings]) * (1 - np.array([e.special_tokens_mask for e in encodings]))
@@ -144,7 +144,7 @@ def compare_runtimes(vocabulary: list[str], seeds: list[str], model: str, names:
     import torch
     from scipy.stats import spearmanr
 
-    from maskstream.pipelines.build.steps import nearest_seed_similarity
+    from maskstream.pipelines.dataset.steps import nearest_seed_similarity
 
     torch.set_num_threads(threads)
     prepared = [(group, *inputs_of(group, model)) for group in batches(vocabulary, model)]
@@ -189,7 +189,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from maskstream.models import default_model
-    from maskstream.pipelines.build.core.encoder_dtype import resolve_encoder_dtype
+    from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
 
     vocabulary, seeds = vocabulary_and_seeds(args.corpus)
     print(f"{len(vocabulary)} word types of {args.corpus.name}; seeds: {', '.join(seeds)}")

@@ -60,7 +60,7 @@ def build_table(corpus: Path) -> None:
 
 
 def stage_table(texts: list[str]) -> None:
-    from maskstream.pipelines.statistics.collocations import (
+    from maskstream.pipelines.statistics.peer_formulas import (
         PeerCounts,
         PeerSignalSettings,
         collocation_vocabulary,
@@ -92,7 +92,7 @@ def stage_table(texts: list[str]) -> None:
 
 
 def memory_table(texts: list[str]) -> None:
-    from maskstream.pipelines.statistics.collocations import ngrams, sentence_word_set, split, word_pairs
+    from maskstream.pipelines.statistics.peer_formulas import ngrams, sentence_word_set, split, word_pairs
 
     def held(make) -> tuple[int, int]:
         tracemalloc.start()

@@ -48,7 +48,7 @@ def changed_files(lines: list[str], megabytes: float, folder: Path, files: int =
 
 
 def in_process(keys: dict[str, str], cache: str, tokenizer_name: str) -> float:
-    from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
     from maskstream.pipelines.update.cache import count_and_tokenize_file, parse_file
 
     started = time.perf_counter()
@@ -83,7 +83,7 @@ def main() -> int:
     import logging
 
     from maskstream.models import default_model
-    from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     work = Path(tempfile.mkdtemp(prefix="maskstream-small-update-"))

@@ -4,7 +4,7 @@
 
 Counts the corpus' words (`collections.Counter` under the shared word normalization, what
 `maskstream stats` counts) and tokenizes every document as the build does
-(`maskstream.pipelines.build.core.sequences.tokenize_documents`: each token's word type). For each threshold N
+(`maskstream.pipelines.dataset.core.sequences.tokenize_documents`: each token's word type). For each threshold N
 prints the word types encoded (count >= N), the share of word occurrences and of tokens inside a
 word whose word is encoded (the manifest's `word_occurrence_coverage` and `token_coverage`), and
 the time of the build's word encoder (`WordEncoder`, batches as the build makes them) on
@@ -28,10 +28,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def tokens_per_word(texts: list[str], vocabulary: dict[str, int], model: str) -> np.ndarray:
     """Tokens of each word type (by `vocabulary` row) over the corpus, as the build assigns them."""
-    from maskstream.pipelines.build.core.sequences import tokenize_documents
-    from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
-    from maskstream.pipelines.build.steps import vocabulary_index
     from maskstream.pipelines.corpus import Document
+    from maskstream.pipelines.dataset.core.sequences import tokenize_documents
+    from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
+    from maskstream.pipelines.dataset.steps import vocabulary_index
 
     tokenizer = load_backend_tokenizer(model)
     lookup = vocabulary_index(list(vocabulary))  # rows: the words' sorted order, as `vocabulary` numbers them
@@ -46,8 +46,8 @@ def tokens_per_word(texts: list[str], vocabulary: dict[str, int], model: str) ->
 
 def encoder_timer(model: str, threads: int):
     """A function: word types -> seconds the build's word encoder takes on them (model loaded once)."""
-    from maskstream.pipelines.build.core.word_encoder import WordEncoder
-    from maskstream.pipelines.build.driver import DEFAULTS
+    from maskstream.pipelines.dataset.core.word_encoder import WordEncoder
+    from maskstream.pipelines.dataset.driver import DEFAULTS
 
     settings = WordEncoder(model, threads=threads, device="cpu", dtype="float32", batch_rows=DEFAULTS.embed_batch_size)
     encoder = settings.load()

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maskstream.mask_signal.alignment import token_words
-from maskstream.mask_signal.peer_signals import PeerSignals
+from maskstream.mask_signal.peer_lookup import PeerSignals
 from maskstream.mask_signal.probability import MaskSettings, mask_probabilities_flat
 from maskstream.mask_signal.word_lookup import WordLookup
 from maskstream.schemas.manifest import (

@@ -1,5 +1,5 @@
 """The peers' signals of a dataset version, joined to its rows by the shards' `word_index` column
-(`maskstream build --peer-signals` writes them; pipelines/statistics/collocations.py has the formulas).
+(`maskstream build --peer-signals` writes them; pipelines/statistics/peer_formulas.py has the formulas).
 
 - `span_ids`: PMI-Masking's units, numbered like `word_ids` (0, 1, 2, ... in order; specials -1): the
   words of a collocation the sequence holds share one id; every other word occurrence and every
@@ -126,7 +126,7 @@ class PeerSignals:
         flat: what the loader adds to each sample, sliced as the rows are. Only those asked for are
         computed (the units cost most)."""
         compute = {"span_ids": lambda: self.span_ids_of_rows(word_ids, word_index, offsets),
-                   "informativeness": lambda: self.informativeness(word_index)}
+                   "informativeness": lambda: self.token_weights(word_index)}
         return {name: compute[name]() for name in names}
 
     def span_ids(self, word_ids: np.ndarray, word_index: np.ndarray) -> np.ndarray:
@@ -201,7 +201,7 @@ class PeerSignals:
                 candidate = free(candidate)
         return unit_start
 
-    def informativeness(self, word_index: np.ndarray) -> np.ndarray:
+    def token_weights(self, word_index: np.ndarray) -> np.ndarray:
         """InforMask's weight of each token (0 outside words), float32: of one row or of rows end to end."""
         word_index = np.asarray(word_index, np.int64)
         known = (word_index >= 0) & (word_index < len(self.mask_weight))

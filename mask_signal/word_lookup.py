@@ -10,7 +10,7 @@ bytes a word): a worker holds, per word type,
     nearest     int16    by word_index: the nearest seed's position in `seeds`, -1 if skipped  2 B
 
 18 bytes a word type (`WordLookup.nbytes` + the build's `WordScores.nbytes`,
-`maskstream.pipelines.build.core.vocabulary`), so 10 M types are about 180 MB.
+`maskstream.pipelines.dataset.core.vocabulary`), so 10 M types are about 180 MB.
 `word_index` is the word's position in sorted word order, as it always was, so shards and word
 tables keep their values; the only step that holds the words' text at once is `WordLookup.of`,
 as one Arrow string column (no Python objects), once per build.

@@ -35,7 +35,7 @@ _PUBLIC = {
     # the mask signal
     "words": "maskstream.mask_signal.words",
     # the dataset side
-    "BuildConfig": "maskstream.pipelines.build.steps",
+    "BuildConfig": "maskstream.pipelines.dataset.steps",
     # the training side
     "StreamingSequenceDataset": "maskstream.trainer.dataset",
     "build_dataloader": "maskstream.trainer.loader",

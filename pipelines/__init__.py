@@ -3,7 +3,7 @@
 - `corpus`: reading documents (JSONL, Parquet, text; local or `gs://`) and rejecting bad ones, for
   every stage (`read_corpus`: the same as Beam transforms);
 - `statistics/`: word counts, TF-ICF, seed words (`maskstream stats`, `maskstream seeds`);
-- `build/`: the dataset build: tokens and their words, word similarity, mask probabilities and their diagnostics,
+- `dataset/`: the dataset build: tokens and their words, word similarity, mask probabilities and their diagnostics,
   versioned Parquet shards (`maskstream build`, `check-tokenizer`, `inspect`);
 - `update/`: reruns when the corpus changes (`update`, its caches and encoder process, `watch`)
   and retention (`gc`).

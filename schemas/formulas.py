@@ -35,7 +35,7 @@ WORD_NORMALIZATION = "nfkc-lower-alnum-v1"
 TF_ICF_UNSEEN_COUNT = 0.5
 WORDFREQ_RESOLUTION = 1e-8
 
-# The peers' signals (`maskstream build --peer-signals`): pipelines/statistics/collocations.py.
+# The peers' signals (`maskstream build --peer-signals`): pipelines/statistics/peer_formulas.py.
 PEER_FORMULA_VERSIONS: dict[str, str] = {
     "collocations": "pmi-ngram-v2",  # v2: n-grams counted within phrases, not sentences (c75ee10)
     "informative_relevance": "informative-relevance-v1",

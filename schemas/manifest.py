@@ -129,12 +129,12 @@ class Manifest:
     word_table: str = LEGACY_WORD_TABLE_NAME  # what a manifest without the field meant
     word_table_format: int = 1  # 1: one file; 2: a folder of shards (WORD_TABLE_SHARD_ROWS types each)
     schema_version: int = SCHEMA_VERSION
-    # Signal diagnostics of the mask probabilities (pipelines/build/core/signal_tallies.py: lifts, entropy ratio,
+    # Signal diagnostics of the mask probabilities (pipelines/dataset/core/signal_tallies.py: lifts, entropy ratio,
     # most and least masked words, histogram, near-uniform warning, and `budget_shortfall`: sequences
     # more than 1 % below their masking budget and the expected masks they miss, absent before
     # issue 31); {} in older versions.
     diagnostics: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # The vocabulary policy (pipelines/build/core/vocabulary.py): min_word_count, fallback and
+    # The vocabulary policy (pipelines/dataset/core/vocabulary.py): min_word_count, fallback and
     # fallback_similarity, word_types (_encoded, _skipped), word_occurrences (_encoded, _coverage),
     # tokens_in_words, tokens_encoded, token_coverage; {} in older versions (every word encoded).
     vocabulary: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -47,7 +47,7 @@ WORD_TABLE_SCHEMA = pa.schema(
 )
 
 # `maskstream build --peer-signals`: PMI-Masking's collocation vocabulary, best first
-# (pipelines/statistics/collocations.py has the formulas).
+# (pipelines/statistics/peer_formulas.py has the formulas).
 COLLOCATION_SCHEMA = pa.schema(
     [
         pa.field("ngram", pa.string(), nullable=False),  # its words joined by one space

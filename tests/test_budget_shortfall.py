@@ -1,6 +1,6 @@
 """Sequences that cannot reach their masking budget, end to end: the build's map leaves a
 code-heavy sequence short (too few tokens with p > 0), the tally counts it and the expected masks
-it misses (`maskstream.pipelines.build.core.signal_tallies.budget_shortfall`), the printout says so and names `--floor`,
+it misses (`maskstream.pipelines.dataset.core.signal_tallies.budget_shortfall`), the printout says so and names `--floor`,
 and the loader's exact-k draw (`maskstream.trainer.masking`) masks every token with p > 0 in it and never one
 with p = 0. A floor closes the gap."""
 
@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from maskstream.mask_signal.probability import mask_probabilities_flat
-from maskstream.pipelines.build.core.signal_tallies import (
+from maskstream.pipelines.dataset.core.signal_tallies import (
     WordsForReport,
     budget_shortfall,
     merge_tallies,
     signal_report,
     tally,
 )
-from maskstream.pipelines.build.inspect.signal import format_report
+from maskstream.pipelines.dataset.inspect.signal import format_report
 from maskstream.schemas.manifest import Manifest
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.masking import (
@@ -101,7 +101,7 @@ def test_the_report_and_printout_give_the_shortfall_and_name_the_floor() -> None
 
 
 def test_a_manifest_without_the_shortfall_still_loads_and_prints() -> None:
-    from maskstream.pipelines.build.inspect.signal import build_lines
+    from maskstream.pipelines.dataset.inspect.signal import build_lines
 
     sequence = code_heavy_sequence()
     p = probabilities(sequence, floor=0.0)
@@ -143,7 +143,7 @@ def test_with_a_floor_the_loader_draws_exactly_the_budget() -> None:
 
 def test_the_shortfall_reaches_the_manifest_through_the_builds_tallies() -> None:
     """map_tallies (what the build and update merge into `diagnostics`) carries the shortfall."""
-    from maskstream.pipelines.build.core.signal_tallies import build_diagnostics, map_tallies
+    from maskstream.pipelines.dataset.core.signal_tallies import build_diagnostics, map_tallies
 
     sequence = code_heavy_sequence()
     p = probabilities(sequence, floor=0.0)

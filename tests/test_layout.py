@@ -24,7 +24,7 @@ PACKAGE_DIRS = {"maskstream": "maskstream", "maskstream.schemas": "schemas", "ma
 LAYERS = {"maskstream.storage": 0, "maskstream.models": 0, "maskstream.schemas": 0, "maskstream.mask_signal": 1,
           "maskstream.pipelines": 2, "maskstream.trainer": 2, "maskstream": 3, "maskstream.cli": 4, "maskstream.__main__": 4,
           "maskstream.evaluate": 4}
-# inside the dataset stage, each role imports only the roles before it (pipelines/build/__init__.py)
+# inside the dataset stage, each role imports only the roles before it (pipelines/dataset/__init__.py)
 DATASET_ROLES = ["core", "storage", "inspect", "steps", "beam", "driver"]
 LONGEST_FUNCTION = 100
 
@@ -120,7 +120,7 @@ def test_layers_import_only_downward() -> None:
 
 
 def test_the_dataset_roles_import_only_the_roles_before_them() -> None:
-    prefix = "maskstream.pipelines.build."
+    prefix = "maskstream.pipelines.dataset."
 
     def role(name: str) -> int | None:
         part = name[len(prefix):].split(".")[0] if name.startswith(prefix) else None
@@ -136,8 +136,8 @@ def test_the_dataset_roles_import_only_the_roles_before_them() -> None:
 def test_the_build_and_the_update_do_not_import_inspect() -> None:
     """What the build and the update compute (the signal's tallies and figures: core/) is apart from
     what people read of it (inspect/: lines, plots, the HTML page), which only the commands import."""
-    inspect_ = "maskstream.pipelines.build.inspect"
-    computing = ("maskstream.pipelines.build.", "maskstream.pipelines.update")
+    inspect_ = "maskstream.pipelines.dataset.inspect"
+    computing = ("maskstream.pipelines.dataset.", "maskstream.pipelines.update")
     readers = [f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
                if b.startswith(inspect_) and a.startswith(computing) and not a.startswith(inspect_)]
     assert readers == []

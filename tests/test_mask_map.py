@@ -20,7 +20,7 @@ import torch
 from maskstream import DifferenceMaskingCollator, MaskMap
 from maskstream.cli import main
 from maskstream.mask_signal.mask_map import TokenizerMismatch, export_mask_map
-from maskstream.mask_signal.peer_signals import PeerSignals
+from maskstream.mask_signal.peer_lookup import PeerSignals
 from maskstream.schemas.manifest import load_manifest
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.masking import MaskingConfig, apply_masking
@@ -173,7 +173,7 @@ def test_an_exported_map_carries_the_peer_signals(builds, tmp_path):
 def test_a_peer_strategy_without_the_signals_is_refused(builds):
     from transformers import AutoTokenizer
 
-    from maskstream.mask_signal.peer_signals import PeerSignalsMissing
+    from maskstream.mask_signal.peer_lookup import PeerSignalsMissing
 
     build = builds["builds"]["unigram-paper"]
     tokenizer = AutoTokenizer.from_pretrained(build["tokenizer_path"])
@@ -188,7 +188,7 @@ def shard_masks(rows: list[dict], indices: list[int], strategy: str, masking: Ma
     samples = [{**row, "sample_index": i} for row, i in zip(rows, indices, strict=True)]
     if signals is not None:
         samples = [{**s, "span_ids": signals.span_ids(np.array(s["word_ids"]), np.array(s["word_index"])),
-                    "informativeness": signals.informativeness(np.array(s["word_index"]))} for s in samples]
+                    "informativeness": signals.token_weights(np.array(s["word_index"]))} for s in samples]
     return apply_masking(collate_sequences(samples, pad), strategy, masking, seed=3, epoch=epoch)
 
 

@@ -1,6 +1,6 @@
 """PMI-Masking's units as the loader computes them for a window of rows at once
 (`PeerSignals.span_ids_of_rows`), against a plain per-row greedy written here: the rule of
-maskstream.mask_signal.peer_signals, one match at a time. Hypothesis draws the rows (punctuation,
+maskstream.mask_signal.peer_lookup, one match at a time. Hypothesis draws the rows (punctuation,
 words of several tokens, specials, rows without words) and the collocation table."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from maskstream.mask_signal.peer_signals import PeerSignals, hash_rows
+from maskstream.mask_signal.peer_lookup import PeerSignals, hash_rows
 
 
 def reference_units(word_ids: list[int], word_index: list[int], collocations: set[tuple[int, ...]]) -> list[int]:
@@ -98,7 +98,7 @@ def test_tables_of_another_word_table_are_refused_on_load():
                                      "word_index": [list(u) for u in units]}, schema=COLLOCATION_SCHEMA)
 
     signals = PeerSignals.of_tables(collocations((0, 2)), informativeness([2, 0, 1]))  # any row order
-    assert signals.informativeness(np.array([1, -1, 2])).tolist() == [0.5, 0.0, 0.5]
+    assert signals.token_weights(np.array([1, -1, 2])).tolist() == [0.5, 0.0, 0.5]
     with pytest.raises(ValueError, match="must run 0..2"):
         PeerSignals.of_tables(collocations((0, 1)), informativeness([0, 1, 5]))
     with pytest.raises(ValueError, match="must run 0..2"):

@@ -16,7 +16,7 @@ PADDED_COLUMNS: dict[str, tuple[np.dtype, Any]] = {
     "word_ids": (np.dtype(np.int64), -1),
     "special_tokens_mask": (np.dtype(np.bool_), True),
 }
-# Collated when the samples carry them: the peer signals (maskstream.mask_signal.peer_signals).
+# Collated when the samples carry them: the peer signals (maskstream.mask_signal.peer_lookup).
 OPTIONAL_COLUMNS: dict[str, tuple[np.dtype, Any]] = {
     "span_ids": (np.dtype(np.int64), -1),
     "informativeness": (np.dtype(np.float32), 0.0),

@@ -85,7 +85,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from torch.utils.data import IterableDataset
 
-from maskstream.mask_signal.peer_signals import PeerSignals
+from maskstream.mask_signal.peer_lookup import PeerSignals
 from maskstream.schemas.manifest import ManifestError, load_manifest, safe_relative_path, sha256_file
 from maskstream.schemas.tables import SEQUENCE_SCHEMA, check_schema
 from maskstream.storage.retry import retry_read
@@ -189,7 +189,7 @@ class StreamingSequenceDataset(IterableDataset):
     local or gs://; seed: the order's; shuffle: seeded global order, else dataset order; shuffle_buffer: rows
     shuffled together; verify_checksums: sha256 checked as read; rank, world_size; cache: a ShardCache;
     peer_columns: peer-signal columns each sample also gets (of `span_ids`, `informativeness`:
-    maskstream.mask_signal.peer_signals; `maskstream.trainer.strategies.peer_columns(strategy)` names
+    maskstream.mask_signal.peer_lookup; `maskstream.trainer.strategies.peer_columns(strategy)` names
     those a strategy reads)."""
 
     def __init__(

@@ -89,7 +89,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from maskstream.mask_signal.mask_map import MaskMap
-from maskstream.mask_signal.peer_signals import PeerSignalsMissing
+from maskstream.mask_signal.peer_lookup import PeerSignalsMissing
 from maskstream.schemas.manifest import load_manifest, safe_relative_path
 from maskstream.trainer.collate import PADDED_COLUMNS, collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset

@@ -32,7 +32,7 @@ from maskstream.evaluate.design import EvaluateConfig
 from maskstream.evaluate.experiment import evaluate, read_jsonl, versions
 from maskstream.evaluate.report import load, write_report
 from maskstream.evaluate.statistics import paired_summary, seeds_for_power
-from maskstream.pipelines.build.core.tokenizer_facts import cache_root
+from maskstream.pipelines.dataset.core.tokenizer_facts import cache_root
 from maskstream.schemas.manifest import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ from maskstream.evaluate.design import PRIMARY_METRIC, EvaluateConfig
 from maskstream.evaluate.experiment import evaluate
 from maskstream.evaluate.report import load, write_report
 from maskstream.models import default_model
-from maskstream.pipelines.build.core.tokenizer_facts import cache_root
+from maskstream.pipelines.dataset.core.tokenizer_facts import cache_root
 
 SEED = 100
 GAINS_AT = 1.0  # points: a cell gains when random − none is at least this (the evaluation's margin)

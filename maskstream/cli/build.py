@@ -21,13 +21,13 @@ from typing import Any
 
 from maskstream.cli.config import config_fields
 from maskstream.models import HUB_MINILM, default_model
-from maskstream.pipelines.build.core.encoder_dtype import resolve_encoder_dtype
-from maskstream.pipelines.build.core.tokenizer_facts import check_tokenizer
-from maskstream.pipelines.build.core.vocabulary import vocabulary_line
-from maskstream.pipelines.build.driver import LOG, build_version
-from maskstream.pipelines.build.inspect.signal import build_lines
-from maskstream.pipelines.build.steps import DEFAULTS, BuildConfig
-from maskstream.pipelines.statistics.collocations import PeerSignalSettings
+from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
+from maskstream.pipelines.dataset.core.tokenizer_facts import check_tokenizer
+from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
+from maskstream.pipelines.dataset.driver import LOG, build_version
+from maskstream.pipelines.dataset.inspect.signal import build_lines
+from maskstream.pipelines.dataset.steps import DEFAULTS, BuildConfig
+from maskstream.pipelines.statistics.peer_formulas import PeerSignalSettings
 from maskstream.schemas.manifest import load_manifest
 
 
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_signal(version_url: str) -> None:
-    """The manifest's vocabulary coverage and signal diagnostics (pipelines/build/core/signal_tallies.py), as text."""
+    """The manifest's vocabulary coverage and signal diagnostics (pipelines/dataset/core/signal_tallies.py), as text."""
 
     _, manifest = load_manifest(version_url)
     print(vocabulary_line(manifest.vocabulary))

@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from maskstream.pipelines.build.core.tokenizer_facts import check_tokenizer
-from maskstream.pipelines.build.inspect.check_tokenizer import (
+from maskstream.pipelines.dataset.core.tokenizer_facts import check_tokenizer
+from maskstream.pipelines.dataset.inspect.check_tokenizer import (
     SHIPPED_SAMPLE,
     read_texts,
     word_decode_report,

@@ -6,7 +6,7 @@ gs://. Prints the manifest's summary, checks the sha256 of every shard against t
 with the tokens most likely to be masked marked as [[token]], and writes a PNG with the
 histogram of the mask probabilities and of the expected masking rate per sequence.
 
-Then the masking signal (pipelines/build/core/signal_tallies.py), computed again from the shards: lifts,
+Then the masking signal (pipelines/dataset/core/signal_tallies.py), computed again from the shards: lifts,
 entropy ratio, the most and least masked words of the stored probabilities, and the same figures
 for three maps recomputed from the shards' words and the word table -- the paper's similarity map,
 the reference code's rank map and the sharpened map (`maskstream.mask_signal.probability.SHARPENED`);
@@ -18,7 +18,7 @@ A version built with --peer-signals also gets its top collocations, the ones its
 the share of words inside one, and its most and least informative words.
 
 With --html PAGE, also one self-contained HTML page of all of it, with a sequence browser
-(pipelines/build/inspect/inspect_html.py).
+(pipelines/dataset/inspect/inspect_html.py).
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ import sys
 import numpy as np
 
 from maskstream.models import manifest_model_name
-from maskstream.pipelines.build.inspect import inspect_html
-from maskstream.pipelines.build.inspect.peer_signals import peer_signal_lines, peer_signal_rows, summarize
-from maskstream.pipelines.build.inspect.signal import (
+from maskstream.pipelines.dataset.inspect import inspect_html
+from maskstream.pipelines.dataset.inspect.peer_summary import peer_signal_lines, peer_signal_rows, summarize
+from maskstream.pipelines.dataset.inspect.signal import (
     inspect_lines,
     plot_histograms,
     plot_report,
     signal_reports,
 )
-from maskstream.pipelines.build.inspect.version_contents import mark_tokens, read_version_contents
-from maskstream.pipelines.build.storage.dataset_writer import verify_shard
+from maskstream.pipelines.dataset.inspect.version_contents import mark_tokens, read_version_contents
+from maskstream.pipelines.dataset.storage.dataset_writer import verify_shard
 from maskstream.schemas.manifest import Manifest, ManifestError, load_manifest
 from maskstream.schemas.tables import SchemaMismatch
 

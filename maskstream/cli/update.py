@@ -25,7 +25,7 @@ import time
 
 from maskstream.cli.build import add_dataset_options, build_config, peer_signal_settings, print_signal
 from maskstream.cli.seeds import add_seed_options, seeds_config
-from maskstream.pipelines.build.steps import BuildConfig
+from maskstream.pipelines.dataset.steps import BuildConfig
 from maskstream.pipelines.update.incremental import leased_update
 from maskstream.pipelines.update.options import UpdateOptions
 

@@ -12,14 +12,14 @@ from typing import Any
 import fsspec
 
 from maskstream.mask_signal.words import words
-from maskstream.pipelines.build.steps import BuildConfig, manifest_fields, pipeline_counters
-from maskstream.pipelines.build.storage.dataset_writer import (
+from maskstream.pipelines.dataflow_job import is_dry_run, job_size
+from maskstream.pipelines.dataset.steps import BuildConfig, manifest_fields, pipeline_counters
+from maskstream.pipelines.dataset.storage.dataset_writer import (
     join,
     new_version_name,
     prepare_version,
 )
-from maskstream.pipelines.dataflow_job import is_dry_run, job_size
-from maskstream.pipelines.statistics.collocations import PeerSignalSettings
+from maskstream.pipelines.statistics.peer_formulas import PeerSignalSettings
 from maskstream.schemas.formulas import WORD_NORMALIZATION
 from maskstream.schemas.manifest import MANIFEST_NAME, SEEDS_NAME, load_manifest
 from maskstream.storage.publish import write_atomically
@@ -79,13 +79,13 @@ def build_version(config: BuildConfig, inputs: list[str], text_field: str, txt_m
     returns the pipeline's report with "version_url" ({"dry_run": the job's size line} when Beam is asked
     only to build the job). Raises ValueError, FileNotFoundError or FileExistsError on bad input, before
     a version is written, and ValueError when no document gave a sequence. `peer_signals`: also
-    compute the peers' signals (pipelines/build/beam/peer_signals.py) with these settings."""
+    compute the peers' signals (pipelines/dataset/beam/peer_transforms.py) with these settings."""
     # heavy: Beam loads only when a pipeline runs (--help and the trainer never import it)
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     # heavy: imports apache_beam; only here, where it is needed
-    from maskstream.pipelines.build.beam.dataset_pipeline import BuildDataset
+    from maskstream.pipelines.dataset.beam.dataset_pipeline import BuildDataset
 
     # heavy: imports apache_beam; only here, where it is needed
     from maskstream.pipelines.read_corpus import FingerprintFiles, ReadCorpus

@@ -1,6 +1,6 @@
 """The build's steps as plain functions, in the order the data flows, for both of its drivers.
 
-`maskstream build` runs them as Beam transforms (pipelines/build/beam/dataset_pipeline.py:
+`maskstream build` runs them as Beam transforms (pipelines/dataset/beam/dataset_pipeline.py:
 BuildDataset), `maskstream update` and `watch` in one process (pipelines/update/incremental.py).
 Both call these functions and nothing else for the content of a version, so their outputs are
 byte-identical by construction:
@@ -9,7 +9,7 @@ byte-identical by construction:
     vocabulary_tally        word types and counts -> types and occurrences encoded (summed over batches)
     nearest_seed_rows       encoded words' and seeds' embeddings -> word-table rows (nearest seed)
     collect_word_scores     those rows -> WordScores: similarity and nearest seed per word_index, with
-                            the fallback for every word the encoder skipped (pipelines/build/core/vocabulary.py)
+                            the fallback for every word the encoder skipped (pipelines/dataset/core/vocabulary.py)
     word_table_rows         words + WordLookup + WordScores -> WORD_TABLE_SCHEMA rows, by word-table shard
     windows                 (core/sequences.py) tokenized documents -> windows, per packing group in pack mode
     sequence_offsets/_ids   windows' (unit, window index) -> dense sequence ids 0..rows-1
@@ -39,30 +39,30 @@ import pyarrow as pa
 from maskstream.mask_signal.probability import MaskSettings
 from maskstream.mask_signal.word_lookup import WordLookup, word_keys
 from maskstream.models import MAX_WORD_TOKENS, model_entry
-from maskstream.pipelines.build.core.peer_signals import (
+from maskstream.pipelines.dataset.core.peer_tables import (
     collocation_table,
     informativeness_table,
     peer_signals_entry,
 )
-from maskstream.pipelines.build.core.sequences import natural_key
-from maskstream.pipelines.build.core.signal_tallies import WordsForReport, build_diagnostics, map_tallies
-from maskstream.pipelines.build.core.tokenizer_facts import tokenizer_facts
-from maskstream.pipelines.build.core.vocabulary import (
+from maskstream.pipelines.dataset.core.sequences import natural_key
+from maskstream.pipelines.dataset.core.signal_tallies import WordsForReport, build_diagnostics, map_tallies
+from maskstream.pipelines.dataset.core.tokenizer_facts import tokenizer_facts
+from maskstream.pipelines.dataset.core.vocabulary import (
     FALLBACK,
     WordScores,
     check_min_word_count,
     encoded_mask,
     token_coverage,
 )
-from maskstream.pipelines.build.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
-from maskstream.pipelines.build.storage.dataset_writer import (
+from maskstream.pipelines.dataset.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder
+from maskstream.pipelines.dataset.storage.dataset_writer import (
     dataset_rows,
     join,
     word_table,
     write_parquet,
     write_word_table,
 )
-from maskstream.pipelines.statistics.collocations import Ngram, PeerSignalSettings, collocation_order
+from maskstream.pipelines.statistics.peer_formulas import Ngram, PeerSignalSettings, collocation_order
 from maskstream.schemas.formulas import FORMULA_VERSIONS
 from maskstream.schemas.manifest import (
     COLLOCATIONS_NAME,
@@ -121,7 +121,7 @@ class BuildConfig:
     encoder_threads: int = 0
     encoder_device: str = "auto"
     encoder_dtype: str = "float32"  # resolved (`resolve_encoder_dtype`): float32 or bfloat16, never auto
-    min_word_count: int = 1  # pipelines/build/core/vocabulary.py: rarer word types are not encoded
+    min_word_count: int = 1  # pipelines/dataset/core/vocabulary.py: rarer word types are not encoded
     write_embeddings: bool = False
 
     @property
@@ -338,7 +338,7 @@ def sequence_rows(windows: pa.Table, ids: np.ndarray, similarity: np.ndarray, co
 
 def signal_tally(rows: pa.Table, similarity: np.ndarray, config: BuildConfig,
                  total: int) -> dict[str, dict[str, np.ndarray]]:
-    """The signal tallies of rows of a dataset of `total` rows (pipelines/build/core/signal_tallies.py)."""
+    """The signal tallies of rows of a dataset of `total` rows (pipelines/dataset/core/signal_tallies.py)."""
 
     return map_tallies(rows, similarity, dataclasses.asdict(config), total)
 
@@ -380,7 +380,7 @@ def assemble_manifest(fields: dict[str, Any], shards: Iterable[ShardEntry], *, r
     the word types, the signal diagnostics and the vocabulary's coverage (`vocabulary_counts`, and
     the tokens from the merged tallies). The few words the diagnostics name are read back from the
     word table already written under `version_url`. `peer_signals`: the manifest's entry of the
-    peers' signals (`pipelines/build/core/peer_signals.py`), when they were computed."""
+    peers' signals (`pipelines/dataset/core/peer_tables.py`), when they were computed."""
 
     fields = json.loads(json.dumps(fields))
     fields["source_fingerprint"]["documents"] = {"read": read, "accepted": accepted, "rejected": rejected}

@@ -3,7 +3,7 @@
 
 Words are `maskstream.mask_signal.words`' words. A *phrase* is a run of words with nothing but white
 space between them and no line break: punctuation, a symbol or a line break ends it, as a token
-between two words ends a match in the loader (maskstream.mask_signal.peer_signals). A *sentence* is
+between two words ends a match in the loader (maskstream.mask_signal.peer_lookup). A *sentence* is
 the words between two sentence ends (`.`, `!` or `?` before white space or the end of the text, or a
 line break). No n-gram crosses a phrase's end, no co-occurring pair a sentence's.
 
@@ -214,7 +214,7 @@ def mask_weights(relevances: np.ndarray) -> np.ndarray:
     return (mean_rank[inverse] / len(relevances)).astype(np.float32)
 
 
-def informativeness(texts: Iterable[str], settings: PeerSignalSettings) -> tuple[dict[str, int], dict[str, float], int]:
+def informative_relevance(texts: Iterable[str], settings: PeerSignalSettings) -> tuple[dict[str, int], dict[str, float], int]:
     """(s(w), relevance(w), S) over `texts`: the in-process form of the Beam transforms."""
     counts = PeerCounts().count(texts)
     return dict(counts.sentences), relevance_of_counts(counts.sentences, counts.pairs, counts.total, settings), counts.total

@@ -41,16 +41,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from maskstream.models import MAX_WORD_TOKENS
-from maskstream.pipelines.build.core.sequences import TOKENIZED_SCHEMA, natural_key, tokenize_documents
-from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer, tokenizer_facts
-from maskstream.pipelines.build.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE
-from maskstream.pipelines.build.steps import vocabulary_index
-from maskstream.pipelines.build.storage.dataset_writer import (
+from maskstream.pipelines.corpus import Document, FileParser
+from maskstream.pipelines.dataset.core.sequences import TOKENIZED_SCHEMA, natural_key, tokenize_documents
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer, tokenizer_facts
+from maskstream.pipelines.dataset.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE
+from maskstream.pipelines.dataset.steps import vocabulary_index
+from maskstream.pipelines.dataset.storage.dataset_writer import (
     embeddings_table,
     join,
     write_parquet,
 )
-from maskstream.pipelines.corpus import Document, FileParser
 from maskstream.pipelines.statistics.counting import word_counts_of_texts
 from maskstream.schemas.formulas import WORD_NORMALIZATION
 from maskstream.storage.publish import open_atomically, write_atomically

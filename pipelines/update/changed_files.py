@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
-from maskstream.pipelines.build.steps import pipeline_counters
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
+from maskstream.pipelines.dataset.steps import pipeline_counters
 from maskstream.pipelines.update.cache import count_and_tokenize_file, parse_file
 
 # Changed input up to this size is counted and tokenized in one process; above it, by a Beam

@@ -1,6 +1,6 @@
 """Incremental rebuilds: the driver of `maskstream update` (and of each rebuild of `watch`).
 
-`update()` fingerprints the corpus and then runs the build's steps (pipelines/build/steps.py)
+`update()` fingerprints the corpus and then runs the build's steps (pipelines/dataset/steps.py)
 in one process, stage by stage:
 - the files without a cache entry are counted and tokenized (changed_files.py);
 - the cache's per-file counts are merged into the statistics, the seeds and the words the encoder
@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from maskstream.mask_signal.word_lookup import WordLookup
-from maskstream.pipelines.build.core.sequences import (
+from maskstream.pipelines.corpus import corpus_fingerprint
+from maskstream.pipelines.dataset.core.sequences import (
     WINDOWS_SCHEMA,
     flat,
     list_column,
@@ -40,9 +41,9 @@ from maskstream.pipelines.build.core.sequences import (
     window_template,
     windows,
 )
-from maskstream.pipelines.build.core.signal_tallies import merge_map_tallies
-from maskstream.pipelines.build.core.vocabulary import WordScores
-from maskstream.pipelines.build.steps import (
+from maskstream.pipelines.dataset.core.signal_tallies import merge_map_tallies
+from maskstream.pipelines.dataset.core.vocabulary import WordScores
+from maskstream.pipelines.dataset.steps import (
     BuildConfig,
     assemble_manifest,
     document_counts,
@@ -61,14 +62,13 @@ from maskstream.pipelines.build.steps import (
     write_rejects,
     write_word_table_shard,
 )
-from maskstream.pipelines.build.storage.dataset_writer import (
+from maskstream.pipelines.dataset.storage.dataset_writer import (
     join,
     new_version_name,
     prepare_version,
     write_manifest_and_latest,
     write_shard,
 )
-from maskstream.pipelines.corpus import corpus_fingerprint
 from maskstream.pipelines.statistics.seeds import write_seeds_json
 from maskstream.pipelines.update.cache import (
     CACHE_DIR,
@@ -143,7 +143,7 @@ class StageClock:
 
 
 def _update(options: UpdateOptions) -> dict[str, Any]:
-    """The build's steps (pipelines/build/steps.py) in one process, stage by stage."""
+    """The build's steps (pipelines/dataset/steps.py) in one process, stage by stage."""
     clock = StageClock()
     run = start_update(options)
     clock.lap("fingerprint")

@@ -11,7 +11,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from maskstream.pipelines.build.storage.dataset_writer import join
+from maskstream.pipelines.dataset.storage.dataset_writer import join
 from maskstream.pipelines.update.cache import FILES_DIR, IO_THREADS
 from maskstream.pipelines.update.malloc import trim_malloc
 

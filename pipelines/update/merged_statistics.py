@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from maskstream.mask_signal.word_lookup import WordLookup
-from maskstream.pipelines.build.core.vocabulary import WordScores, encoded_words
-from maskstream.pipelines.build.steps import collect_word_scores, nearest_seed_rows, vocabulary_index
+from maskstream.pipelines.dataset.core.vocabulary import WordScores, encoded_words
+from maskstream.pipelines.dataset.steps import collect_word_scores, nearest_seed_rows, vocabulary_index
 from maskstream.pipelines.statistics.seed_selection import SeedRanking, load_stop_words
 from maskstream.pipelines.statistics.seeds import seeds_document
 from maskstream.pipelines.statistics.tf_icf import word_stats_row, wordfreq_floor

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from maskstream.pipelines.build.steps import BuildConfig
-from maskstream.pipelines.statistics.collocations import PeerSignalSettings
+from maskstream.pipelines.dataset.steps import BuildConfig
+from maskstream.pipelines.statistics.peer_formulas import PeerSignalSettings
 from maskstream.pipelines.statistics.seeds import SeedsConfig
 from maskstream.pipelines.statistics.stats import StatsConfig
 

@@ -2,7 +2,7 @@
 n-gram counts, the sentences holding each word, its word-pair sentence counts and its number of
 sentences, all sums over the file's sentences, so the corpus's are the sums over its files. An
 update counts only the files whose entry lacks them, merges every file's, and scores the merged
-counts with the formulas' in-process form (pipelines/statistics/collocations.py): the same tables,
+counts with the formulas' in-process form (pipelines/statistics/peer_formulas.py): the same tables,
 byte for byte, as `maskstream build --peer-signals` of the same corpus.
 
     ROOT/_cache/files/KEY/peer/{ngrams.parquet, words.parquet, pairs.parquet, entry.json}
@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maskstream.mask_signal.word_lookup import WordLookup
-from maskstream.pipelines.build.core.peer_signals import words_known
-from maskstream.pipelines.build.steps import write_peer_signals
 from maskstream.pipelines.corpus import Document
-from maskstream.pipelines.statistics.collocations import (
+from maskstream.pipelines.dataset.core.peer_tables import words_known
+from maskstream.pipelines.dataset.steps import write_peer_signals
+from maskstream.pipelines.statistics.peer_formulas import (
     MAX_N,
     SENTENCE_WORDS,
     PeerCounts,

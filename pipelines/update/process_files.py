@@ -12,7 +12,7 @@ import time
 
 import apache_beam as beam
 
-from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 from maskstream.pipelines.read_corpus import ReadCorpus
 from maskstream.pipelines.update.cache import count_and_tokenize_file
 

@@ -10,8 +10,8 @@ import threading
 import time
 from typing import Any
 
-from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
 from maskstream.pipelines.corpus import corpus_fingerprint, file_format
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 from maskstream.pipelines.update.encoder_process import EncoderLoader
 from maskstream.pipelines.update.incremental import leased_update
 from maskstream.pipelines.update.malloc import limit_malloc_arenas

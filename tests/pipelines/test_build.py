@@ -203,7 +203,7 @@ def test_encoder_sees_exactly_the_unique_words_and_seeds(built, minilm_path):
 
 @pytest.mark.slow
 def test_manifest_records_the_resolved_encoder_dtype(built):
-    from maskstream.pipelines.build.core.encoder_dtype import resolve_encoder_dtype
+    from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
 
     manifest = built["manifest"]
     dtype = resolve_encoder_dtype("auto", "auto")  # the build ran with the default --encoder-dtype auto
@@ -246,7 +246,7 @@ def test_a_shard_has_the_same_bytes_whatever_order_its_parts_arrive_in(built, tm
     Parquet pages, whose boundaries follow the table's chunks) cut into parts, given in id order,
     reversed and interleaved (overlapping id ranges: re-sorted): byte for byte the file
     `write_parquet` makes of the rows sorted by id in one chunk."""
-    from maskstream.pipelines.build.storage.dataset_writer import write_parquet, write_shard
+    from maskstream.pipelines.dataset.storage.dataset_writer import write_parquet, write_shard
 
     one = read_rows(built["version_url"]).sort_by("sequence_id")
     copies = -(-60_000 // one.num_rows)
@@ -295,7 +295,7 @@ def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys
 
 @pytest.mark.slow
 def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tmp_path, monkeypatch, capsys):
-    import maskstream.pipelines.build.beam.dataset_pipeline as dataset_pipeline
+    import maskstream.pipelines.dataset.beam.dataset_pipeline as dataset_pipeline
 
     inputs = make_inputs(sample_corpus, tmp_path / "in", 30)
     root = str(tmp_path / "dataset")

@@ -13,8 +13,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from maskstream.cli import main
-from maskstream.pipelines.build.beam.dataset_pipeline import Bookkeeping
 from maskstream.pipelines.corpus import Document
+from maskstream.pipelines.dataset.beam.dataset_pipeline import Bookkeeping
 from tests.pipelines.test_build import build_args, make_inputs
 
 DOCUMENTS = 300

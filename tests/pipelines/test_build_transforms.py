@@ -19,11 +19,11 @@ from transformers import AutoTokenizer
 from maskstream.mask_signal.alignment import align_tokens_to_words
 from maskstream.mask_signal.probability import mask_probabilities_flat
 from maskstream.mask_signal.words import word_spans
-from maskstream.pipelines.build.beam.tokenize_to_windows import TokenizeToWindows
-from maskstream.pipelines.build.core.sequences import cut_points
-from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
-from maskstream.pipelines.build.steps import vocabulary_index
 from maskstream.pipelines.corpus import Document
+from maskstream.pipelines.dataset.beam.tokenize_to_windows import TokenizeToWindows
+from maskstream.pipelines.dataset.core.sequences import cut_points
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
+from maskstream.pipelines.dataset.steps import vocabulary_index
 
 MAX_LENGTH = 64
 
@@ -198,7 +198,7 @@ def test_nearest_seed_similarity_matches_scikit_learn(reduce):
     from sklearn.metrics.pairwise import cosine_similarity
     from sklearn.preprocessing import normalize
 
-    from maskstream.pipelines.build.steps import nearest_seed_similarity
+    from maskstream.pipelines.dataset.steps import nearest_seed_similarity
 
     rng = np.random.default_rng(1)
     words_, seeds = rng.normal(size=(40, 16)), rng.normal(size=(5, 16))
@@ -219,8 +219,8 @@ def test_word_encoder_pools_each_word_on_its_own(minilm_path, pooling):
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from maskstream.pipelines.build.beam.embeddings import WordEncoderHandler
-    from maskstream.pipelines.build.core.word_encoder import WordEncoder
+    from maskstream.pipelines.dataset.beam.embeddings import WordEncoderHandler
+    from maskstream.pipelines.dataset.core.word_encoder import WordEncoder
 
     handler = WordEncoderHandler(WordEncoder(minilm_path, pooling=pooling, device="cpu"))
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
@@ -240,7 +240,7 @@ def test_word_encoder_pools_each_word_on_its_own(minilm_path, pooling):
 def test_a_batch_is_tokenized_as_each_document_alone(documents, minilm_path):
     """Batching joins the documents' texts; every row must equal the document tokenized alone,
     and each token's word must be the normalized word its characters overlap."""
-    from maskstream.pipelines.build.core.sequences import tokenize_documents
+    from maskstream.pipelines.dataset.core.sequences import tokenize_documents
 
     extra = [Document("x:line 1", "x", "  \t  "), Document("x:line 2", "x", "Ünïcödé ﬁle naïve — İstanbul x² and Café")]
     batch = [*documents[:60], *extra]
@@ -273,7 +273,7 @@ def test_word_tokenizer_gives_the_hugging_face_ids_and_masks(minilm_path, tmp_pa
 
     from transformers import AutoTokenizer
 
-    from maskstream.pipelines.build.core.word_encoder import load_word_tokenizer
+    from maskstream.pipelines.dataset.core.word_encoder import load_word_tokenizer
 
     model = tmp_path / "model"
     shutil.copytree(minilm_path, model)

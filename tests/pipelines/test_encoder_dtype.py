@@ -15,11 +15,11 @@ from maskstream.cli import build_parser
 from maskstream.cli.build import build_config
 from maskstream.cli.update import update_options
 from maskstream.mask_signal.words import words
-from maskstream.pipelines.build.beam.embeddings import WordEncoderHandler
-from maskstream.pipelines.build.core import encoder_dtype
-from maskstream.pipelines.build.core.encoder_dtype import resolve_encoder_dtype
-from maskstream.pipelines.build.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder, word_batches
-from maskstream.pipelines.build.steps import nearest_seed_similarity
+from maskstream.pipelines.dataset.beam.embeddings import WordEncoderHandler
+from maskstream.pipelines.dataset.core import encoder_dtype
+from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
+from maskstream.pipelines.dataset.core.word_encoder import DEFAULT_EMBED_BATCH_SIZE, WordEncoder, word_batches
+from maskstream.pipelines.dataset.steps import nearest_seed_similarity
 from maskstream.pipelines.update.cache import encoder_key
 
 SEEDS = ["astronomy", "molecular", "protein", "simulation", "statistics"]

@@ -19,7 +19,7 @@ import pytest
 
 from maskstream.cli import build_parser
 from maskstream.cli.update import update_options
-from maskstream.pipelines.build.storage.dataset_writer import verify_shard
+from maskstream.pipelines.dataset.storage.dataset_writer import verify_shard
 from maskstream.pipelines.update.incremental import update
 from maskstream.schemas.manifest import MANIFEST_NAME, load_manifest
 
@@ -131,7 +131,7 @@ def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, secon
 
 @pytest.mark.slow
 def test_an_update_without_new_words_imports_neither_beam_nor_the_encoder(first_build, subprocess_env, tmp_path) -> None:
-    from maskstream.pipelines.build.core.encoder_dtype import gpu_driver_present
+    from maskstream.pipelines.dataset.core.encoder_dtype import gpu_driver_present
 
     # A copy of the corpus and the dataset root: the copied files have new paths, so the first
     # update counts and tokenizes every one of them (in its process), and finds no new word.
@@ -171,7 +171,7 @@ def test_update_equals_stats_seeds_build(first_build, second_build, subprocess_e
 
 @pytest.mark.slow
 def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first_build) -> None:
-    from maskstream.pipelines.build.core.encoder_dtype import resolve_encoder_dtype
+    from maskstream.pipelines.dataset.core.encoder_dtype import resolve_encoder_dtype
     from maskstream.pipelines.update.cache import encoder_key
 
     url, manifest = load_manifest(str(first_build["root"]))  # latest: the corpus as it is now
@@ -317,7 +317,7 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
     """--min-word-count 2: after an added document makes a word seen once occur twice, the update
     encodes it, and its rows equal a fresh update's and `maskstream stats` + `seeds` + `build`'s."""
     from maskstream.cli import main
-    from maskstream.pipelines.build.core.vocabulary import SKIPPED
+    from maskstream.pipelines.dataset.core.vocabulary import SKIPPED
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -81,7 +81,7 @@ def test_an_update_after_a_tenth_changed_equals_a_fresh_update_and_the_build(cor
 
 
 def test_watch_builds_when_the_peer_signals_asked_for_are_not_the_latest_versions():
-    from maskstream.pipelines.statistics.collocations import PeerSignalSettings
+    from maskstream.pipelines.statistics.peer_formulas import PeerSignalSettings
     from maskstream.pipelines.update.options import UpdateOptions
     from maskstream.pipelines.update.watch import peer_signals_differ
     from maskstream.schemas.manifest import Manifest

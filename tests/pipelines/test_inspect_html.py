@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from maskstream.cli import main
-from maskstream.pipelines.build.inspect import inspect_html
+from maskstream.pipelines.dataset.inspect import inspect_html
 from maskstream.schemas.manifest import load_manifest
 from tests.browser import browser_or_reason, run_browser
 from tests.pipelines.test_build import SEEDS, build_args, make_inputs

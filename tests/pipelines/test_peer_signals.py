@@ -19,15 +19,15 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from maskstream.cli import main
-from maskstream.mask_signal.peer_signals import PeerSignals, PeerSignalsMissing
+from maskstream.mask_signal.peer_lookup import PeerSignals, PeerSignalsMissing
 from maskstream.mask_signal.words import words
-from maskstream.pipelines.build.beam.peer_signals import CountPeers, InformativeRelevance
 from maskstream.pipelines.corpus import Document
-from maskstream.pipelines.statistics.collocations import (
+from maskstream.pipelines.dataset.beam.peer_transforms import CountPeers, InformativeRelevance
+from maskstream.pipelines.statistics.peer_formulas import (
     PeerSignalSettings,
     collocation_vocabulary,
     cuts,
-    informativeness,
+    informative_relevance,
     mask_weights,
     ngram_counts,
     ngram_totals,
@@ -133,7 +133,7 @@ def direct_relevance(texts: list[str], pair_min_count: int) -> dict[str, float]:
 def test_relevance_equals_the_direct_computation_on_a_handful_of_sentences(texts):
     sample = texts[:12]  # every sentence of these is below the 64-word cap
     settings = PeerSignalSettings(pair_min_count=2)
-    sentence_counts, relevance, total = informativeness(sample, settings)
+    sentence_counts, relevance, total = informative_relevance(sample, settings)
     direct = direct_relevance(sample, 2)
     assert relevance.keys() == direct.keys()
     for word, value in direct.items():
@@ -146,7 +146,7 @@ def test_relevance_equals_the_direct_computation_on_a_handful_of_sentences(texts
 def test_beam_relevance_equals_the_in_process_form(texts):
     sample = texts[:80]
     settings = PeerSignalSettings(pair_min_count=2)
-    sentence_counts, relevance, total = informativeness(sample, settings)
+    sentence_counts, relevance, total = informative_relevance(sample, settings)
     expected = [(w, sentence_counts[w], relevance[w]) for w in relevance]
     with BeamTestPipeline() as pipeline:
         documents = pipeline | beam.Create([Document(f"c:line {i}", "c", t) for i, t in enumerate(sample)])
@@ -191,7 +191,7 @@ def test_the_build_writes_what_the_in_process_form_computes(peer_build):
 
     table = pq.read_table(f"{version_url}/{entry['informativeness']}")
     check_schema(table.schema, INFORMATIVENESS_SCHEMA, "informativeness")
-    sentence_counts, relevance, total = informativeness(corpus, settings)
+    sentence_counts, relevance, total = informative_relevance(corpus, settings)
     assert entry["sentences"] == total
     assert table.column("word_index").to_pylist() == list(range(len(words_of)))
     assert table.column("relevance").to_pylist() == [relevance.get(w, 0.0) for w in words_of]
@@ -275,7 +275,7 @@ def test_the_loader_joins_the_signals_to_every_row(peer_build):
     assert len(samples) == manifest.total_rows
     for sample in samples:
         assert sample["span_ids"].tolist() == signals.span_ids(sample["word_ids"], sample["word_index"]).tolist()
-        assert sample["informativeness"].tolist() == signals.informativeness(sample["word_index"]).tolist()
+        assert sample["informativeness"].tolist() == signals.token_weights(sample["word_index"]).tolist()
     plain = next(iter(StreamingSequenceDataset(version_url, seed=3)))
     assert "span_ids" not in plain and "informativeness" not in plain
     informask = next(iter(StreamingSequenceDataset(version_url, seed=3, peer_columns=("informativeness",))))

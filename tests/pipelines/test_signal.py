@@ -223,10 +223,10 @@ def test_inspect_prints_the_signal_the_build_did_not(sharpened_build, tmp_path, 
 @pytest.mark.slow
 def test_a_near_uniform_map_is_warned_about(sharpened_build):
     """The paper's map on this slice: its diagnostics carry the warning naming the knobs."""
-    from maskstream.pipelines.build.inspect.signal import signal_reports
+    from maskstream.pipelines.dataset.inspect.signal import signal_reports
 
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
-    from maskstream.pipelines.build.core.signal_tallies import map_tallies
+    from maskstream.pipelines.dataset.core.signal_tallies import map_tallies
 
     word_table = pq.read_table(f"{version_url}/words")
     similarity = np.zeros(word_table.num_rows, np.float32)
@@ -250,7 +250,7 @@ def test_a_near_uniform_map_is_warned_about(sharpened_build):
 def test_comparison_maps_are_tallied_on_every_kth_sequence(sharpened_build, monkeypatch):
     """With k = 3 the built map is still tallied on every row, and each compared map on exactly the
     rows whose sequence id is a multiple of 3 (counted here with numpy), as a full tally of those rows."""
-    from maskstream.pipelines.build.core import signal_tallies as signal
+    from maskstream.pipelines.dataset.core import signal_tallies as signal
 
     version_url, manifest = sharpened_build["version_url"], sharpened_build["manifest"]
     word_table = pq.read_table(f"{version_url}/words")

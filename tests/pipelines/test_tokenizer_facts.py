@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from maskstream.pipelines.build.core import tokenizer_facts as facts_module
-from maskstream.pipelines.build.core.tokenizer_facts import (
+from maskstream.pipelines.dataset.core import tokenizer_facts as facts_module
+from maskstream.pipelines.dataset.core.tokenizer_facts import (
     compute_tokenizer_facts,
     content_key,
     tokenizer_facts,
@@ -51,7 +51,7 @@ def test_the_cache_is_keyed_by_content(tokenizer_copy, tmp_path, monkeypatch, su
     assert json.loads(cached.read_text()) == facts
 
     # A new process checks the tokenizer and tokenizes from the cache, without importing transformers.
-    script = ("import sys\nfrom maskstream.pipelines.build.core.tokenizer_facts import check_tokenizer, load_backend_tokenizer\n"
+    script = ("import sys\nfrom maskstream.pipelines.dataset.core.tokenizer_facts import check_tokenizer, load_backend_tokenizer\n"
               f"check_tokenizer({tokenizer_copy!r}, 'pack')\n"
               f"print(load_backend_tokenizer({tokenizer_copy!r}).encode('protein folding').ids)\n"
               "print('transformers' in sys.modules)")

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 
 from maskstream.mask_signal.words import word_spans
-from maskstream.pipelines.build.core.sequences import cut_windows, flat, pack_documents, tokenize_documents
-from maskstream.pipelines.build.core.tokenizer_facts import (
+from maskstream.pipelines.corpus import Document
+from maskstream.pipelines.dataset.core.sequences import cut_windows, flat, pack_documents, tokenize_documents
+from maskstream.pipelines.dataset.core.tokenizer_facts import (
     check_tokenizer,
     load_backend_tokenizer,
     load_tokenizer,
     pack_separator,
     special_template,
 )
-from maskstream.pipelines.build.inspect.check_tokenizer import word_decode_report
-from maskstream.pipelines.build.steps import vocabulary_index
-from maskstream.pipelines.corpus import Document
+from maskstream.pipelines.dataset.inspect.check_tokenizer import word_decode_report
+from maskstream.pipelines.dataset.steps import vocabulary_index
 from testing.tokenizer_families import FAMILIES, corpus_texts, train_family
 
 # What each family puts around a sequence (prefix, suffix), as tokens.

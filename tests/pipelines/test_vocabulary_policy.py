@@ -14,7 +14,7 @@ import pytest
 
 from maskstream.cli import build_parser, main
 from maskstream.mask_signal.probability import mask_probabilities_flat
-from maskstream.pipelines.build.core.vocabulary import SKIPPED
+from maskstream.pipelines.dataset.core.vocabulary import SKIPPED
 from maskstream.schemas.manifest import load_manifest
 from tests.pipelines.test_build import SEEDS, EncoderSpy, build_args, make_inputs, read_rows
 
@@ -147,7 +147,7 @@ def test_a_threshold_below_one_is_refused(minilm_path):
 def test_seeds_are_always_encoded_and_a_threshold_leaving_no_word_is_refused():
     import pyarrow as pa
 
-    from maskstream.pipelines.build.core.vocabulary import encoded_words
+    from maskstream.pipelines.dataset.core.vocabulary import encoded_words
 
     words = pa.array(["alpha", "beta", "gamma"])
     assert encoded_words(words, [1, 2, 1], 2, ["gamma", "delta"]) == ["beta", "gamma"]

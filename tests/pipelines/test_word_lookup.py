@@ -14,7 +14,7 @@ import pytest
 
 from maskstream.mask_signal.word_lookup import WordLookup
 from maskstream.mask_signal.words import words as words_of_text
-from maskstream.pipelines.build.steps import (
+from maskstream.pipelines.dataset.steps import (
     collect_word_scores,
     vocabulary_counts,
     vocabulary_tally,

@@ -1,5 +1,5 @@
 """The `maskstream build` pipeline as composite transforms; each step's work is a function of
-pipelines/build/steps.py, which `maskstream update` calls in one process as well.
+pipelines/dataset/steps.py, which `maskstream update` calls in one process as well.
 
     word stats --ScoreWords (NumberWords, EmbedWords, NearestSeed, WordScores)--> lookup, scores, embeddings
     word stats + lookup + scores --WriteWordTable--> VERSION/words/ shards
@@ -38,12 +38,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from maskstream.mask_signal.word_lookup import WordLookup
-from maskstream.pipelines.build.beam.embeddings import EmbedWords, NearestSeedRowsFn, WordEncoderHandler
-from maskstream.pipelines.build.beam.peer_signals import WritePeerSignals
-from maskstream.pipelines.build.beam.tokenize_to_windows import TokenizeToWindows
-from maskstream.pipelines.build.core.signal_tallies import merge_map_tallies
-from maskstream.pipelines.build.core.vocabulary import WordScores, encoded_mask
-from maskstream.pipelines.build.steps import (
+from maskstream.pipelines.dataset.beam.embeddings import EmbedWords, NearestSeedRowsFn, WordEncoderHandler
+from maskstream.pipelines.dataset.beam.peer_transforms import WritePeerSignals
+from maskstream.pipelines.dataset.beam.tokenize_to_windows import TokenizeToWindows
+from maskstream.pipelines.dataset.core.signal_tallies import merge_map_tallies
+from maskstream.pipelines.dataset.core.vocabulary import WordScores, encoded_mask
+from maskstream.pipelines.dataset.steps import (
     REJECTS_PREFIX,
     BuildConfig,
     assemble_manifest,
@@ -63,14 +63,14 @@ from maskstream.pipelines.build.steps import (
     word_table_shards,
     write_word_table_shard,
 )
-from maskstream.pipelines.build.storage.dataset_writer import (
+from maskstream.pipelines.dataset.storage.dataset_writer import (
     embeddings_table,
     join,
     write_manifest_and_latest,
     write_parquet,
     write_shard,
 )
-from maskstream.pipelines.statistics.collocations import PeerSignalSettings
+from maskstream.pipelines.statistics.peer_formulas import PeerSignalSettings
 from maskstream.schemas.manifest import WORD_TABLE_SHARD_ROWS, ShardEntry
 
 
@@ -274,7 +274,7 @@ def stage_windows(windows: pa.Table, version_url: str) -> tuple[str, pa.Table]:
 class ComputeRows(beam.DoFn):
     """A staged table of windows (`stage_windows`) -> its rows (sequence ids, mask probabilities),
     written as one Arrow part file per shard it touches; yields (shard, part path), and the
-    rows' signal tallies (`maskstream.pipelines.build.core.signal_tallies.map_tallies`) on the output tagged TALLY.
+    rows' signal tallies (`maskstream.pipelines.dataset.core.signal_tallies.map_tallies`) on the output tagged TALLY.
 
     The rows go through files rather than through the GroupByKey: the runner then never holds
     the whole dataset in memory, only the part names.
@@ -308,7 +308,7 @@ class ComputeRows(beam.DoFn):
 
 
 class MergeTallies(beam.CombineFn):
-    """Sums signal tallies per map (`maskstream.pipelines.build.core.signal_tallies.merge_map_tallies`); None when there is none."""
+    """Sums signal tallies per map (`maskstream.pipelines.dataset.core.signal_tallies.merge_map_tallies`); None when there is none."""
 
     def create_accumulator(self):
         return None

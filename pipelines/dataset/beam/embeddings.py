@@ -2,7 +2,7 @@
 
 Every word type is encoded once, on its own (`[CLS] word [SEP]`), and pooled: `mean` over the
 word's own tokens (specials excluded; the default) or the model's `pooler` output
-(`maskstream.pipelines.build.core.word_encoder`, Beam-free). Encoding runs in Beam's `RunInference` with
+(`maskstream.pipelines.dataset.core.word_encoder`, Beam-free). Encoding runs in Beam's `RunInference` with
 `WordEncoderHandler`, in batches of ~256 words (sorted by length, at most 16 tokens each, words of
 one token count per batch), so the cost grows with the vocabulary, not with the corpus.
 
@@ -22,8 +22,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
-from maskstream.pipelines.build.core.word_encoder import LoadedEncoder, WordEncoder
-from maskstream.pipelines.build.steps import nearest_seed_rows
+from maskstream.pipelines.dataset.core.word_encoder import LoadedEncoder, WordEncoder
+from maskstream.pipelines.dataset.steps import nearest_seed_rows
 
 
 class WordEncoderHandler(ModelHandler[str, PredictionResult, LoadedEncoder]):

@@ -1,5 +1,5 @@
 """`maskstream build --peer-signals`: the peers' signals as Beam transforms (the formulas and their
-in-process form: pipelines/statistics/collocations.py).
+in-process form: pipelines/statistics/peer_formulas.py).
 
     CountPeers             documents -> n-gram counts (n = 1..5, inside phrases), sentences per word
                            and per word pair, sentences: counted per batch of documents, summed by key
@@ -23,10 +23,10 @@ from typing import Any
 
 import apache_beam as beam
 
-from maskstream.pipelines.build.core.peer_signals import words_known
-from maskstream.pipelines.build.steps import write_peer_signals
 from maskstream.pipelines.corpus import Document
-from maskstream.pipelines.statistics.collocations import (
+from maskstream.pipelines.dataset.core.peer_tables import words_known
+from maskstream.pipelines.dataset.steps import write_peer_signals
+from maskstream.pipelines.statistics.peer_formulas import (
     PeerCounts,
     PeerSignalSettings,
     collocation_order,

@@ -1,6 +1,6 @@
 """The build's tokenizing step as Beam transforms: documents -> windows (`TokenizeToWindows`).
 
-The work itself is `maskstream.pipelines.build.core.sequences`' (Beam-free, shared with `maskstream update`);
+The work itself is `maskstream.pipelines.dataset.core.sequences`' (Beam-free, shared with `maskstream update`);
 this module only batches, groups and counts it.
 """
 
@@ -14,14 +14,14 @@ import apache_beam as beam
 import pyarrow as pa
 
 from maskstream.mask_signal.word_lookup import WordLookup
-from maskstream.pipelines.build.core.sequences import (
+from maskstream.pipelines.dataset.core.sequences import (
     flat,
     split_by_pack_group,
     tokenize_documents,
     window_template,
     windows,
 )
-from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 
 
 class TokenizeDocuments(beam.DoFn):

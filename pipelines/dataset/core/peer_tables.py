@@ -1,5 +1,5 @@
 """The peers' signals as a version's tables, for both of the build's drivers: the collocation
-vocabulary and the informativeness of every word type (pipelines/statistics/collocations.py has
+vocabulary and the informativeness of every word type (pipelines/statistics/peer_formulas.py has
 the formulas), keyed by the word table's `word_index` so the loader joins them to the shards'
 `word_index` column."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from maskstream.mask_signal.word_lookup import WordLookup
-from maskstream.pipelines.statistics.collocations import (
+from maskstream.pipelines.statistics.peer_formulas import (
     MAX_N,
     SENTENCE_WORDS,
     Ngram,

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from maskstream.mask_signal.alignment import encoding_arrays, token_words
 from maskstream.mask_signal.word_lookup import WordLookup
-from maskstream.pipelines.build.core.tokenizer_facts import (
+from maskstream.pipelines.dataset.core.tokenizer_facts import (
     load_backend_tokenizer,
     pack_separator,
     special_template,

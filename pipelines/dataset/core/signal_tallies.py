@@ -1,7 +1,7 @@
 """Signal tallies and the figures the build records of them (the manifest's diagnostics): does a
 dataset's masking budget go to the words that make the domain different, or is it spread almost
 uniformly? The lines `inspect` and `build` print of them, and the plots, are
-`maskstream.pipelines.build.inspect.signal`.
+`maskstream.pipelines.dataset.inspect.signal`.
 
 A *tally* counts, over the non-special tokens of a dataset, the tokens and the expected masks
 (the sum of their mask probabilities) of every word type present, plus the tokens outside any

@@ -65,7 +65,7 @@ def fallback_similarity(encoded_similarity: np.ndarray) -> np.float32:
 
 def token_coverage(tallies: dict[str, dict[str, np.ndarray]] | None, scores: Any) -> dict[str, Any]:
     """Tokens inside a word, and those whose word was encoded, from the build's signal tallies
-    (`maskstream.pipelines.build.core.signal_tallies`: non-special tokens per word type) and the words' `WordScores`
+    (`maskstream.pipelines.dataset.core.signal_tallies`: non-special tokens per word type) and the words' `WordScores`
     (above); the fallback similarity the skipped words got (None when
     none was skipped)."""
     built = next(iter(tallies.values())) if tallies else {"words": np.zeros(0, np.int64), "tokens": np.zeros(0, np.int64)}

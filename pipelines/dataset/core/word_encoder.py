@@ -1,6 +1,6 @@
 """The word encoder itself, without Beam: load a model and encode batches of words.
 
-`maskstream.pipelines.build.beam.embeddings.WordEncoderHandler` runs it in the build's `RunInference`;
+`maskstream.pipelines.dataset.beam.embeddings.WordEncoderHandler` runs it in the build's `RunInference`;
 `maskstream update` runs it in a process of its own (`maskstream.pipelines.update.incremental`), which
 then imports torch and transformers but not Beam. Both batch words with `word_batches`, so a word's
 embedding is the same bit for bit whichever of them encoded it.
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from maskstream.models import MAX_WORD_TOKENS, display_name, load_pretrained
-from maskstream.pipelines.build.core.encoder_dtype import DTYPES
-from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer, load_tokenizer
+from maskstream.pipelines.dataset.core.encoder_dtype import DTYPES
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer, load_tokenizer
 
 POOLINGS = ("mean", "pooler")
 DEFAULT_EMBED_BATCH_SIZE = 256  # words per encoder call, every call padded to it (`--embed-batch-size`)

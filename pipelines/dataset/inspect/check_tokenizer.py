@@ -11,7 +11,7 @@ from typing import Any
 
 from maskstream.mask_signal.alignment import align_tokens_to_words
 from maskstream.mask_signal.words import WORD_PATTERN, word_boundaries
-from maskstream.pipelines.build.core.tokenizer_facts import load_backend_tokenizer
+from maskstream.pipelines.dataset.core.tokenizer_facts import load_backend_tokenizer
 
 SHIPPED_SAMPLE = "data/debian-science.jsonl"
 SEPARATOR = "\u00a6"  # ¦: kept by NFKC, lower-casing and accent stripping, never part of a word

@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from maskstream.pipelines.build.core.vocabulary import vocabulary_line
-from maskstream.pipelines.build.inspect.signal import GROUP_LABELS, plot_histograms, plot_report
-from maskstream.pipelines.build.storage.dataset_writer import join
+from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
+from maskstream.pipelines.dataset.inspect.signal import GROUP_LABELS, plot_histograms, plot_report
+from maskstream.pipelines.dataset.storage.dataset_writer import join
 from maskstream.pipelines.statistics.seeds import SCORE_COLUMN
 from maskstream.schemas.manifest import SEEDS_NAME
 
@@ -263,7 +263,7 @@ def write_page(path: str, version_url: str, manifest: Any, *, tokenizer: Any, wo
                verified: bool, sequences: int = DEFAULT_SEQUENCES,
                peer_rows: dict[str, list[list[Any]]] | None = None) -> dict[str, Any]:
     """Writes the page to `path` (local or remote); returns {"bytes", "sequences", "requested"}.
-    `peer_rows`: the peer signals' tables (pipelines/build/inspect/peer_signals.py), when the version has them."""
+    `peer_rows`: the peer signals' tables (pipelines/dataset/inspect/peer_summary.py), when the version has them."""
     if sequences < 1:
         raise ValueError(f"--html-sequences must be at least 1, not {sequences}")
     built_name, built = next(iter(reports.items()))

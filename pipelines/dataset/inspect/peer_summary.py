@@ -1,6 +1,6 @@
 """What `maskstream inspect` shows of a version's peer signals (`--peer-signals`): the top
 collocations, which of them the sequences hold (matched as the loader matches them,
-maskstream.mask_signal.peer_signals) and the share of words inside one, and the most and least
+maskstream.mask_signal.peer_lookup) and the share of words inside one, and the most and least
 informative words."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from maskstream.mask_signal.peer_signals import PeerSignals
+from maskstream.mask_signal.peer_lookup import PeerSignals
 from maskstream.schemas.manifest import Manifest, safe_relative_path
 
 SHOWN = 12  # collocations and words per list

@@ -1,5 +1,5 @@
 """The masking signal as people read it: the lines `maskstream build` and `inspect` print and the plots
-of the tallies and figures that `maskstream.pipelines.build.core.signal_tallies` computes."""
+of the tallies and figures that `maskstream.pipelines.dataset.core.signal_tallies` computes."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from maskstream.pipelines.build.core.signal_tallies import (
+from maskstream.pipelines.dataset.core.signal_tallies import (
     FREQUENT_WORDS,
     TOP_WORDS,
     WordsForReport,
     merge_map_tallies,
 )
-from maskstream.pipelines.build.core.vocabulary import vocabulary_line
+from maskstream.pipelines.dataset.core.vocabulary import vocabulary_line
 
 
 def shortfall_lines(shortfall: dict[str, Any] | None) -> list[str]:
@@ -188,7 +188,7 @@ def plot_report(report: dict[str, Any], path: str, title: str) -> None:
 
 
 def signal_reports(tallies: list[dict], word_table: Any, seeds: list[str]) -> dict[str, dict]:
-    """`signal_report` per map of the shards' `maskstream.pipelines.build.inspect.signal.map_tallies` (one per shard):
+    """`signal_report` per map of the shards' `maskstream.pipelines.dataset.inspect.signal.map_tallies` (one per shard):
     the stored probabilities first, then each map of `comparison_maps`, recomputed."""
     words = WordsForReport.of_table(word_table)  # once: it holds every word type's text and index
     return {name: words.diagnostics(tally, seeds) for name, tally in merge_map_tallies(tallies).items()}

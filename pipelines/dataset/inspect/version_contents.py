@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from maskstream.pipelines.build.core.signal_tallies import map_tallies
-from maskstream.pipelines.build.storage.dataset_writer import join
+from maskstream.pipelines.dataset.core.signal_tallies import map_tallies
+from maskstream.pipelines.dataset.storage.dataset_writer import join
 from maskstream.schemas.manifest import Manifest, read_word_table
 from maskstream.schemas.tables import SEQUENCE_SCHEMA, check_schema
 

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from maskstream.mask_signal.probability import mask_probabilities_flat
-from maskstream.pipelines.build.core.sequences import flat, list_column
+from maskstream.pipelines.dataset.core.sequences import flat, list_column
 from maskstream.schemas.manifest import (
     LATEST_POINTER,
     MANIFEST_NAME,
@@ -55,7 +55,7 @@ def prepare_version(root: str, version: str) -> str:
 
 
 def dataset_rows(windows: pa.Table, sequence_ids: np.ndarray, similarity: np.ndarray, **probability) -> pa.Table:
-    """Windows (`maskstream.pipelines.build.core.sequences.WINDOWS_SCHEMA`) and their ids -> rows of SEQUENCE_SCHEMA,
+    """Windows (`maskstream.pipelines.dataset.core.sequences.WINDOWS_SCHEMA`) and their ids -> rows of SEQUENCE_SCHEMA,
     with mask probabilities (`mask_probabilities_flat`, keyword options passed through)."""
 
     word_ids, offsets = flat(windows, "word_ids")
