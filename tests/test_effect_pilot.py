@@ -1,6 +1,6 @@
 """The pilot's rule (benchmarks/effect/PILOT.md) applied to made-up gains: which cell it chooses."""
 
-from benchmarks.effect.pilot import GRID, choice
+from benchmarks.effect.pilot import GRID, check_frozen, choice
 
 
 def figures(gains: dict[int, float]) -> dict[int, dict[str, float]]:
@@ -29,3 +29,7 @@ def test_no_minilm_cell_gaining_is_said_and_the_best_point_estimate_taken() -> N
     text = choice(figures(gains))
     assert text.startswith("**Chosen (rule 4):** cell 10, learning rate 3e-05, 20 passes")
     assert "the control failed at every MiniLM setting tried" in text
+
+
+def test_this_checkout_runs_its_own_packages() -> None:
+    check_frozen()  # raises SystemExit when a package loads from another checkout

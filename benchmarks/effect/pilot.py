@@ -115,7 +115,25 @@ def write_summary(root: Path) -> Path:
     return path
 
 
+def check_frozen() -> None:
+    """Every maskstream package comes from this checkout. Run from another clone with the project's venv,
+    the editable install maps `maskstream.pipelines`, `.trainer`, `.schemas` and `.mask_signal` to the
+    checkout it was installed from (PILOT.md's amendment): link them into the clone's maskstream/ first."""
+    import maskstream.mask_signal
+    import maskstream.pipelines
+    import maskstream.schemas
+    import maskstream.trainer
+
+    packages = (maskstream.pipelines, maskstream.trainer, maskstream.schemas, maskstream.mask_signal)
+    elsewhere = [f"{p.__name__} ({Path(p.__file__).parent})" for p in packages
+                 if REPO not in Path(p.__file__).resolve().parents]
+    if elsewhere:
+        raise SystemExit(f"not frozen: {', '.join(elsewhere)} load from outside {REPO}; in the clone, "
+                         "`ln -s ../pipelines ../trainer ../schemas ../mask_signal maskstream/`")
+
+
 def run(root: Path) -> None:
+    check_frozen()
     for cell in GRID:
         def committed(record: dict[str, Any], cell: Cell = cell) -> None:
             write_report(root / "results.jsonl", root / "REPORT.md", margin=SETTINGS["margin"], planned=None)
