@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import math
@@ -392,6 +393,10 @@ def train(config: TrainConfig) -> int:
     elif data.lease is not None:
         data.lease.release()
     if world.world_size > 1:
+        # DDP's reducer holds the process group: freed only after destroy_process_group (when train()'s
+        # locals go), gloo's destructor can wait forever on a lock, and a rank hangs after writing its outputs.
+        parts.model = parts.objective
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
     return 0
