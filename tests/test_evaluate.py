@@ -311,6 +311,82 @@ def test_the_command_on_a_labeled_file_of_ones_own(tmp_path: Path, tiny_bert: st
     assert record.stat().st_mtime_ns == prepared_at
 
 
+@pytest.mark.slow
+def test_an_evaluation_killed_mid_tapt_resumes_to_the_uninterrupted_result(tmp_path: Path, tiny_bert: str,
+                                                                          monkeypatch) -> None:
+    """A session that ends during an (arm, seed) loses neither the folds already read out nor the TAPT
+    steps up to its last checkpoint: the TAPT process is SIGKILLed mid-fold, evaluate dies with it, and a
+    rerun gives exactly the record of a run never stopped."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from maskstream.cli import main
+    from maskstream.evaluate import experiment
+
+    labeled_file(tmp_path / "mine.jsonl", rows=120)
+
+    def args(out: str) -> list[str]:
+        return ["evaluate", "--labeled", str(tmp_path / "mine.jsonl"), "--text-field", "body", "--label-field",
+                "topic", "--model", tiny_bert, "--output", str(tmp_path / out), "--arms", "none,random",
+                "--passes", "4", "--seeds", "0", "--probe-folds", "3", "--batch-size", "4", "--max-length", "64",
+                "--work", str(tmp_path / "work")]  # one prepare for both runs
+
+    def arm_line(out: str) -> dict:
+        lines = [json.loads(line) for line in (tmp_path / out / "results.jsonl").read_text().splitlines()]
+        return next(r for r in lines if r["kind"] == "arm" and r["arm"] == "random")
+
+    assert main(args("uninterrupted")) == 0
+    expected = arm_line("uninterrupted")
+    [tapt] = (tmp_path / "work").glob("*/tapt")
+    shutil.rmtree(tapt)  # what the second run trains, it trains again
+
+    run_subprocess = experiment.maskstream
+    trained: list[str] = []
+
+    def killed_in_fold1(command: list[str], log: Path, threads: int) -> float:
+        if command[0] != "train" or not log.name.endswith("-1.log"):
+            trained.append(log.name) if command[0] == "train" else None
+            return run_subprocess(command, log, threads)
+        output = Path(command[command.index("--output") + 1])
+        process = subprocess.Popen([sys.executable, "-m", "maskstream", *command], start_new_session=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+        deadline = time.monotonic() + 300
+        while not (output / "checkpoints" / "latest").exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        assert process.returncode == -signal.SIGKILL, "the fold's TAPT ended before it could be killed"
+        raise SystemExit("killed with its TAPT")
+
+    monkeypatch.setattr(experiment, "maskstream", killed_in_fold1)
+    with pytest.raises(SystemExit, match="killed"):
+        main(args("stopped"))
+    assert trained == ["train-random-0-0.log"]
+    assert not (tmp_path / "stopped" / "results.jsonl").read_text().count('"kind": "arm", "arm": "random"')
+
+    def counted(command: list[str], log: Path, threads: int) -> float:
+        trained.append(log.name) if command[0] == "train" else None
+        return run_subprocess(command, log, threads)
+
+    monkeypatch.setattr(experiment, "maskstream", counted)
+    trained.clear()
+    assert main(args("stopped")) == 0
+    assert trained == ["train-random-0-1.log"], "fold 0's readout is kept; only fold 1 trains again"
+    record = arm_line("stopped")
+    resumed_from = record["folds"][1]["pretraining"]["resumed_from_step"]
+    assert resumed_from >= 1 and record["folds"][0]["pretraining"]["resumed_from_step"] is None
+    assert resumed_from < record["folds"][1]["pretraining"]["steps"]
+    # the same probe predictions and probabilities as the run never stopped: the resumed weights are exact
+    for mine, theirs in zip(record["folds"], expected["folds"], strict=True):
+        assert mine["predictions"] == theirs["predictions"] and mine["probabilities"] == theirs["probabilities"]
+    assert record["macro_f1"] == expected["macro_f1"]
+
+
 def test_a_general_corpus_holding_a_labeled_text_is_refused(tmp_path: Path, tiny_bert: str) -> None:
     from maskstream.cli import main
 

@@ -15,8 +15,9 @@ logistic regression on its frozen mean-pooled features, by macro-F1 over every l
    seed, with a hierarchical bootstrap over seeds and clusters, a paired t-test, TOST for equivalence
    within --margin, and the seeds and labeled texts 80 % power would need (texts and seeds counted).
 
-Resumable: a finished (arm, seed) in OUTPUT/results.jsonl is skipped, and two processes started with the
-same command share the work (each run is claimed with a file lock). Scratch (datasets, TAPT models,
+Resumable: a finished (arm, seed) in OUTPUT/results.jsonl is skipped, a finished fold's readout is kept in
+--work, a stopped TAPT continues from its newest checkpoint (one every tenth of its steps), and two processes
+started with the same command share the work (each run is claimed with a file lock). Scratch (datasets, TAPT models,
 logs) goes to --work. Cost: an (arm, seed) is --folds TAPT runs of --passes over the rest of the text;
 on the shipped 2,288 texts with a 4-layer, 128-wide model and --passes 40, two TAPT runs of 14.4 minutes
 on one CPU core (measured). docs/evidence.md describes the design and our own run.

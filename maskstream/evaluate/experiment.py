@@ -2,7 +2,9 @@
 
 Every step is resumable from what is on disk. `prepare` is skipped when `WORK/prepared.json` records
 the same inputs; a result line is appended per (arm, seed) to `OUTPUT/results.jsonl` once all its
-folds are in, and a finished (config hash, arm, seed) is skipped. Two processes may run the same
+folds are in, and a finished (config hash, arm, seed) is skipped. Within an (arm, seed), a fold's
+readout is kept once done, and a TAPT stopped part way (a killed process, a session's end) continues
+from its newest checkpoint: a run at the defaults loses at most a tenth of one fold's training. Two processes may run the same
 command at once: each (arm, seed) is claimed with a file lock, so they share the work.
 
 The pipeline's commands run as subprocesses (`python -m maskstream stats|seeds|build|train`), each
@@ -51,6 +53,7 @@ PILOT_RULE = (
     "`random` over `none`; candidates within 0.5 points of the best go to the fewest passes; if none gains, the "
     "most passes. The pilot reads the same texts as the main run, so it may favour TAPT in general, but it never "
     "sees an arm other than `random` and `none`.")
+CHECKPOINTS_PER_TAPT = 10  # a stopped TAPT loses at most a tenth of its steps; each checkpoint costs seconds
 PROBE_RULE = (
     "The probe's inverse regularization C is chosen once per fold, before any arm runs, by the `none` arm's "
     "out-of-fold macro-F1 over the grid (ties: the smaller C), and used for every arm of that fold.")
@@ -89,7 +92,7 @@ def maskstream(args: list[str], log: Path, threads: int) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "TOKENIZERS_PARALLELISM": "false"}
     started = time.perf_counter()
-    with log.open("w", encoding="utf-8") as out:
+    with log.open("a", encoding="utf-8") as out:  # a resumed step's log follows its first attempt's
         code = subprocess.run([sys.executable, "-m", "maskstream", *args], stdout=out, stderr=subprocess.STDOUT,
                               env=env).returncode
     if code != 0:
@@ -364,31 +367,48 @@ class Evaluation:
         rows = self.prepared["datasets"][str(fold)]["main"]["rows"]
         return max(1, math.ceil(passes * rows / self.config.batch_size))
 
+    def tapt_folder(self, arm_name: str, seed: int, fold: int, passes: float) -> Path:
+        return self.root / "tapt" / f"passes{passes:g}" / arm_name / f"seed{seed}" / f"fold{fold}"
+
     def tapt(self, arm_name: str, seed: int, fold: int, passes: float) -> tuple[Path, dict[str, Any] | None]:
-        """`maskstream train` of one arm from the model on the fold's dataset; (model folder, its record)."""
+        """`maskstream train` of one arm from the model on the fold's dataset; (model folder, its record).
+        A TAPT stopped part way continues from its newest checkpoint: the trainer resumes exactly (the
+        same losses and weights as a run never stopped), so only the steps since that checkpoint are lost."""
         arm, c = ARMS[arm_name], self.config
         if not arm.pretrain:
             return self.model, None
-        out = self.root / "tapt" / f"passes{passes:g}" / arm_name / f"seed{seed}" / f"fold{fold}"
+        out = self.tapt_folder(arm_name, seed, fold, passes)
         steps = self.tapt_steps(fold, passes)
+        resumed_from = None
         if not ((out / "model" / "config.json").exists() and (out / "summary.json").exists()):
-            shutil.rmtree(out, ignore_errors=True)
+            latest = out / "checkpoints" / "latest"
+            resume = latest.exists()
+            if resume:
+                resumed_from = int(latest.read_text(encoding="utf-8").strip().removeprefix("step-"))
+            else:
+                shutil.rmtree(out, ignore_errors=True)
             dataset = self.root / self.prepared["datasets"][str(fold)][arm.dataset]["root"]
             maskstream(command_line("train", *arm.train, dataset=str(dataset), output=str(out), model=str(self.model),
                                     batch_size=c.batch_size, max_steps=steps, learning_rate=c.learning_rate,
                                     seed=seed, num_workers=0, held_out_fraction=HELD_OUT_FRACTION,
                                     eval_samples=EVAL_SAMPLES, eval_every=steps, log_every=max(steps // 10, 1),
-                                    save_every=steps),
+                                    save_every=math.ceil(steps / CHECKPOINTS_PER_TAPT),
+                                    resume="latest" if resume else None),
                        self.root / "logs" / f"train-{arm_name}-{seed}-{fold}.log", c.threads)
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
         summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
         return out / "model", {"steps": summary["steps"], "passes": passes, "held_out": summary["held_out"],
-                               "seconds": summary.get("seconds")}
+                               "seconds": summary.get("seconds"), "resumed_from_step": resumed_from}
 
     def arm_record(self, arm_name: str, seed: int | None, passes: float) -> dict[str, Any]:
-        """Every fold of one (arm, seed): TAPT, features, out-of-fold probe predictions, macro-F1."""
+        """Every fold of one (arm, seed): TAPT, features, out-of-fold probe predictions, macro-F1. A TAPT
+        fold's readout is kept beside its (then deleted) model, so a rerun after a stop reads it."""
         folds = []
         for fold in range(self.config.folds):
+            kept = self.tapt_folder(arm_name, -1 if seed is None else seed, fold, passes) / "readout.json"
+            if ARMS[arm_name].pretrain and kept.exists():
+                folds.append(json.loads(kept.read_text(encoding="utf-8")))
+                continue
             started = time.perf_counter()
             model, pretraining = self.tapt(arm_name, -1 if seed is None else seed, fold, passes)
             tapt_seconds = time.perf_counter() - started
@@ -400,7 +420,8 @@ class Evaluation:
                           "pretraining": pretraining, "seconds": {"tapt": tapt_seconds,
                                                                   "probe": time.perf_counter() - started - tapt_seconds}})
             if pretraining is not None:
-                shutil.rmtree(model.parent, ignore_errors=True)  # no TAPT model outlives its readout
+                write_atomically(str(kept), json.dumps(folds[-1]).encode("utf-8"))
+                shutil.rmtree(model, ignore_errors=True)  # no TAPT model outlives its readout
         return {"arm": arm_name, "seed": seed, "passes": passes, "title": ARMS[arm_name].title,
                 PRIMARY_METRIC: float(np.mean([f[PRIMARY_METRIC] for f in folds])),
                 "accuracy": float(np.mean([f["accuracy"] for f in folds])), "folds": folds, **self.common}
