@@ -1,5 +1,13 @@
 """The pilot's rule (benchmarks/effect/PILOT.md) applied to made-up gains: which cell it chooses."""
 
+import hashlib
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
 from benchmarks.effect.pilot import GRID, check_frozen, choice
 
 
@@ -33,3 +41,46 @@ def test_no_minilm_cell_gaining_is_said_and_the_best_point_estimate_taken() -> N
 
 def test_this_checkout_runs_its_own_packages() -> None:
     check_frozen()  # raises SystemExit when a package loads from another checkout
+
+
+def test_the_second_task_is_the_pinned_file_and_its_rule_holds(tmp_path: Path) -> None:
+    """The committed docstring task is the pinned bytes; its rule, on a made-up standard library, keeps a
+    text once per package, drops one found in two packages and takes the largest packages."""
+    from benchmarks.effect import second_corpus
+    from benchmarks.effect.configs import SECOND_TASK
+
+    repo = Path(__file__).resolve().parents[1]
+    data = (repo / SECOND_TASK["path"]).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == SECOND_TASK["sha256"]
+    rows = [json.loads(line) for line in data.decode("utf-8").splitlines()]
+    assert len(rows) == 2439 and len({r["text"] for r in rows}) == len(rows)
+    assert len(Counter(r[SECOND_TASK["label_field"]] for r in rows)) == second_corpus.PACKAGES
+
+    words = "one two three four five six seven eight nine ten"
+    stdlib = tmp_path / "lib"
+    for package, bodies in {"big": [f"{words} {i}" for i in range(3)] + [f"{words} 0", f"{words} shared"],
+                            "mid": [f"{words} m{i}" for i in range(2)] + [f"{words} shared"],
+                            "test": [f"{words} t{i}" for i in range(9)], "small": [f"{words} s"]}.items():
+        (stdlib / package).mkdir(parents=True)
+        functions = "".join(f'def f{i}():\n    """{body}"""\n' for i, body in enumerate(bodies))
+        (stdlib / package / "module.py").write_text(f'"""too short"""\n{functions}')
+    (stdlib / "single.py").write_text(f'"""{words} single"""\n')
+    found = second_corpus.docstrings(stdlib)
+    assert {r["package"] for r in found} == {"big", "mid", "small"}  # no test suite, no single-file module
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(second_corpus, "PACKAGES", 2)
+    task = second_corpus.task(found)
+    monkeypatch.undo()
+    assert [(r["package"], r["text"].removeprefix(words + " ")) for r in task] == [
+        ("big", "0"), ("big", "1"), ("big", "2"), ("mid", "m0"), ("mid", "m1")]
+
+
+@pytest.mark.slow  # parses the whole standard library: about 10 s
+@pytest.mark.skipif(sys.version_info[:3] != (3, 11, 7), reason="the task was made from CPython 3.11.7's library")
+def test_the_second_task_is_made_again_byte_for_byte(tmp_path: Path) -> None:
+    from benchmarks.effect import second_corpus
+    from benchmarks.effect.configs import SECOND_TASK
+
+    out = tmp_path / "task.jsonl"
+    second_corpus.main([str(out)])
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == SECOND_TASK["sha256"]

@@ -16,6 +16,10 @@ BACKGROUND_STATS = ("--background-input", BACKGROUND)
 # The `small` config's general text, shipped (general_corpus.py made it); its sha256 is checked on reading.
 GENERAL_CORPUS = {"path": "benchmarks/effect/corpus/debian-general.jsonl.gz",
                   "sha256": "b19c3610bbb9f6f50a9ba630e8bffc2a49baeb490f5a59780e12d97dcd68fd79"}
+# Issue 60's second labeled task (second_corpus.py made it), pinned before its first result: the chosen
+# defaults are checked on it once, without tuning again. Label field `package`.
+SECOND_TASK = {"path": "benchmarks/effect/corpus/python-stdlib-docstrings.jsonl", "label_field": "package",
+               "sha256": "1befcddd8df2dbed5efba41ba8c735e999f1850581bc8b211ea0cf68d879bbf5"}
 
 # A new arm is one entry here.
 ARMS: dict[str, Arm] = {
