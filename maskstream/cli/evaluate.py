@@ -18,9 +18,16 @@ logistic regression on its frozen mean-pooled features, by macro-F1 over every l
 Resumable: a finished (arm, seed) in OUTPUT/results.jsonl is skipped, a finished fold's readout is kept in
 --work, a stopped TAPT continues from its newest checkpoint (one every tenth of its steps), and two processes
 started with the same command share the work (each run is claimed with a file lock). Scratch (datasets, TAPT models,
-logs) goes to --work. Cost: an (arm, seed) is --folds TAPT runs of --passes over the rest of the text;
-on the shipped 2,288 texts with a 4-layer, 128-wide model and --passes 40, two TAPT runs of 14.4 minutes
-on one CPU core (measured). docs/evidence.md describes the design and our own run.
+logs) goes to --work.
+
+Cost: an (arm, seed) is --folds TAPT runs of --passes over the fold's text, then the probe. On the shipped
+2,288 texts, on one CPU core (AMD EPYC):
+- the defaults (the MiniLM, --passes 20, seeds 0-4, arms none,random,difference): 10 TAPT (arm, seed)s of
+  about 2.7 hours each, about 27 CPU-hours, 14 hours with two processes on two cores. Estimated from the
+  measured --passes 5 (20 minutes of TAPT per fold at 7.2 s a step, 1.2 minutes of probe); issue 60's
+  pilot (benchmarks/effect/PILOT.md) measures 20 passes;
+- a 4-layer, 128-wide model at --passes 40: two TAPT runs of 14.4 minutes an (arm, seed) (measured).
+docs/evidence.md describes the design and our own run.
 """
 
 from __future__ import annotations
