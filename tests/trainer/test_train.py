@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from maskstream.cli import main
 from maskstream.trainer import training_data
@@ -89,6 +90,15 @@ def test_resume_continues_exactly_like_the_uninterrupted_run(sample_dataset, tin
     assert [losses[s] for s in range(11, 21)] == [expected[s] for s in range(11, 21)]  # exactly, not approx
     epochs = {r["step"]: r["epoch"] for r in read_metrics(resumed) if r["split"] == "train"}
     assert epochs[11] == 0 and epochs[20] == 1
+
+    # How often checkpoints are written changes nothing learned (maskstream evaluate writes ten per TAPT
+    # and resumes from them): the same losses and final weights with one at every step.
+    every_step = tmp_path / "checkpoint-every-step"
+    _train(sample_dataset, every_step, tiny_bert, *[("1" if a == "10" else a) for a in args])
+    assert _train_losses(every_step) == expected and len(list((every_step / "checkpoints").glob("step-*"))) == 2
+    final = "checkpoints/step-00000020/model.safetensors"
+    mine, theirs = load_file(every_step / final), load_file(uninterrupted / final)
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
 
     # Masks drawn after the transfer (a schedule's or a mixture's path) are the ones the workers draw:
     # same losses.
