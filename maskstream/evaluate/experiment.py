@@ -4,8 +4,8 @@ Every step is resumable from what is on disk. `prepare` is skipped when `WORK/pr
 the same inputs; a result line is appended per (arm, seed) to `OUTPUT/results.jsonl` once all its
 folds are in, and a finished (config hash, arm, seed) is skipped. Within an (arm, seed), a fold's
 readout is kept once done, and a TAPT stopped part way (a killed process, a session's end) continues
-from its newest checkpoint: a run at the defaults loses at most a tenth of one fold's training. Two processes may run the same
-command at once: each (arm, seed) is claimed with a file lock, so they share the work.
+from its newest checkpoint, losing at most a tenth of one fold's training. Two processes may run the
+same command at once: each (arm, seed) is claimed with a file lock, so they share the work.
 
 The pipeline's commands run as subprocesses (`python -m maskstream stats|seeds|build|train`), each
 with its log in WORK/logs, exactly as a user would run them.
