@@ -267,10 +267,31 @@ def labeled_file(path: Path, rows: int = 150) -> list[dict]:
     return chosen
 
 
-@pytest.mark.slow
-def test_the_command_on_a_labeled_file_of_ones_own(tmp_path: Path, tiny_bert: str) -> None:
+def commands_in_this_process(log: Path, threads: int, args: list[str]) -> float:
+    """What `experiment.maskstream` does, in the test's own process: `python -m maskstream ARGS`'s main(),
+    its output in `log`. Spares each of the command's stats, seeds, build and train runs a process start
+    (Beam's and torch's imports, seconds each); tests/test_evaluate.py's resume test runs them as real
+    subprocesses."""
+    import contextlib
+    import time
+
     from maskstream.cli import main
 
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with log.open("a", encoding="utf-8") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(args)
+    assert code == 0, log.read_text(encoding="utf-8")[-3000:]
+    return time.perf_counter() - started
+
+
+@pytest.mark.slow
+def test_the_command_on_a_labeled_file_of_ones_own(tmp_path: Path, tiny_bert: str, monkeypatch) -> None:
+    from maskstream.cli import main
+    from maskstream.evaluate import experiment
+
+    monkeypatch.setattr(experiment, "maskstream", lambda args, log, threads: commands_in_this_process(log, threads,
+                                                                                                      args))
     chosen = labeled_file(tmp_path / "mine.jsonl")
     args = ["evaluate", "--labeled", str(tmp_path / "mine.jsonl"), "--text-field", "body", "--label-field", "topic",
             "--model", tiny_bert, "--output", str(tmp_path / "out"), "--passes", "1", "--seeds", "0-1",
