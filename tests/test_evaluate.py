@@ -360,12 +360,15 @@ def test_an_evaluation_killed_mid_tapt_resumes_to_the_uninterrupted_result(tmp_p
         lines = [json.loads(line) for line in (tmp_path / out / "results.jsonl").read_text().splitlines()]
         return next(r for r in lines if r["kind"] == "arm" and r["arm"] == "random")
 
+    run_subprocess = experiment.maskstream
+    # the run never stopped runs the commands in this process; the stopped one, below, as subprocesses
+    monkeypatch.setattr(experiment, "maskstream", lambda args, log, threads: commands_in_this_process(log, threads,
+                                                                                                      args))
     assert main(args("uninterrupted")) == 0
     expected = arm_line("uninterrupted")
     [tapt] = (tmp_path / "work").glob("*/tapt")
     shutil.rmtree(tapt)  # what the second run trains, it trains again
 
-    run_subprocess = experiment.maskstream
     trained: list[str] = []
 
     def killed_in_fold1(command: list[str], log: Path, threads: int) -> float:
