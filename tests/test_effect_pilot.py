@@ -7,6 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmarks.effect.pilot import GRID, check_frozen, choice
 
@@ -84,3 +86,59 @@ def test_the_second_task_is_made_again_byte_for_byte(tmp_path: Path) -> None:
     out = tmp_path / "task.jsonl"
     second_corpus.main([str(out)])
     assert hashlib.sha256(out.read_bytes()).hexdigest() == SECOND_TASK["sha256"]
+
+
+WORDS = [f"w{i}" for i in range(400)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(families=st.lists(st.tuples(st.sampled_from(["libs", "python", "rare", "unknown"]),
+                                   st.integers(1, 4), st.integers(0, 10**6)), min_size=1, max_size=40),
+       labeled_share=st.floats(0.2, 0.8), min_label_share=st.sampled_from([0.0, 0.05, 0.3]))
+def test_the_sections_task_splits_whole_clusters_and_labels_the_large_sections(families, labeled_share,
+                                                                              min_label_share) -> None:
+    """Families of near-duplicates (one text and copies differing in its last word) in drawn sections:
+    checked against every pair, no labeled text has a near-duplicate in the general corpus, the general
+    corpus holds one text per cluster, and the labels are the sections (never `unknown`) holding at least
+    the share of the labeled half."""
+    from benchmarks.effect.sections_task import split_by_cluster
+    from maskstream.evaluate import neardup
+
+    documents = []
+    for family, (section, copies, draw) in enumerate(families):
+        body = " ".join(WORDS[(draw + 7 * i) % len(WORDS)] for i in range(12)) + f" f{family}"
+        documents += [{"package": f"p{family}-{c}", "section": section, "text": f"{body} copy{c}"}
+                      for c in range(copies)]
+    labeled, general, counts = split_by_cluster(documents, labeled_share, min_label_share)
+    pairs = [(a, b) for a in labeled for b in general]
+    assert not any(neardup.near_duplicates(a["text"], b["text"]) for a, b in pairs)
+    assert not any(neardup.near_duplicates(a["text"], b["text"]) for i, a in enumerate(general) for b in general[i + 1:])
+    general_texts = {d["text"] for d in general}
+    for document in documents:  # every text is labeled, dropped with its section, or has its cluster's text in general
+        in_general = any(neardup.near_duplicates(document["text"], t) for t in general_texts)
+        assert (document in labeled) + in_general <= 1
+    half = counts["labeled_half"]
+    assert set(counts["labels"]) == {s for s in {"libs", "python", "rare"}
+                                     if 0 < sum(d["section"] == s for d in labeled) >= min_label_share * half}
+    assert counts["labeled"] == len(labeled) and counts["general"] == len(general)
+    assert counts["labeled"] + sum(counts["dropped_sections"].values()) == half
+
+
+def test_the_sections_task_is_the_pinned_pair_of_files() -> None:
+    """Issue 61's files are the pinned bytes: at least 27,000 labeled descriptions in 25 sections, none also
+    in the general corpus."""
+    import gzip
+
+    from benchmarks.effect.configs import SECTIONS_GENERAL_CORPUS, SECTIONS_TASK
+    from benchmarks.effect.sections_task import MIN_LABELED_TEXTS
+
+    repo = Path(__file__).resolve().parents[1]
+    rows = {}
+    for name, pin in (("labeled", SECTIONS_TASK), ("general", SECTIONS_GENERAL_CORPUS)):
+        data = (repo / pin["path"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == pin["sha256"]
+        rows[name] = [json.loads(line) for line in gzip.decompress(data).decode("utf-8").splitlines()]
+    labels = Counter(r[SECTIONS_TASK["label_field"]] for r in rows["labeled"])
+    assert len(rows["labeled"]) >= MIN_LABELED_TEXTS and len(labels) == 25 and "unknown" not in labels
+    assert min(labels.values()) >= 0.01 * len(rows["labeled"])
+    assert not {r["text"] for r in rows["labeled"]} & {r["text"] for r in rows["general"]}

@@ -58,10 +58,11 @@ def tokenizer_identity() -> tuple[str, dict[str, str]]:
 def general_model(config_name: str = "small") -> Path:
     """The config's general model folder (trained when missing)."""
     config = CONFIGS[config_name]
-    path = REPO / GENERAL_CORPUS["path"]
+    pin = config["general_corpus"]
+    path = REPO / pin["path"]
     sha = sha256_file(str(path))
-    if sha != GENERAL_CORPUS["sha256"]:
-        raise SystemExit(f"{GENERAL_CORPUS['path']} is not the file configs.GENERAL_CORPUS pins: restore it from git")
+    if sha != pin["sha256"]:
+        raise SystemExit(f"{pin['path']} is not the file the {config_name!r} config pins: restore it from git")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         texts = [json.loads(line)["text"] for line in f]
     name, tokenizer = tokenizer_identity()
@@ -153,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stage", choices=("general", "evaluate"))
     parser.add_argument("--threads", type=int, default=2, help="torch threads for `general` (default: 2)")
+    parser.add_argument("--config", default="small", choices=[n for n, c in CONFIGS.items() if "general_corpus" in c],
+                        help="`general`: the config whose model is trained (default: small; sections: issue 61's)")
     parser.add_argument("--results-root", type=Path, default=REPO / "benchmarks" / "effect" / "results",
                         help="where the phases' results are written and committed (default: this checkout's)")
     args = parser.parse_args(argv)
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-        general_model()
+        general_model(args.config)
         return 0
     run_ours(args.results_root)
     return 0
