@@ -226,6 +226,10 @@ def test_settings_are_checked_on_creation(tmp_path: Path) -> None:
         EvaluateConfig(labeled="l.jsonl", output=tmp_path, model="m", arms=("random", "background_sharpened"))
     with pytest.raises(ValueError, match="folds"):
         EvaluateConfig(labeled="l.jsonl", output=tmp_path, model="m", folds=1)
+    with pytest.raises(ValueError, match="steps"):
+        EvaluateConfig(labeled="l.jsonl", output=tmp_path, model="m", steps=0)
+    with pytest.raises(ValueError, match="--steps fixes"):
+        EvaluateConfig(labeled="l.jsonl", output=tmp_path, model="m", steps=100, passes=(10.0, 20.0))
 
 
 def test_no_absolute_path_in_the_committed_files() -> None:
@@ -330,6 +334,16 @@ def test_the_command_on_a_labeled_file_of_ones_own(tmp_path: Path, tiny_bert: st
     assert main(args) == 0
     assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == len(results)
     assert record.stat().st_mtime_ns == prepared_at
+    # --steps: every TAPT runs that many steps whatever its fold's size, on the same prepared data
+    rows = {f: json.loads((work / "prepared.json").read_text())["datasets"][str(f)]["main"]["rows"] for f in (0, 1)}
+    steps_args = [a if a != str(tmp_path / "out") else str(tmp_path / "steps") for a in args]
+    steps_args += ["--work", str(tmp_path / "out" / "work"), "--steps", "3"]
+    assert main(steps_args) == 0 and record.stat().st_mtime_ns == prepared_at
+    lines = [json.loads(line) for line in (tmp_path / "steps" / "results.jsonl").read_text().splitlines()]
+    tapt = [r for r in lines if r["kind"] == "arm" and r["arm"] != "none"]
+    assert len(tapt) == 4 and rows[0] != rows[1]
+    assert {(r["passes"], f["pretraining"]["steps"]) for r in tapt for f in r["folds"]} == {(None, 3)}
+    assert "TAPT steps a fold (--steps): 3." in (tmp_path / "steps" / "REPORT.md").read_text()
 
 
 @pytest.mark.slow

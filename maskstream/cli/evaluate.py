@@ -20,8 +20,8 @@ Resumable: a finished (arm, seed) in OUTPUT/results.jsonl is skipped, a finished
 started with the same command share the work (each run is claimed with a file lock). Scratch (datasets, TAPT models,
 logs) goes to --work.
 
-Cost: an (arm, seed) is --folds TAPT runs of --passes over the fold's text, then the probe. On the shipped
-2,288 texts, on one CPU core (AMD EPYC):
+Cost: an (arm, seed) is --folds TAPT runs of --passes over the fold's text (or of --steps steps, whatever
+the text's size), then the probe. On the shipped 2,288 texts, on one CPU core (AMD EPYC):
 - the defaults (the MiniLM, --passes 20, seeds 0-4, arms none,random,difference): 10 TAPT (arm, seed)s of
   about 2.7 hours each, about 27 CPU-hours, 14 hours with two processes on two cores. Estimated from the
   measured --passes 5 (20 minutes of TAPT per fold at 7.2 s a step, 1.2 minutes of probe); issue 60's
@@ -84,6 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seeds, e.g. 0-7; the report decides nothing below 5 (default: 0-4)")
     parser.add_argument("--passes", type=floats, default=(20.0,),
                         help="TAPT passes over the fold's text; several (10,20,40) run a pilot first (default: 20)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="TAPT optimizer steps a fold instead of --passes, so a larger corpus costs no more "
+                             "TAPT (default: --passes)")
     parser.add_argument("--pilot-seeds", type=numbers, default=(100, 101), help="the pilot's seeds (default: 100,101)")
     parser.add_argument("--output", type=Path, required=True,
                         help="results.jsonl, REPORT.md and differences-CONFIG.png go here; rerun to continue")

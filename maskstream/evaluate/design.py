@@ -93,6 +93,7 @@ class EvaluateConfig:
     arms: tuple[str, ...] = ("none", "random", "difference")
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)  # MIN_DECISION_SEEDS: a default run can reach a decision
     passes: tuple[float, ...] = (20.0,)  # TAPT passes; several: a pilot chooses (PILOT_RULE)
+    steps: int | None = None  # TAPT steps a fold instead of passes: the length does not grow with the corpus
     pilot_seeds: tuple[int, ...] = (100, 101)
     batch_size: int = 32
     learning_rate: float = 3e-4
@@ -112,11 +113,14 @@ class EvaluateConfig:
             raise ValueError("arms must include `random`: every arm is compared with it")
         if any(ARMS[a].needs_background for a in self.arms) and not self.background_corpus:
             raise ValueError(f"arms {[a for a in self.arms if ARMS[a].needs_background]} need --background-corpus")
+        if self.steps is not None and len(self.passes) > 1:
+            raise ValueError("--steps fixes the TAPT length: it takes no pilot of several --passes")
         if set(self.seeds) & set(self.pilot_seeds) and len(self.passes) > 1:
             raise ValueError("the pilot's seeds are not counted in the main run: choose other seeds")
         checks = {"folds": self.folds >= 2, "probe_folds": self.probe_folds >= 2, "batch_size": self.batch_size >= 1,
                   "max_length": self.max_length >= 8, "learning_rate": self.learning_rate > 0,
                   "passes": bool(self.passes) and all(p > 0 for p in self.passes), "seeds": bool(self.seeds),
+                  "steps": self.steps is None or self.steps >= 1,
                   "margin": self.margin > 0, "threads": self.threads >= 1}
         bad = [name for name, ok in checks.items() if not ok]
         if bad:

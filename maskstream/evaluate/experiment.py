@@ -334,8 +334,13 @@ class Evaluation:
         return {**{k: self.prepared[k] for k in keep}, "datasets": datasets, "settings": self.config.deciding(),
                 "truth": truth, "cluster_ids": cluster_ids}
 
-    def config_hash(self, passes: float) -> str:
-        return hashlib.sha256(f"{self.base}:passes={passes:g}".encode()).hexdigest()[:16]
+    def tapt_length(self, passes: float | None) -> str:
+        """The TAPT length as results and folders name it: `passes20`, or `steps1350` with --steps."""
+        return f"steps{self.config.steps}" if passes is None else f"passes{passes:g}"
+
+    def config_hash(self, passes: float | None) -> str:
+        label = f"steps={self.config.steps}" if passes is None else f"passes={passes:g}"
+        return hashlib.sha256(f"{self.base}:{label}".encode()).hexdigest()[:16]
 
     def lines(self, kind: str, **match: Any) -> list[dict[str, Any]]:
         return [r for r in read_jsonl(self.results)
@@ -362,15 +367,17 @@ class Evaluation:
                                        "rule": PROBE_RULE, "grid": table, "chosen_C": chosen})
             return chosen
 
-    def tapt_steps(self, fold: int, passes: float) -> int:
-        """The same steps for every arm of a fold: passes over the fold's `main` dataset."""
+    def tapt_steps(self, fold: int, passes: float | None) -> int:
+        """The same steps for every arm of a fold: --steps, or passes over the fold's `main` dataset."""
+        if passes is None:
+            return self.config.steps
         rows = self.prepared["datasets"][str(fold)]["main"]["rows"]
         return max(1, math.ceil(passes * rows / self.config.batch_size))
 
-    def tapt_folder(self, arm_name: str, seed: int, fold: int, passes: float) -> Path:
-        return self.root / "tapt" / f"passes{passes:g}" / arm_name / f"seed{seed}" / f"fold{fold}"
+    def tapt_folder(self, arm_name: str, seed: int, fold: int, passes: float | None) -> Path:
+        return self.root / "tapt" / self.tapt_length(passes) / arm_name / f"seed{seed}" / f"fold{fold}"
 
-    def tapt(self, arm_name: str, seed: int, fold: int, passes: float) -> tuple[Path, dict[str, Any] | None]:
+    def tapt(self, arm_name: str, seed: int, fold: int, passes: float | None) -> tuple[Path, dict[str, Any] | None]:
         """`maskstream train` of one arm from the model on the fold's dataset; (model folder, its record).
         A TAPT stopped part way continues from its newest checkpoint: the trainer resumes exactly (the
         same losses and weights as a run never stopped), so only the steps since that checkpoint are lost."""
@@ -400,7 +407,7 @@ class Evaluation:
         return out / "model", {"steps": summary["steps"], "passes": passes, "held_out": summary["held_out"],
                                "seconds": summary.get("seconds"), "resumed_from_step": resumed_from}
 
-    def arm_record(self, arm_name: str, seed: int | None, passes: float) -> dict[str, Any]:
+    def arm_record(self, arm_name: str, seed: int | None, passes: float | None) -> dict[str, Any]:
         """Every fold of one (arm, seed): TAPT, features, out-of-fold probe predictions, macro-F1. A TAPT
         fold's readout is kept beside its (then deleted) model, so a rerun after a stop reads it."""
         folds = []
@@ -465,7 +472,7 @@ def pilot_choice(lines: list[dict[str, Any]], candidates: list[float], seeds: li
             "no_gain": False}
 
 
-Task = tuple[str, str, "int | None", float]  # (kind, arm, seed, passes)
+Task = tuple[str, str, "int | None", "float | None"]  # (kind, arm, seed, passes; None: --steps)
 
 
 def run_tasks(evaluation: Evaluation, tasks: list[Task], on_result: Callable[[dict[str, Any]], None] | None) -> int:
@@ -531,10 +538,12 @@ def evaluate(config: EvaluateConfig, on_result: Callable[[dict[str, Any]], None]
         if not evaluation.lines("prepared"):  # the report shows the data before any arm is done
             append_line(evaluation.results, {"kind": "prepared", "base_hash": evaluation.base,
                                              "versions": versions(), **evaluation.summary()})
-    passes = chosen_passes(evaluation, on_result)
-    if passes is None:
-        print("the pilot's other runs are held by another process: run again once it is done", flush=True)
-        return False
+    passes = None  # with --steps, every TAPT runs that many steps
+    if config.steps is None:
+        passes = chosen_passes(evaluation, on_result)
+        if passes is None:
+            print("the pilot's other runs are held by another process: run again once it is done", flush=True)
+            return False
     tasks: list[Task] = [("arm", "none", None, passes)] if "none" in config.arms else []
     tasks += [("arm", arm, seed, passes) for seed in config.seeds for arm in config.arms if arm != "none"]
     return run_tasks(evaluation, tasks, on_result) == 0

@@ -201,8 +201,10 @@ def section_design(prepared: dict[str, Any], selections: list[dict[str, Any]], p
     if pilot:
         out += ["", f"Pilot: {pilot['passes']:g} TAPT passes chosen (gains of random over none: "
                 + ", ".join(f"{k}: {pts(v)}" for k, v in pilot["gains"].items()) + ")."]
-    passes = {r["passes"] for r in lines if r["arm"] != "none"}
-    out += ["", f"TAPT passes: {', '.join(f'{p:g}' for p in sorted(passes)) or '–'}."]
+    passes = {r["passes"] for r in lines if r["arm"] != "none" and r["passes"] is not None}
+    steps = {f["pretraining"]["steps"] for r in lines if r["arm"] != "none" and r["passes"] is None for f in r["folds"]}
+    out += ["", f"TAPT passes: {', '.join(f'{p:g}' for p in sorted(passes)) or '–'}."
+            + (f" TAPT steps a fold (--steps): {', '.join(map(str, sorted(steps)))}." if steps else "")]
     return out
 
 
