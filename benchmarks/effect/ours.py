@@ -105,7 +105,8 @@ def commit(root: Path, paths: list[Path], message: str) -> None:
     print(f"could not commit {names}: {done.stderr.strip()}", flush=True)
 
 
-def phase(root: Path, name: str, seeds: tuple[int, ...], common: dict[str, Any], planned: int | None) -> bool:
+def phase(root: Path, name: str, seeds: tuple[int, ...], common: dict[str, Any], planned: int | None,
+          issue: str = "issue 50") -> bool:
     """One phase, every finished (arm, seed) committed with its report (a decision line only with
     `planned` seeds); True once all of it is in."""
     output = root / name
@@ -114,16 +115,16 @@ def phase(root: Path, name: str, seeds: tuple[int, ...], common: dict[str, Any],
     def committed(record: dict[str, Any]) -> None:
         write_report(output / "results.jsonl", output / "REPORT.md", margin=common["margin"], planned=planned)
         commit(root, [output / "results.jsonl", output / "REPORT.md", *output.glob("differences-*.png")],
-               f"evaluate (issue 50, {name}): {record['arm']} seed {record['seed']}, probe macro-F1 "
+               f"evaluate ({issue}, {name}): {record['arm']} seed {record['seed']}, probe macro-F1 "
                f"{100 * record['macro_f1']:.2f} (mean of {len(record['folds'])} folds)")
 
     return evaluate(config, on_result=committed)
 
 
-def check_versions(root: Path) -> None:
+def check_versions(root: Path, phases: tuple[str, ...] = ("variance", "confirmatory")) -> None:
     """A later session must run with the libraries the run started with (requirements-frozen.txt): other
     versions would make an evaluation of their own, not more seeds of this one."""
-    first = next((r for phase_name in ("variance", "confirmatory") for r in
+    first = next((r for phase_name in phases for r in
                   read_jsonl(root / phase_name / "results.jsonl") if r["kind"] == "prepared"), None)
     now = versions()
     if first is not None and {k: v for k, v in first["versions"].items() if k != "maskstream"} != {
