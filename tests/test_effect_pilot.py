@@ -98,10 +98,12 @@ WORDS = [f"w{i}" for i in range(400)]
 def test_the_sections_task_splits_whole_clusters_and_labels_the_large_sections(families, labeled_share,
                                                                               min_label_share) -> None:
     """Families of near-duplicates (one text and copies differing in its last word) in drawn sections:
-    checked against every pair, no labeled text has a near-duplicate in the general corpus, the general
-    corpus holds one text per cluster, and the labels are the sections (never `unknown`) holding at least
-    the share of the labeled half."""
-    from benchmarks.effect.sections_task import split_by_cluster
+    checked against every pair, no labeled text has a near-duplicate in the general corpus and no two
+    general texts are near-duplicates; computed again from the clusters, the labeled half is the clusters
+    whose first text hashes below the share, the labels its sections (never `unknown`) holding at least
+    `min_label_share` of it, the task every text of the half with a label, the general corpus the first
+    text of every other cluster."""
+    from benchmarks.effect.sections_task import cluster_position, split_by_cluster
     from maskstream.evaluate import neardup
 
     documents = []
@@ -113,15 +115,20 @@ def test_the_sections_task_splits_whole_clusters_and_labels_the_large_sections(f
     pairs = [(a, b) for a in labeled for b in general]
     assert not any(neardup.near_duplicates(a["text"], b["text"]) for a, b in pairs)
     assert not any(neardup.near_duplicates(a["text"], b["text"]) for i, a in enumerate(general) for b in general[i + 1:])
-    general_texts = {d["text"] for d in general}
-    for document in documents:  # every text is labeled, dropped with its section, or has its cluster's text in general
-        in_general = any(neardup.near_duplicates(document["text"], t) for t in general_texts)
-        assert (document in labeled) + in_general <= 1
-    half = counts["labeled_half"]
-    assert set(counts["labels"]) == {s for s in {"libs", "python", "rare"}
-                                     if 0 < sum(d["section"] == s for d in labeled) >= min_label_share * half}
-    assert counts["labeled"] == len(labeled) and counts["general"] == len(general)
-    assert counts["labeled"] + sum(counts["dropped_sections"].values()) == half
+    # the rule computed again: each cluster's half from its first text's hash, the labels from that half
+    cluster_of = neardup.clusters([d["text"] for d in documents])
+    first: dict[int, dict] = {}
+    for document, cluster in zip(documents, cluster_of, strict=True):
+        first.setdefault(cluster, document)
+    in_half = [cluster_position(first[c]["text"]) < labeled_share for c in cluster_of]
+    half = [d for d, inside in zip(documents, in_half, strict=True) if inside]
+    sizes = Counter(d["section"] for d in half if d["section"] != "unknown")
+    labels = {s for s, n in sizes.items() if n >= min_label_share * len(half)}
+    assert set(counts["labels"]) == labels and counts["labeled_half"] == len(half)
+    assert labeled == [d for d in half if d["section"] in labels]
+    assert general == [first[c] for c in dict.fromkeys(c for c, inside in zip(cluster_of, in_half, strict=True)
+                                                          if not inside)]
+    assert counts["labeled"] + sum(counts["dropped_sections"].values()) == len(half)
 
 
 def test_the_sections_task_is_the_pinned_pair_of_files() -> None:

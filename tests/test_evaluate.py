@@ -342,7 +342,7 @@ def test_the_command_on_a_labeled_file_of_ones_own(tmp_path: Path, tiny_bert: st
     assert main(steps_args) == 0 and record.stat().st_mtime_ns == prepared_at
     lines = [json.loads(line) for line in (tmp_path / "steps" / "results.jsonl").read_text().splitlines()]
     tapt = [r for r in lines if r["kind"] == "arm" and r["arm"] != "none"]
-    assert len(tapt) == 1 and rows[0] != rows[1]
+    assert len(tapt) == 1 and rows[0] != rows[1] and all(math.ceil(rows[f] / 8) != 3 for f in (0, 1))
     assert {(r["passes"], f["pretraining"]["steps"]) for r in tapt for f in r["folds"]} == {(None, 3)}
     assert "TAPT steps a fold (--steps): 3." in (tmp_path / "steps" / "REPORT.md").read_text()
 
@@ -460,9 +460,10 @@ def test_the_seed_plan_follows_the_pre_registration(tmp_path: Path) -> None:
         ours.seed_plan(tmp_path)
 
 
-def test_the_sections_seed_plan_follows_its_pre_registration(tmp_path: Path) -> None:
+def test_the_sections_seed_plan_follows_its_pre_registration(tmp_path: Path, monkeypatch) -> None:
     """Issue 61's rule (SECTIONS.md) on a made-up pilot: N is the seeds the hierarchical standard error
-    needs for 80 % power at ±1 point, at least 5, at most what the budget left after the pilot affords."""
+    needs for 80 % power at ±1 point (the 2-seed bootstrap's seed parts doubled), at least 5, at most what
+    the budget left after the pilot affords; a file of two evaluations is refused."""
     from benchmarks.effect import sections_run
     from maskstream.evaluate.report import compare, load
 
@@ -471,38 +472,48 @@ def test_the_sections_seed_plan_follows_its_pre_registration(tmp_path: Path) -> 
     truth = [rng.choice(labels, 90).tolist(), rng.choice(labels, 80).tolist()]
     clusters = [rng.integers(0, 60, 90).tolist(), rng.integers(100, 150, 80).tolist()]
 
-    def line(arm: str, seed: int | None, right: float, chash: str, seconds: float) -> dict:
+    def line(arm: str, seed: int | None, right: float, chash: str, seconds: float, base: str = "b") -> dict:
         folds = [{"fold": f, "predictions": [y if rng.random() < right else "a" for y in truth[f]],
                   "seconds": {"tapt": seconds, "probe": 10.0}} for f in (0, 1)]
-        return {"kind": "arm", "config_hash": chash, "arm": arm, "seed": seed, "macro_f1": right, "folds": folds}
+        return {"kind": "arm", "base_hash": base, "config_hash": chash, "arm": arm, "seed": seed,
+                "macro_f1": right, "folds": folds}
 
-    def plan_for(tapt_seconds: float, right: dict[str, float]) -> tuple[dict, dict]:
+    def plan_for(tapt_seconds: float, extra: list[dict] = ()) -> tuple[dict, dict]:
         lines = [{"kind": "prepared", "base_hash": "b", "labels": labels, "truth": truth, "cluster_ids": clusters},
                  line("none", None, 0.5, "c0", 0.0)]
-        lines += [line(arm, seed, right[arm], "c1", tapt_seconds) for seed in (2000, 2001) for arm in right]
-        (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        lines += [line(arm, seed, right, "c1", tapt_seconds) for seed in (2000, 2001)
+                  for arm, right in (("random", 0.7), ("difference", 0.72))]
+        (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*lines, *extra]))
         kinds = load(tmp_path / "results.jsonl")
         boot = compare(kinds["prepared"][0], kinds["arm"], "difference", "random", 0.01, 2000)["bootstrap"]
         return sections_run.seed_plan(tmp_path), boot
 
-    plan, boot = plan_for(100.0, {"random": 0.7, "difference": 0.72})
-    need = statistics.design_for_power(boot["components"], 2, 170, 0.01)["seeds"]
+    plan, boot = plan_for(100.0)
+    doubled = {"texts": boot["components"]["texts"], "seeds": 2 * boot["components"]["seeds"],
+               "seed_x_text": 2 * boot["components"]["seed_x_text"]}
+    assert plan["components"] == pytest.approx(doubled)
+    need = statistics.design_for_power(doubled, 2, 170, 0.01)["seeds"]
     per_seed = 2 * (2 * 100.0 + 2 * 10.0)  # both arms, two folds each
     spent, none = 2 * per_seed + 2 * 10.0, 2 * 10.0
     affordable = int((12 * 3600 - spent - none) // per_seed)
     assert plan["seconds_per_seed"] == pytest.approx(per_seed) and plan["affordable_seeds"] == affordable
     assert plan["seeds_for_power"] == need and plan["texts"] == 170
     assert plan["seeds"] == max(5, min(need if need is not None else 24, affordable, 24))
-    # a run that costs more than the budget affords: N is cut to what it affords, and never below 5
-    costly, _ = plan_for(3000.0, {"random": 0.7, "difference": 0.72})
-    assert costly["affordable_seeds"] == int((12 * 3600 - 4 * 6020 - 20 - 20) // 12040)
-    assert costly["seeds"] == max(5, min(costly["affordable_seeds"], costly["seeds_for_power"] or 24))
-    assert costly["power_at_margin"] == pytest.approx(statistics.hierarchical_power(0.01, statistics.projected_variance(
-        costly["components"], 2, 170, costly["seeds"], 170)))
-    lines = (tmp_path / "results.jsonl").read_text() + json.dumps(line("random", 2000, 0.7, "c9", 1.0)) + "\n"
-    (tmp_path / "results.jsonl").write_text(lines)
-    with pytest.raises(SystemExit, match="more than one evaluation"):
-        sections_run.seed_plan(tmp_path)
+    assert plan["power_at_margin"] == pytest.approx(statistics.hierarchical_power(0.01, statistics.projected_variance(
+        doubled, 2, 170, plan["seeds"], 170)))
+    # the budget cuts N between 5 and the need; a run it cannot afford 5 seeds of still gets 5
+    monkeypatch.setattr(sections_run, "design_for_power", lambda *args: {"seeds": 20, "texts": None})
+    per_seed = 2 * (2 * 1290.0 + 2 * 10.0)
+    cut, _ = plan_for(1290.0)
+    assert cut["affordable_seeds"] == int((12 * 3600 - 2 * per_seed - 40) // per_seed) == 6 and cut["seeds"] == 6
+    costly, _ = plan_for(3000.0)
+    assert costly["affordable_seeds"] == 1 and costly["seeds"] == 5
+    # lines of another evaluation are not counted; a second prepared evaluation is refused
+    other, _ = plan_for(1290.0, [line("random", 2002, 0.1, "c1", 9999.0, base="other")])
+    assert other["pilot_seeds"] == [2000, 2001] and other["seconds_per_seed"] == pytest.approx(per_seed)
+    with pytest.raises(SystemExit, match="2 prepared evaluations"):
+        plan_for(2500.0, [{"kind": "prepared", "base_hash": "other", "labels": labels, "truth": truth,
+                           "cluster_ids": clusters}])
 
 
 def test_the_model_every_arm_starts_from_is_the_same_in_two_evaluations(minilm_path, tmp_path):

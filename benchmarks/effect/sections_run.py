@@ -53,31 +53,39 @@ def seed_plan(pilot: Path) -> dict[str, Any]:
     (texts, seeds, seed x text) give the seeds at which the hierarchical standard error has 80 % power at
     ±1 point with all the labeled texts; the pilot's measured cost gives the seeds the budget affords (both
     arms a seed). N = that need, at least MIN_SEEDS, at most what the budget affords (and MAX_SEEDS); the
-    power N leaves is said."""
+    power N leaves is said.
+
+    The bootstrap over n seeds draws with replacement, so its seed variance is (n - 1)/n of the unbiased
+    one (half of it with the pilot's 2 seeds): the seeds and seed x text components are scaled by n/(n - 1)
+    before they are projected."""
     kinds = load(pilot / "results.jsonl")
+    if len(kinds["prepared"]) != 1:
+        raise SystemExit(f"{pilot}: {len(kinds['prepared'])} prepared evaluations; the plan needs one")
     [prepared] = kinds["prepared"]
-    lines = kinds["arm"]
+    lines = [r for r in kinds["arm"] if r.get("base_hash") == prepared["base_hash"]]
     pilot_seeds = sorted({r["seed"] for r in lines if r["arm"] in ("difference", "random")})
     if len({r["config_hash"] for r in lines if r["arm"] != "none"}) != 1:
         raise SystemExit(f"{pilot}: lines of more than one evaluation; the plan needs one")
     comparison = compare(prepared, lines, "difference", "random", EFFECT, RESAMPLES)
     boot = comparison["bootstrap"]
-    texts = boot["texts_judged"]
-    needed = design_for_power(boot["components"], boot["n"], texts, EFFECT)["seeds"]
+    texts, n = boot["texts_judged"], boot["n"]
+    components = {**boot["components"], "seeds": boot["components"]["seeds"] * n / (n - 1),
+                  "seed_x_text": boot["components"]["seed_x_text"] * n / (n - 1)}
+    needed = design_for_power(components, n, texts, EFFECT)["seeds"]
     spent = sum(run_seconds(r) for r in lines)
     none = sum(run_seconds(r) for r in lines if r["arm"] == "none")  # the confirmatory phase runs it again
     per_seed = sum(run_seconds(r) for r in lines if r["arm"] != "none") / len(pilot_seeds)  # both arms
     affordable = max(0, math.floor((BUDGET_SECONDS - spent - none) / per_seed))
     seeds = max(MIN_SEEDS, min(needed if needed is not None else MAX_SEEDS, affordable, MAX_SEEDS))
-    return {"pilot_seeds": pilot_seeds, "texts": texts, "components": boot["components"],
+    return {"pilot_seeds": pilot_seeds, "texts": texts, "bootstrap_components": boot["components"],
+            "components": components,
             "pilot_difference": boot["mean"], "seeds_for_power": needed,
             "pilot_seconds": spent, "seconds_per_seed": per_seed, "budget_seconds": BUDGET_SECONDS,
             "affordable_seeds": affordable, "seeds": seeds,
-            "power_at_margin": hierarchical_power(EFFECT, projected_variance(boot["components"], boot["n"], texts,
-                                                                             seeds, texts)),
+            "power_at_margin": hierarchical_power(EFFECT, projected_variance(components, n, texts, seeds, texts)),
             "estimated_seconds": spent + none + seeds * per_seed,
             "rule": "N = the seeds at which the hierarchical standard error (the pilot's texts, seeds and seed x "
-                    "text components) gives 80 % power at +-1 point with every labeled text, at least 5, at most "
+                    "text components, the last two scaled by n/(n-1)) gives 80 % power at +-1 point with every labeled text, at least 5, at most "
                     "what 12 CPU-hours less the pilot's cost (and a second `none`) afford at the pilot's cost a seed "
                     "(and 24)"}
 
