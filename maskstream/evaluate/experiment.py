@@ -405,7 +405,7 @@ class Evaluation:
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
         summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
         return out / "model", {"steps": summary["steps"], "passes": passes, "held_out": summary["held_out"],
-                               "seconds": summary.get("seconds"), "resumed_from_step": resumed_from}
+                               "resumed_from_step": resumed_from}  # its time: the fold's seconds.tapt
 
     def arm_record(self, arm_name: str, seed: int | None, passes: float | None) -> dict[str, Any]:
         """Every fold of one (arm, seed): TAPT, features, out-of-fold probe predictions, macro-F1. A TAPT
