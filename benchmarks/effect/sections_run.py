@@ -12,8 +12,9 @@ continues where a session stopped:
    fix N, written to RESULTS/sections/seed_plan.json and committed before the first confirmatory run;
 3. `confirmatory` (seeds 0 .. N - 1, RESULTS/sections/confirmatory/): the decision, read once all N are in.
 
-Run it from a clone of the commit that adds SECTIONS.md, with --results-root pointing at the checkout
-where the results are committed.
+Run it from a clone of SECTIONS.md's last commit, its packages linked into the clone's maskstream/ (it checks
+them) and the general model's folder copied in, with --results-root pointing at the checkout where the
+results are committed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from benchmarks.effect.configs import SECTIONS_GENERAL_CORPUS, SECTIONS_TASK
 from benchmarks.effect.ours import REPO, check_versions, commit, general_model, phase
+from benchmarks.effect.pilot import check_frozen
 from maskstream.evaluate.report import compare, load
 from maskstream.evaluate.statistics import design_for_power, hierarchical_power, projected_variance
 from maskstream.pipelines.dataset.core.tokenizer_facts import cache_root
@@ -92,6 +94,7 @@ def seed_plan(pilot: Path) -> dict[str, Any]:
 
 def run(root: Path) -> None:
     root = root / "sections"
+    check_frozen()  # every package from this clone, not the checkout the venv was installed from
     check_versions(root, PHASES)
     common = {"labeled": str(REPO / SECTIONS_TASK["path"]), "model": str(general_model("sections")),
               "general_corpus": [str(REPO / SECTIONS_GENERAL_CORPUS["path"])],
