@@ -43,11 +43,11 @@ def change_one_file(folder: Path) -> Path:
     return path
 
 
-def run_update(inputs: str, root: str, *extra: str) -> dict:
+def run_update(inputs: str, root: str, model: str, *extra: str) -> dict:
     from maskstream.pipelines.update.incremental import update
 
     args, _ = build_parser().parse_known_args(["update", "--input", inputs, "--output", root, "--shard-rows", "100",
-                                               *extra])
+                                               "--model", model, *extra])
     return update(update_options(args, args.input, args.output))
 
 
@@ -69,12 +69,15 @@ def assert_same_dataset(a: str, b: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def first_build(sample_corpus: Path, tmp_path_factory) -> dict:
+def first_build(sample_corpus: Path, tmp_path_factory, tiny_encoder: str) -> dict:
+    """The update of a fresh root. Words are encoded by the tiny encoder: what these tests check (which
+    files and words are redone, and that the result equals a full rebuild) does not depend on the
+    encoder, and the MiniLM made the module several times slower."""
     base = tmp_path_factory.mktemp("incremental")
     corpus = make_corpus(sample_corpus, base / "corpus")
     root = base / "root"
-    report = run_update(f"{corpus}/*.jsonl", str(root))
-    return {"base": base, "corpus": corpus, "root": root, "report": report}
+    report = run_update(f"{corpus}/*.jsonl", str(root), tiny_encoder)
+    return {"base": base, "corpus": corpus, "root": root, "report": report, "model": tiny_encoder}
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +85,7 @@ def second_build(first_build: dict) -> dict:
     """The update of `first_build`'s root after one file of its corpus changed: made once, by the first
     test that asks for it (each test builds what it needs, alone or in any order)."""
     change_one_file(first_build["corpus"])
-    return run_update(f"{first_build['corpus']}/*.jsonl", str(first_build["root"]))
+    return run_update(f"{first_build['corpus']}/*.jsonl", str(first_build["root"]), first_build["model"])
 
 
 @pytest.mark.slow
@@ -101,7 +104,7 @@ def test_change_one_file_redoes_only_that_file_and_equals_a_full_rebuild(first_b
     assert second["counts"]["words_encoded"] == len(new_words - old_words) > 0
     assert {"zymurgical", "quixotry", "flibbertigibbet"} <= new_words - old_words
 
-    full = run_update(f"{corpus}/*.jsonl", str(first_build["base"] / "fresh"))
+    full = run_update(f"{corpus}/*.jsonl", str(first_build["base"] / "fresh"), first_build["model"])
     assert full["counts"]["files_processed"] == FILES
     assert_same_dataset(second["version"], full["version"])
     # The earlier version stays readable and intact.
@@ -118,7 +121,7 @@ def test_the_beam_path_writes_what_the_in_process_path_writes(first_build, secon
     second = second_build
     corpus, base = first_build["corpus"], first_build["base"]
     monkeypatch.setattr(changed_files, "IN_PROCESS_MAX_BYTES", -1)
-    with_beam = run_update(f"{corpus}/*.jsonl", str(base / "with-beam"))
+    with_beam = run_update(f"{corpus}/*.jsonl", str(base / "with-beam"), first_build["model"])
     assert with_beam["counts"]["files_processed"] == FILES and "process_files_ms" in with_beam["counts"]
     assert "process_files_ms" not in second["counts"]  # that one ran in its own process
     assert_same_dataset(second["version"], with_beam["version"])
@@ -141,7 +144,7 @@ def test_an_update_without_new_words_imports_neither_beam_nor_the_encoder(first_
     modules = ("torch", "transformers", "apache_beam")
     script = ("import json, sys\nfrom maskstream.cli import main\n"
               f"main(['--log-level', 'WARNING', 'update', '--input', '{corpus}/*.jsonl', "
-              f"'--output', '{root}', '--shard-rows', '100'])\n"
+              f"'--output', '{root}', '--shard-rows', '100', '--model', '{first_build['model']}'])\n"
               f"print(json.dumps({{name: name in sys.modules for name in {modules!r}}}))")
     files = len(list(corpus.glob("*.jsonl")))
     for processed in (files, 0):  # the copy's files, then nothing changed
@@ -165,7 +168,7 @@ def test_update_equals_stats_seeds_build(first_build, second_build, subprocess_e
     run_cli(["stats", "--input", corpus, "--output", str(tmp_path / "stats")], subprocess_env)
     run_cli(["seeds", "--stats", str(tmp_path / "stats"), "--output", str(tmp_path / "seeds.json")], subprocess_env)
     run_cli(["build", "--input", corpus, "--stats", str(tmp_path / "stats"), "--seeds", str(tmp_path / "seeds.json"),
-             "--output", str(tmp_path / "dataset"), "--shard-rows", "100"], subprocess_env)
+             "--output", str(tmp_path / "dataset"), "--shard-rows", "100", "--model", first_build["model"]], subprocess_env)
     assert_same_dataset(second["version"], str(tmp_path / "dataset"))
 
 
@@ -183,7 +186,8 @@ def test_the_encoder_dtype_is_in_the_manifest_and_keys_the_embedding_cache(first
     root = first_build["base"] / f"dtype-{other}"
     shutil.copytree(first_build["root"], root)
     args, _ = build_parser().parse_known_args(["update", "--input", f"{first_build['corpus']}/*.jsonl", "--output",
-                                               str(root), "--shard-rows", "100", "--encoder-dtype", other])
+                                               str(root), "--shard-rows", "100", "--model", first_build["model"],
+                                               "--encoder-dtype", other])
     report = update(update_options(args, args.input, args.output))
     assert report["counts"]["files_processed"] == 0 and report["counts"]["words_from_cache"] == 0
     _, changed = load_manifest(report["version"])
@@ -217,7 +221,7 @@ def test_gc_keeps_latest_and_removes_unused_cache(first_build, second_build, sub
     url, manifest = load_manifest(str(copy))
     assert all(verify_shard(url, shard) is None for shard in manifest.shards)
     # Nothing the current corpus needs was removed: a rerun redoes no file and encodes no word.
-    rerun = run_update(f"{first_build['corpus']}/*.jsonl", str(copy))
+    rerun = run_update(f"{first_build['corpus']}/*.jsonl", str(copy), first_build["model"])
     assert rerun["counts"]["files_processed"] == 0 and rerun["counts"]["words_encoded"] == 0
     # A young incomplete version (maybe being written) is left alone.
     (copy / "99990101T000000Z-writing").mkdir()
@@ -241,7 +245,8 @@ def test_watch_builds_when_the_folder_changes(first_build) -> None:
     from maskstream.pipelines.update.watch import EXIT_BUILT, EXIT_UNCHANGED, Watcher
 
     corpus, root = watched_copy(first_build, "watch")
-    args, _ = build_parser().parse_known_args(["watch", str(corpus), "--output", str(root)])
+    args, _ = build_parser().parse_known_args(["watch", str(corpus), "--output", str(root), "--model",
+                                               first_build["model"]])
     watcher = Watcher(str(corpus), update_options(args, [], str(root)), interval=0.2, settle=0.4)
     assert watcher.check() == EXIT_BUILT
     first_version = load_manifest(str(root))[1].version
@@ -267,11 +272,11 @@ def test_watch_builds_when_the_folder_changes(first_build) -> None:
 @pytest.mark.slow
 def test_killed_watch_leaves_a_consistent_root(first_build, subprocess_env) -> None:
     corpus, root = watched_copy(first_build, "killed")
-    first = run_update(f"{corpus}/*.jsonl", str(root))
+    first = run_update(f"{corpus}/*.jsonl", str(root), first_build["model"])
     change_one_file(corpus)
     process = subprocess.Popen(
         [sys.executable, "-m", "maskstream", "watch", str(corpus), "--output", str(root), "--interval", "0.2",
-         "--settle", "0.2"], env=subprocess_env, stderr=subprocess.PIPE, text=True)
+         "--settle", "0.2", "--model", first_build["model"]], env=subprocess_env, stderr=subprocess.PIPE, text=True)
     for line in process.stderr:
         if "corpus changed" in line:
             break
@@ -290,7 +295,7 @@ def test_killed_watch_leaves_a_consistent_root(first_build, subprocess_env) -> N
     assert all(verify_shard(url, shard) is None for shard in manifest.shards)
     assert len(incomplete()) == 1  # the killed build's folder: no manifest, so no reader takes it
     # The next run picks up where the killed one left off.
-    after = run_update(f"{corpus}/*.jsonl", str(root))
+    after = run_update(f"{corpus}/*.jsonl", str(root), first_build["model"])
     assert after["counts"]["files_processed"] <= 1
     assert load_manifest(str(root))[0] == after["version"]
 
@@ -300,7 +305,7 @@ def test_sigterm_during_a_build_finishes_it_then_stops(first_build, subprocess_e
     corpus, root = watched_copy(first_build, "sigterm")
     process = subprocess.Popen(
         [sys.executable, "-m", "maskstream", "watch", str(corpus), "--output", str(root), "--interval", "0.2",
-         "--settle", "0.2"], env=subprocess_env, stderr=subprocess.PIPE, text=True)
+         "--settle", "0.2", "--model", first_build["model"]], env=subprocess_env, stderr=subprocess.PIPE, text=True)
     for line in process.stderr:
         if "corpus changed" in line:
             break
@@ -313,7 +318,8 @@ def test_sigterm_during_a_build_finishes_it_then_stops(first_build, subprocess_e
 
 
 @pytest.mark.slow
-def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fresh_build(sample_corpus, tmp_path):
+def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fresh_build(sample_corpus, tmp_path,
+                                                                                         tiny_encoder):
     """--min-word-count 2: after an added document makes a word seen once occur twice, the update
     encodes it, and its rows equal a fresh update's and `maskstream stats` + `seeds` + `build`'s."""
     from maskstream.cli import main
@@ -325,7 +331,7 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
     for i in range(20):
         (corpus / f"part-{i:03d}.jsonl").write_text("\n".join(lines[2 * i : 2 * i + 2]) + "\n", encoding="utf-8")
     inputs, threshold = f"{corpus}/*.jsonl", ("--min-word-count", "2")
-    first = run_update(inputs, str(tmp_path / "root"), *threshold)
+    first = run_update(inputs, str(tmp_path / "root"), tiny_encoder, *threshold)
     words = pq.read_table(f"{first['version']}/words").to_pylist()
     skipped = sorted(r["word"] for r in words if r["nearest_seed"] == SKIPPED and r["word"].isalpha())
     assert first["vocabulary"]["word_types_skipped"] >= len(skipped) > 0
@@ -333,19 +339,19 @@ def test_with_a_word_count_threshold_a_word_crossing_it_gets_encoded_as_in_a_fre
     with (corpus / "part-003.jsonl").open("a", encoding="utf-8") as f:
         f.write(json.dumps({"package": "new", "text": f"A {crossing} toolkit for sequence analysis."}) + "\n")
 
-    second = run_update(inputs, str(tmp_path / "root"), *threshold)
+    second = run_update(inputs, str(tmp_path / "root"), tiny_encoder, *threshold)
     row = {r["word"]: r for r in pq.read_table(f"{second['version']}/words").to_pylist()}[crossing]
     assert row["nearest_seed"] != SKIPPED
     assert second["counts"]["words_encoded"] >= 1
     assert second["vocabulary"]["word_types_skipped"] < first["vocabulary"]["word_types_skipped"]
-    fresh = run_update(inputs, str(tmp_path / "fresh"), *threshold)
+    fresh = run_update(inputs, str(tmp_path / "fresh"), tiny_encoder, *threshold)
     assert_same_dataset(second["version"], fresh["version"])
     assert load_manifest(second["version"])[1].vocabulary == load_manifest(fresh["version"])[1].vocabulary
 
     assert main(["stats", "--input", inputs, "--output", str(tmp_path / "stats")]) == 0
     assert main(["seeds", "--stats", str(tmp_path / "stats"), "--output", str(tmp_path / "seeds.json")]) == 0
     assert main(["build", "--input", inputs, "--stats", str(tmp_path / "stats"), "--seeds", str(tmp_path / "seeds.json"),
-                 "--output", str(tmp_path / "dataset"), "--shard-rows", "100", *threshold]) == 0
+                 "--output", str(tmp_path / "dataset"), "--shard-rows", "100", "--model", tiny_encoder, *threshold]) == 0
     assert_same_dataset(second["version"], str(tmp_path / "dataset"))
 
 

@@ -43,8 +43,7 @@ def test_an_update_after_a_tenth_changed_equals_a_fresh_update_and_the_build(cor
     inputs = f"{corpus}/*.jsonl"
     # The peers' tables count words, not embeddings: a tiny encoder with MiniLM's tokenizer spares encoding
     # every word type with the MiniLM three times, and the tables are the same.
-    peer = (*PEER_FLAGS, "--model", tiny_encoder)
-    first = run_update(inputs, str(root), *peer)
+    first = run_update(inputs, str(root), tiny_encoder, *PEER_FLAGS)
     assert first["counts"]["files_peer_counted"] == FILES
     before = table_hashes(first["version"])
 
@@ -55,31 +54,31 @@ def test_an_update_after_a_tenth_changed_equals_a_fresh_update_and_the_build(cor
     with changed[1].open("a", encoding="utf-8") as f:
         f.write(json.dumps({"text": "A command line tool for molecular dynamics. Open source machine learning."}) + "\n")
 
-    second = run_update(inputs, str(root), *peer)
+    second = run_update(inputs, str(root), tiny_encoder, *PEER_FLAGS)
     assert second["counts"]["files_peer_counted"] == 2
     after = table_hashes(second["version"])
     assert after != before  # the change reaches the tables
 
-    fresh = run_update(inputs, str(tmp_path / "fresh"), *peer)
+    fresh = run_update(inputs, str(tmp_path / "fresh"), tiny_encoder, *PEER_FLAGS)
     assert fresh["counts"]["files_peer_counted"] == FILES
     assert table_hashes(fresh["version"]) == after
 
     run_cli(["stats", "--input", inputs, "--output", str(tmp_path / "stats")], subprocess_env)
     run_cli(["seeds", "--stats", str(tmp_path / "stats"), "--output", str(tmp_path / "seeds.json")], subprocess_env)
     run_cli(["build", "--input", inputs, "--stats", str(tmp_path / "stats"), "--seeds", str(tmp_path / "seeds.json"),
-             "--output", str(tmp_path / "built"), "--shard-rows", "100", *peer], subprocess_env)
+             "--output", str(tmp_path / "built"), "--shard-rows", "100", "--model", tiny_encoder, *PEER_FLAGS], subprocess_env)
     assert table_hashes(str(tmp_path / "built")) == after
     assert load_manifest(str(tmp_path / "built"))[1].peer_signals == load_manifest(second["version"])[1].peer_signals
 
     # Counts made another way (here: an older format) are counted again, not summed with the others.
     entry = next((root / "_cache" / "files").glob("*/peer/entry.json"))
     entry.write_text(json.dumps({**json.loads(entry.read_text()), "format": 0}))
-    again = run_update(inputs, str(root), *peer)
+    again = run_update(inputs, str(root), tiny_encoder, *PEER_FLAGS)
     assert again["counts"]["files_peer_counted"] == 1
     assert table_hashes(again["version"]) == after
 
     # Without the flag, the next update writes a version without them, and counts nothing for them.
-    plain = run_update(inputs, str(root), "--model", tiny_encoder)
+    plain = run_update(inputs, str(root), tiny_encoder)
     assert "files_peer_counted" not in plain["counts"]
     assert load_manifest(plain["version"])[1].peer_signals == {}
 

@@ -27,12 +27,13 @@ PAGE_LIMIT = 5_000_000
 
 
 @pytest.fixture(scope="module")
-def page(sample_corpus, tmp_path_factory):
-    """A build of 80 documents and its page, with the shards' rows by sequence id."""
+def page(sample_corpus, tmp_path_factory, tiny_encoder):
+    """A build of 80 documents (words encoded by the tiny encoder: the page shows whatever similarities
+    the build wrote) and its page, with the shards' rows by sequence id."""
     folder = tmp_path_factory.mktemp("html")
     inputs = make_inputs(sample_corpus, folder, 80)
     root = str(folder / "dataset")
-    assert main(build_args(inputs, root, "--num-shards", "2")) == 0
+    assert main(build_args(inputs, root, "--num-shards", "2", "--model", tiny_encoder)) == 0
     path = folder / "report.html"
     assert main(["inspect", root, "--plot", str(folder / "p.png"), "--samples", "1", "--html", str(path),
                  "--html-sequences", "40"]) == 0

@@ -161,11 +161,14 @@ def test_mask_weights_are_average_ranks():
 
 
 @pytest.fixture(scope="module")
-def peer_build(sample_corpus, tmp_path_factory):
+def peer_build(sample_corpus, tmp_path_factory, tiny_encoder):
+    """A build of 400 documents with the peers' signals. The tiny encoder (MiniLM's tokenizer) encodes the
+    words: the peers' tables count words, and none of this module's checks reads an embedding."""
     folder = tmp_path_factory.mktemp("peer-build")
     inputs = make_inputs(sample_corpus, folder, 400)
     root = str(folder / "dataset")
-    assert main(build_args(inputs, root, "--peer-signals", "--ngram-min-count", "3", "--max-collocations", "500")) == 0
+    assert main(build_args(inputs, root, "--peer-signals", "--ngram-min-count", "3", "--max-collocations", "500",
+                           "--model", tiny_encoder)) == 0
     version_url, manifest = load_manifest(root)
     with open(inputs["corpus"], encoding="utf-8") as f:
         corpus = [json.loads(line)["text"] for line in f]
@@ -199,9 +202,9 @@ def test_the_build_writes_what_the_in_process_form_computes(peer_build):
 
 
 @pytest.mark.slow
-def test_a_build_without_peer_signals_names_the_flag(sample_corpus, tmp_path):
+def test_a_build_without_peer_signals_names_the_flag(sample_corpus, tmp_path, tiny_encoder):
     inputs = make_inputs(sample_corpus, tmp_path, 30)
-    assert main(build_args(inputs, str(tmp_path / "dataset"))) == 0
+    assert main(build_args(inputs, str(tmp_path / "dataset"), "--model", tiny_encoder)) == 0
     version_url, manifest = load_manifest(str(tmp_path / "dataset"))
     assert manifest.peer_signals == {}
     assert "peer_signals" not in json.loads(Path(version_url, "manifest.json").read_text())
@@ -255,9 +258,9 @@ def test_inspect_shows_the_collocations_found_and_the_informative_words(peer_bui
 
 
 @pytest.mark.slow
-def test_inspect_of_a_version_without_them_says_how_to_get_them(tmp_path, sample_corpus, capsys):
+def test_inspect_of_a_version_without_them_says_how_to_get_them(tmp_path, sample_corpus, capsys, tiny_encoder):
     inputs = make_inputs(sample_corpus, tmp_path, 20)
-    assert main(build_args(inputs, str(tmp_path / "dataset"))) == 0
+    assert main(build_args(inputs, str(tmp_path / "dataset"), "--model", tiny_encoder)) == 0
     capsys.readouterr()
     assert main(["inspect", str(tmp_path / "dataset"), "--samples", "0", "--html", str(tmp_path / "p.html")]) == 0
     assert "peer signals     none (build with --peer-signals" in capsys.readouterr().out

@@ -108,11 +108,13 @@ def test_bad_sharpness_and_floor_are_refused():
 
 
 @pytest.fixture(scope="module")
-def sharpened_build(sample_corpus, tmp_path_factory):
+def sharpened_build(sample_corpus, tmp_path_factory, tiny_encoder):
+    """A sharpened, floored build of 60 documents; the tiny encoder's similarities are as good as any for
+    diagnostics recomputed from the shards."""
     folder = tmp_path_factory.mktemp("signal")
     inputs = make_inputs(sample_corpus, folder, 60)
     root = str(folder / "dataset")
-    extra = ["--num-shards", "2", "--sharpness", str(SHARPENED["sharpness"]), "--floor", str(SHARPENED["floor"])]
+    extra = ["--num-shards", "2", "--model", tiny_encoder, "--sharpness", str(SHARPENED["sharpness"]), "--floor", str(SHARPENED["floor"])]
     assert main(build_args(inputs, root, *extra)) == 0
     version_url, manifest = load_manifest(root)
     return {"root": root, "version_url": version_url, "manifest": manifest, "inputs": inputs}
