@@ -46,6 +46,7 @@ def test_an_update_after_a_tenth_changed_equals_a_fresh_update_and_the_build(cor
     first = run_update(inputs, str(root), tiny_encoder, *PEER_FLAGS)
     assert first["counts"]["files_peer_counted"] == FILES
     before = table_hashes(first["version"])
+    first_entries = set((root / "_cache" / "files").glob("*/peer/entry.json"))
 
     # A tenth of the files change: one loses a document, one gains a sentence of known words.
     changed = [corpus / "part-003.jsonl", corpus / "part-011.jsonl"]
@@ -70,8 +71,10 @@ def test_an_update_after_a_tenth_changed_equals_a_fresh_update_and_the_build(cor
     assert table_hashes(str(tmp_path / "built")) == after
     assert load_manifest(str(tmp_path / "built"))[1].peer_signals == load_manifest(second["version"])[1].peer_signals
 
-    # Counts made another way (here: an older format) are counted again, not summed with the others.
-    entry = next((root / "_cache" / "files").glob("*/peer/entry.json"))
+    # Counts made another way (here: an older format) are counted again, not summed with the others. The
+    # entry is one the second update wrote, so of a file's current content: the first update's entries of
+    # the two changed files are still there, and one of those, changed, would be read by no update.
+    entry = sorted(set((root / "_cache" / "files").glob("*/peer/entry.json")) - first_entries)[0]
     entry.write_text(json.dumps({**json.loads(entry.read_text()), "format": 0}))
     again = run_update(inputs, str(root), tiny_encoder, *PEER_FLAGS)
     assert again["counts"]["files_peer_counted"] == 1
