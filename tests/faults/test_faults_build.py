@@ -27,11 +27,12 @@ from tests.pipelines.test_build import REPO_ROOT, build_args, make_inputs, read_
 
 @pytest.mark.slow
 def test_a_build_killed_while_writing_shards_leaves_the_previous_version_and_a_rerun_succeeds(
-    sample_corpus: Path, tmp_path: Path, subprocess_env, capsys
+    sample_corpus: Path, tmp_path: Path, subprocess_env, capsys, tiny_encoder
 ) -> None:
     inputs = make_inputs(sample_corpus, tmp_path / "in", 60)
     root = tmp_path / "dataset"
-    shards = ["--num-shards", "4", "--encoder-threads", "1"]
+    # The tiny encoder: the kill comes once shards are being written, after every word is encoded.
+    shards = ["--num-shards", "4", "--encoder-threads", "1", "--model", tiny_encoder]
     assert main(build_args(inputs, str(root), "--version", "good", *shards)) == 0
     good_rows = read_rows(str(root / "good"))
 

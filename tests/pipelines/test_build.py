@@ -278,10 +278,11 @@ def test_one_and_two_workers_give_the_same_rows(sample_corpus, tmp_path, subproc
 
 
 @pytest.mark.slow
-def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys):
+def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys, tiny_encoder):
     inputs = make_inputs(sample_corpus, tmp_path / "in", 30)
     root = f"{gcs_bucket}/datasets/debian"
-    assert main(build_args(inputs, root, "--version", "v1", "--write-embeddings")) == 0
+    # The tiny encoder: what is checked is where the files go, not what the embeddings hold.
+    assert main(build_args(inputs, root, "--version", "v1", "--write-embeddings", "--model", tiny_encoder)) == 0
     version_url, manifest = load_manifest(root)
     assert version_url == f"{root}/v1" and manifest.total_rows >= 30
     fs = fsspec.filesystem("gcs")
@@ -294,12 +295,13 @@ def test_build_to_gcs_and_inspect_it(sample_corpus, tmp_path, gcs_bucket, capsys
 
 
 @pytest.mark.slow
-def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tmp_path, monkeypatch, capsys):
+def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tmp_path, monkeypatch, capsys,
+                                                                tiny_encoder):
     import maskstream.pipelines.dataset.beam.dataset_pipeline as dataset_pipeline
 
     inputs = make_inputs(sample_corpus, tmp_path / "in", 30)
     root = str(tmp_path / "dataset")
-    assert main(build_args(inputs, root, "--version", "good", "--num-shards", "2")) == 0
+    assert main(build_args(inputs, root, "--version", "good", "--num-shards", "2", "--model", tiny_encoder)) == 0
     original = dataset_pipeline.write_shard
 
     def write_shard(version_url, index, count, rows, row_group_rows):
@@ -309,7 +311,8 @@ def test_a_failing_build_leaves_latest_on_the_previous_version(sample_corpus, tm
 
     monkeypatch.setattr(dataset_pipeline, "write_shard", write_shard)
     # The CLI ends with one line naming the error (maskstream.cli), exit status 74.
-    assert main(build_args(inputs, root, "--version", "broken", "--num-shards", "2")) == EXIT_OS_ERROR
+    assert main(build_args(inputs, root, "--version", "broken", "--num-shards", "2", "--model", tiny_encoder)) == \
+        EXIT_OS_ERROR
     assert "disk full (injected)" in capsys.readouterr().err
     assert Path(root, LATEST_POINTER).read_text().strip() == "good"
     assert not Path(root, "broken", "manifest.json").exists()
