@@ -10,9 +10,8 @@ result's identity. A clone that has MODELS/KEY uses it; one that does not trains
 Training is resumable: every `checkpoint_every` steps the weights, optimizer, schedule, curve and elapsed
 time go to MODELS/KEY.checkpoint/state.pt, and a new run continues from it. A training longer than a session
 commits its newest checkpoint at the session's stop, so a fresh clone continues too; the finished model's
-commit removes it. The data
-order and the masks are pure functions of (seed, step): pass p reads the rows in
-`default_rng([seed, p]).permutation`, and step s draws its masks and dropout after
+commit removes it. The data order and the masks are pure functions of (seed, step): pass p reads the rows
+in `default_rng([seed, p]).permutation`, and step s draws its masks and dropout after
 `torch.manual_seed(seed * 1_000_003 + s)`, so a resumed run trains on exactly what an uncut one would.
 """
 
