@@ -215,9 +215,7 @@ class Soak:
             [*self.cli, "train", "--dataset", str(self.root), "--follow-latest", "--output", str(self.out),
              "--model", model, "--batch-size", "8", "--max-steps", str(max_steps), "--num-workers", "1",
              "--eval-samples", "4", "--eval-every", str(max_steps), "--save-every", str(max_steps), "--log-every", "1"],
-            # One torch thread: the soak checks following, accounting and memory, not speed, and a trainer on
-            # every core took 1.5 cores of 2 from the watch's rebuilds and from the tests beside it.
-            env={**self.env, "OMP_NUM_THREADS": "1"}, stdout=self.logs["train"], stderr=subprocess.STDOUT)
+            env=self.env, stdout=self.logs["train"], stderr=subprocess.STDOUT)
         metrics = self.out / "metrics.jsonl"
         while not (metrics.exists() and '"split": "train"' in metrics.read_text()):
             if train.poll() is not None or time.monotonic() > deadline:
