@@ -31,8 +31,6 @@ PYTEST_WORKERS := -n 2 --dist loadscope
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_WORKERS)
-	@# huggingface_hub reads HF_HUB_OFFLINE at import: the output-hash test again, in its own process
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests/pipelines/test_output_hashes.py
 
 # For contributors: the tests not marked slow (no subprocess, no Beam pipeline, no training; tests/conftest.py
 # holds the marker), in about 2 minutes.

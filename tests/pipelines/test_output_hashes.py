@@ -203,3 +203,22 @@ def test_outputs_keep_their_hashes(sample_corpus: Path, tiny_bert: str, tmp_path
         if values.shape != expected.shape or not np.allclose(values, expected, **FLOAT_TOLERANCE):
             apart[key] = float(np.max(np.abs(values - expected))) if values.shape == expected.shape else "shape"
     assert not apart, f"float values beyond {FLOAT_TOLERANCE}: {apart}"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("HF_HUB_OFFLINE") == "1", reason="this process already runs with HF_HUB_OFFLINE=1")
+def test_outputs_keep_their_hashes_with_hf_hub_offline(tmp_path: Path) -> None:
+    """Issue 62: with HF_HUB_OFFLINE=1, transformers writes `"local_files_only": true` into a saved tokenizer
+    config, which once changed the embedding cache's key. huggingface_hub reads the variable at import, so the
+    test above runs again in a process started with it set (a worker of this run beside the others)."""
+    import subprocess
+    import sys
+
+    node = f"{Path(__file__).resolve()}::test_outputs_keep_their_hashes"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("MASKSTREAM_RECORD_HASHES", None)  # compare, never re-record, from the child
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "--basetemp", str(tmp_path / "basetemp"), node],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout, done.stdout[-2000:]
