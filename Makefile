@@ -27,7 +27,7 @@ demo: install
 
 # Two pytest workers, a module to a worker (a module's fixtures are built once): 21.8 -> 15.3 minutes on an
 # idle 2-core machine (issue 62).
-PYTEST_WORKERS := -n 2 --dist loadscope
+PYTEST_WORKERS := -n 2 --dist loadscope --no-loadscope-reorder  # longest modules first: tests/conftest.py
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_WORKERS)

@@ -35,3 +35,12 @@ def test_a_test_not_marked_slow_may_not_start_a_subprocess_run_beam_or_train(req
 def test_a_slow_test_may() -> None:
     assert subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True,
                           check=True).stdout == "42\n"
+
+
+def test_the_modules_scheduled_first_exist() -> None:
+    """tests/conftest.py's LONGEST_MODULES start first under `make test`; a renamed module would silently fall
+    back to the end of the run."""
+    from tests.conftest import LONGEST_MODULES, REPO_ROOT
+
+    assert [m for m in LONGEST_MODULES if not (REPO_ROOT / m).is_file()] == []
+    assert len(set(LONGEST_MODULES)) == len(LONGEST_MODULES)
