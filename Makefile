@@ -26,8 +26,9 @@ demo: install
 	@OUT=$(OUT) PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
 
 # Two pytest workers, a module to a worker (a module's fixtures are built once), the longest modules first
-# (issue 62, idle 2-core machines): 21.8 -> 15.3 minutes with two workers on one machine; 9.4 -> 8.4 minutes on
-# another, with the offline output-hash check inside the suite, a faster soak and the longest modules first.
+# (issue 62, idle 2-core machines): 21.8 -> 15.3 -> 13 minutes on one machine as the slow tests got cheaper;
+# 9.4 -> 8.4 minutes on a faster one with the offline output-hash check inside the suite, a faster soak and
+# the longest modules first.
 PYTEST_WORKERS := -n 2 --dist loadscope --no-loadscope-reorder  # longest modules first: tests/conftest.py
 
 test: install

@@ -206,6 +206,7 @@ def test_outputs_keep_their_hashes(sample_corpus: Path, tiny_bert: str, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # beyond the child's own 900 s, so a hung child's output is shown, not cut
 @pytest.mark.skipif(os.environ.get("HF_HUB_OFFLINE") == "1", reason="this process already runs with HF_HUB_OFFLINE=1")
 def test_outputs_keep_their_hashes_with_hf_hub_offline(tmp_path: Path) -> None:
     """Issue 62: with HF_HUB_OFFLINE=1, transformers writes `"local_files_only": true` into a saved tokenizer
@@ -217,6 +218,7 @@ def test_outputs_keep_their_hashes_with_hf_hub_offline(tmp_path: Path) -> None:
     node = f"{Path(__file__).resolve()}::test_outputs_keep_their_hashes"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("MASKSTREAM_RECORD_HASHES", None)  # compare, never re-record, from the child
+    env.pop("PYTEST_ADDOPTS", None)  # the parent's -n, --lf or -x would change what the child runs
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                            "--basetemp", str(tmp_path / "basetemp"), node],
                           env=env, capture_output=True, text=True, timeout=900)
