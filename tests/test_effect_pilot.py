@@ -149,3 +149,33 @@ def test_the_sections_task_is_the_pinned_pair_of_files() -> None:
     assert len(rows["labeled"]) >= MIN_LABELED_TEXTS and len(labels) == 25 and "unknown" not in labels
     assert min(labels.values()) >= 0.01 * len(rows["labeled"])
     assert not {r["text"] for r in rows["labeled"]} & {r["text"] for r in rows["general"]}
+
+
+def test_the_default_runs_change_no_option_but_the_task_and_where_it_writes(tmp_path: Path) -> None:
+    """Issue 60's default runs are the command at its defaults: their arguments differ from a bare
+    `maskstream evaluate --labeled L --output O` only in the label field and the scratch folder."""
+    from benchmarks.effect.defaults_run import TASKS, command_line, parsed
+
+    bare = vars(parsed(["--labeled", "x.jsonl", "--output", "out"]))
+    for task, spec in TASKS.items():
+        args = vars(parsed(command_line(task, tmp_path / "out", tmp_path / "work")))
+        assert {k for k in args if args[k] != bare[k]} == {"labeled", "label_field", "output", "work"}
+        assert args["label_field"] == spec["label_field"] and Path(args["labeled"]).is_file()
+
+
+def test_readouts_saved_from_one_work_folder_restore_into_a_fresh_one(tmp_path: Path) -> None:
+    """What a fresh machine gets back: every fold's readout, at its place, none overwritten."""
+    from benchmarks.effect.defaults_run import readouts, restore, save
+
+    work, saved, fresh = tmp_path / "work", tmp_path / "saved", tmp_path / "fresh"
+    for relative in ("tapt/passes5/random/seed0/fold0", "tapt/passes5/difference/seed3/fold1"):
+        (work / relative).mkdir(parents=True)
+        (work / relative / "readout.json").write_text(relative)
+    (work / "tapt/passes5/random/seed0/fold1").mkdir(parents=True)  # a fold still running: no readout
+    assert len(save(work, saved)) == 2 and save(work, saved) == []
+    (fresh / "tapt/passes5/random/seed0/fold0").mkdir(parents=True)
+    (fresh / "tapt/passes5/random/seed0/fold0/readout.json").write_text("kept")
+    assert restore(saved, fresh) == 1
+    assert readouts(fresh) == readouts(work)
+    assert (fresh / "tapt/passes5/random/seed0/fold0/readout.json").read_text() == "kept"
+    assert restore(tmp_path / "nothing saved", fresh) == 0

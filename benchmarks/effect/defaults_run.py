@@ -1,0 +1,138 @@
+"""Issue 60's default runs: `maskstream evaluate` as a user runs it, every option at its default but the
+labeled file, its label field and where the output and the scratch go (PILOT.md, "What follows the pilot").
+
+    python -m benchmarks.effect.defaults_run shipped --results-root RESULTS   # data/debian-science.jsonl
+    python -m benchmarks.effect.defaults_run second --results-root RESULTS    # the pinned docstring task
+
+It starts the command itself, `python -m maskstream evaluate --labeled L --label-field F --output OUT --work W`,
+twice, as --help says two processes on two cores share the work. While they run it commits, to
+RESULTS/defaults/TASK/ (`git commit --only`), each finished (arm, seed)'s line with the report the command
+writes, and each finished fold's readout, so a fresh clone continues where a session stopped: it prepares
+first (the same code as the command), then copies the committed readouts back into the work folder, then
+starts the commands. Run it from a clone of the commit that sets the defaults, its packages linked into the
+clone's maskstream/ (it checks them), with --results-root pointing at the checkout the results are committed in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.effect.configs import SECOND_TASK
+from benchmarks.effect.ours import REPO, commit
+from benchmarks.effect.pilot import check_frozen
+from maskstream.cli.config import config_of
+from maskstream.cli.evaluate import add_arguments
+from maskstream.evaluate.design import PRIMARY_METRIC, EvaluateConfig
+from maskstream.evaluate.experiment import prepare, read_jsonl
+from maskstream.evaluate.report import write_report
+from maskstream.pipelines.dataset.core.tokenizer_facts import cache_root
+
+TASKS = {"shipped": {"path": "data/debian-science.jsonl", "label_field": "section", "sha256": None},
+         "second": SECOND_TASK}
+PROCESSES = 2
+POLL_SECONDS = 30
+
+
+def command_line(task: str, output: Path, work: Path) -> list[str]:
+    """`maskstream evaluate`'s arguments for TASK: nothing but the labeled file, its label field, the output
+    and the scratch folder."""
+    spec = TASKS[task]
+    return ["--labeled", str(REPO / spec["path"]), "--label-field", spec["label_field"],
+            "--output", str(output), "--work", str(work)]
+
+
+def parsed(arguments: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(arguments)
+
+
+def readouts(work: Path) -> list[Path]:
+    """Each finished fold's readout in the work folder, relative to it."""
+    return sorted(p.relative_to(work) for p in work.rglob("readout.json"))
+
+
+def restore(saved: Path, work: Path) -> int:
+    """Copies the committed readouts missing from the (prepared) work folder back into it."""
+    copied = 0
+    for relative in readouts(saved) if saved.exists() else []:
+        if not (work / relative).exists():
+            (work / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(saved / relative, work / relative)
+            copied += 1
+    return copied
+
+
+def save(work: Path, saved: Path) -> list[Path]:
+    """Copies the work folder's readouts not yet saved; returns the new copies."""
+    new = []
+    for relative in readouts(work):
+        if not (saved / relative).exists():
+            (saved / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(work / relative, saved / relative)
+            new.append(saved / relative)
+    return new
+
+
+def run(task: str, root: Path) -> int:
+    check_frozen()  # every package from this clone, so the command runs the commit it names
+    spec = TASKS[task]
+    if spec["sha256"] and hashlib.sha256((REPO / spec["path"]).read_bytes()).hexdigest() != spec["sha256"]:
+        raise SystemExit(f"{spec['path']}: not the pinned bytes (configs.py)")
+    output = root / "defaults" / task
+    work, saved = cache_root() / "evaluate-defaults" / task, output / "readouts"
+    arguments = command_line(task, output, work)
+    args = parsed(arguments)
+    output.mkdir(parents=True, exist_ok=True)
+    prepared = prepare(config_of(EvaluateConfig, args))  # before the restore: a missing work folder starts afresh
+    print(f"restored {restore(saved, work / prepared['root'])} committed readouts", flush=True)
+    logs = [work / f"evaluate-{i}.log" for i in range(PROCESSES)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    print("running, twice: python -m maskstream evaluate " + " ".join(arguments), flush=True)
+    processes = []
+    for log in logs:
+        processes.append(subprocess.Popen([sys.executable, "-m", "maskstream", "evaluate", *arguments], cwd=REPO,
+                                          env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT))
+        time.sleep(POLL_SECONDS)  # the first claims its (arm, seed) before the second looks
+    results, lines = output / "results.jsonl", 0
+    while True:
+        running = any(p.poll() is None for p in processes)
+        new_readouts = save(work / prepared["root"], saved)
+        records = [r for r in read_jsonl(results) if r.get("kind") == "arm"] if results.exists() else []
+        if len(records) > lines or new_readouts:
+            paths = [saved]
+            if len(records) > lines:
+                write_report(results, output / "REPORT.md", margin=args.margin, planned=len(args.seeds))
+                paths += [results, output / "REPORT.md", *output.glob("differences-*.png")]
+                what = ", ".join(f"{r['arm']} seed {r.get('seed')} {100 * r[PRIMARY_METRIC]:.2f}"
+                                 for r in records[lines:])
+            else:
+                what = f"{len(new_readouts)} fold readout(s)"
+            commit(output, paths, f"evaluate at its defaults (issue 60), {task} task: {what}")
+            lines = len(records)
+        if not running:
+            break
+        time.sleep(POLL_SECONDS)
+    codes = [p.returncode for p in processes]
+    print(f"exit codes {codes}; logs: {', '.join(map(str, logs))}", flush=True)
+    return max(codes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("task", choices=sorted(TASKS))
+    parser.add_argument("--results-root", type=Path, default=REPO / "benchmarks" / "effect" / "results",
+                        help="where RESULTS/defaults/TASK/ is written and committed (default: this checkout's)")
+    args = parser.parse_args(argv)
+    return run(args.task, args.results_root)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
