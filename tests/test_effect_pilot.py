@@ -152,15 +152,37 @@ def test_the_sections_task_is_the_pinned_pair_of_files() -> None:
 
 
 def test_the_default_runs_change_no_option_but_the_task_and_where_it_writes(tmp_path: Path) -> None:
-    """Issue 60's default runs are the command at its defaults: their arguments differ from a bare
-    `maskstream evaluate --labeled L --output O` only in the label field and the scratch folder."""
+    """Issue 60's default runs are the command at its defaults: their arguments differ from those of a bare
+    `maskstream evaluate --labeled L --output O` only in the labeled file, its label field, the output and
+    the scratch folder."""
     from benchmarks.effect.defaults_run import TASKS, command_line, parsed
 
     bare = vars(parsed(["--labeled", "x.jsonl", "--output", "out"]))
-    for task, spec in TASKS.items():
+    for task in TASKS:
         args = vars(parsed(command_line(task, tmp_path / "out", tmp_path / "work")))
         assert {k for k in args if args[k] != bare[k]} == {"labeled", "label_field", "output", "work"}
-        assert args["label_field"] == spec["label_field"] and Path(args["labeled"]).is_file()
+        assert Path(args["labeled"]).is_file()
+
+
+def test_evaluate_defaults_are_the_pilots_choice() -> None:
+    """The defaults of `maskstream evaluate` (the command's and EvaluateConfig's) are the passes and learning
+    rate of the cell PILOT.md's rule chooses from the committed results."""
+    import argparse
+    import dataclasses
+
+    from benchmarks.effect.pilot import chosen, gains
+    from maskstream.cli.evaluate import add_arguments
+    from maskstream.evaluate.design import EvaluateConfig
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks/effect/results/pilot/results.jsonl"
+    cell = chosen(gains(results))
+    assert cell is not None and cell.model == "minilm"
+    assert (EvaluateConfig.passes, EvaluateConfig.learning_rate) == ((cell.passes,), cell.learning_rate)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    command = vars(parser.parse_args(["--labeled", "x.jsonl", "--output", "out"]))
+    fields = {f.name: f.default for f in dataclasses.fields(EvaluateConfig) if f.default is not dataclasses.MISSING}
+    assert {name: command[name] for name in fields} == fields  # one place for every default
 
 
 def test_readouts_saved_from_one_work_folder_restore_into_a_fresh_one(tmp_path: Path) -> None:

@@ -6,10 +6,11 @@ labeled file, its label field and where the output and the scratch go (PILOT.md,
 
 It starts the command itself, `python -m maskstream evaluate --labeled L --label-field F --output OUT --work W`,
 twice, as --help says two processes on two cores share the work. While they run it commits, to
-RESULTS/defaults/TASK/ (`git commit --only`), each finished (arm, seed)'s line with the report the command
-writes, and each finished fold's readout, so a fresh clone continues where a session stopped: it prepares
-first (the same code as the command), then copies the committed readouts back into the work folder, then
-starts the commands. Run it from a clone of the commit that sets the defaults, its packages linked into the
+RESULTS/defaults/TASK/ (`git commit --only`), each finished (arm, seed)'s line with the report, and each
+finished fold's readout under readouts/KEY/ (KEY: the prepared evaluation's hash of its inputs), so a fresh
+clone continues where a session stopped: it prepares first (the same code as the command), then copies the
+readouts committed under its own KEY back into the work folder, then starts the commands. A readout of other
+inputs (other library versions, another model) is never restored. Run it from a clone of the commit that sets the defaults, its packages linked into the
 clone's maskstream/ (it checks them), with --results-root pointing at the checkout the results are committed in.
 """
 
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 from benchmarks.effect.configs import SECOND_TASK
-from benchmarks.effect.ours import REPO, commit
+from benchmarks.effect.ours import LABELED, REPO, commit
 from benchmarks.effect.pilot import check_frozen
 from maskstream.cli.config import config_of
 from maskstream.cli.evaluate import add_arguments
@@ -34,7 +35,7 @@ from maskstream.evaluate.experiment import prepare, read_jsonl
 from maskstream.evaluate.report import write_report
 from maskstream.pipelines.dataset.core.tokenizer_facts import cache_root
 
-TASKS = {"shipped": {"path": "data/debian-science.jsonl", "label_field": "section", "sha256": None},
+TASKS = {"shipped": {"path": LABELED.relative_to(REPO).as_posix(), "label_field": "section", "sha256": None},
          "second": SECOND_TASK}
 PROCESSES = 2
 POLL_SECONDS = 30
@@ -49,18 +50,19 @@ def command_line(task: str, output: Path, work: Path) -> list[str]:
 
 
 def parsed(arguments: list[str]) -> argparse.Namespace:
+    """`maskstream evaluate`'s own parser applied to `arguments`."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     return parser.parse_args(arguments)
 
 
 def readouts(work: Path) -> list[Path]:
-    """Each finished fold's readout in the work folder, relative to it."""
+    """Each finished fold's readout under `work`, relative to it."""
     return sorted(p.relative_to(work) for p in work.rglob("readout.json"))
 
 
 def restore(saved: Path, work: Path) -> int:
-    """Copies the committed readouts missing from the (prepared) work folder back into it."""
+    """Copies the readouts under `saved` missing from `work` (one prepared evaluation's folder) into it."""
     copied = 0
     for relative in readouts(saved) if saved.exists() else []:
         if not (work / relative).exists():
@@ -71,7 +73,7 @@ def restore(saved: Path, work: Path) -> int:
 
 
 def save(work: Path, saved: Path) -> list[Path]:
-    """Copies the work folder's readouts not yet saved; returns the new copies."""
+    """Copies the readouts under `work` not yet under `saved`, in the same layout; returns the new copies."""
     new = []
     for relative in readouts(work):
         if not (saved / relative).exists():
@@ -79,6 +81,10 @@ def save(work: Path, saved: Path) -> list[Path]:
             shutil.copy2(work / relative, saved / relative)
             new.append(saved / relative)
     return new
+
+
+def arm_lines(results: Path) -> list[dict]:
+    return [r for r in read_jsonl(results) if r.get("kind") == "arm"]
 
 
 def run(task: str, root: Path) -> int:
@@ -91,38 +97,44 @@ def run(task: str, root: Path) -> int:
     arguments = command_line(task, output, work)
     args = parsed(arguments)
     output.mkdir(parents=True, exist_ok=True)
-    prepared = prepare(config_of(EvaluateConfig, args))  # before the restore: a missing work folder starts afresh
-    print(f"restored {restore(saved, work / prepared['root'])} committed readouts", flush=True)
-    logs = [work / f"evaluate-{i}.log" for i in range(PROCESSES)]
+    key = prepare(config_of(EvaluateConfig, args))["root"]  # first: a missing work folder starts afresh
+    print(f"restored {restore(saved / key, work / key)} committed readouts of {key}", flush=True)
+    results = output / "results.jsonl"
+    expected = 1 + len([a for a in args.arms if a != "none"]) * len(args.seeds)  # `none` runs once
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     print("running, twice: python -m maskstream evaluate " + " ".join(arguments), flush=True)
-    processes = []
-    for log in logs:
-        processes.append(subprocess.Popen([sys.executable, "-m", "maskstream", "evaluate", *arguments], cwd=REPO,
-                                          env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT))
-        time.sleep(POLL_SECONDS)  # the first claims its (arm, seed) before the second looks
-    results, lines = output / "results.jsonl", 0
-    while True:
-        running = any(p.poll() is None for p in processes)
-        new_readouts = save(work / prepared["root"], saved)
-        records = [r for r in read_jsonl(results) if r.get("kind") == "arm"] if results.exists() else []
-        if len(records) > lines or new_readouts:
-            paths = [saved]
-            if len(records) > lines:
-                write_report(results, output / "REPORT.md", margin=args.margin, planned=len(args.seeds))
-                paths += [results, output / "REPORT.md", *output.glob("differences-*.png")]
-                what = ", ".join(f"{r['arm']} seed {r.get('seed')} {100 * r[PRIMARY_METRIC]:.2f}"
-                                 for r in records[lines:])
-            else:
-                what = f"{len(new_readouts)} fold readout(s)"
-            commit(output, paths, f"evaluate at its defaults (issue 60), {task} task: {what}")
-            lines = len(records)
-        if not running:
-            break
+    logs = [(work / f"evaluate-{i}.log").open("ab") for i in range(PROCESSES)]
+    processes = [subprocess.Popen([sys.executable, "-m", "maskstream", "evaluate", *arguments], cwd=REPO, env=env,
+                                  stdout=log, stderr=subprocess.STDOUT) for log in logs]
+
+    def commit_new(announced: int) -> int:
+        """Commits the readouts not yet saved and, when results.jsonl has whole lines only, the lines not yet
+        committed with the report; returns the lines committed so far."""
+        new_readouts = save(work, saved)
+        records = arm_lines(results)
+        whole = results.exists() and results.read_bytes().endswith(b"\n")  # no line half-appended
+        if whole and len(records) > announced:
+            write_report(results, output / "REPORT.md", margin=args.margin, planned=len(args.seeds))
+            what = ", ".join(f"{r['arm']} seed {r['seed']} {100 * r[PRIMARY_METRIC]:.2f}" for r in records[announced:])
+            commit(output, [saved, results, output / "REPORT.md", *output.glob("differences-*.png")],
+                   f"evaluate at its defaults (issue 60), {task} task: {what}")
+            return len(records)
+        if new_readouts:
+            commit(output, [saved], f"evaluate at its defaults (issue 60), {task} task: {len(new_readouts)} "
+                                    "fold readout(s)")
+        return announced
+
+    announced = len(arm_lines(results))  # committed by an earlier session
+    while any(p.poll() is None for p in processes):
         time.sleep(POLL_SECONDS)
+        announced = commit_new(announced)
+    announced = commit_new(announced)
+    for log in logs:
+        log.close()
     codes = [p.returncode for p in processes]
-    print(f"exit codes {codes}; logs: {', '.join(map(str, logs))}", flush=True)
-    return max(codes)
+    done = len({(r["arm"], r["seed"]) for r in arm_lines(results)})
+    print(f"exit codes {codes}; {done} of {expected} (arm, seed) lines; logs in {work}", flush=True)
+    return 0 if done == expected and not any(codes) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

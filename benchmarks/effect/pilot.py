@@ -79,22 +79,31 @@ def gains(results: Path) -> dict[int, dict[str, Any]]:
     return out
 
 
-def choice(found: dict[int, dict[str, Any]]) -> str:
-    """PILOT.md's rule, once all cells are in."""
+def chosen(found: dict[int, dict[str, Any]]) -> Cell | None:
+    """PILOT.md's rule: the cell whose passes and learning rate become the defaults (None until all are in)."""
     if len(found) < len(GRID):
-        return f"Incomplete: {len(found)} of {len(GRID)} cells in. The rule is read once all are in."
+        return None
     minilm = [c for c in GRID if c.model == "minilm"]
     best = max(found[c.number]["gain"] for c in minilm)
     if best >= GAINS_AT:
         close = [c for c in minilm if found[c.number]["gain"] >= best - FEWER_PASSES_WITHIN]
-        chosen = min(close, key=lambda c: (c.passes, -found[c.number]["gain"]))
+        return min(close, key=lambda c: (c.passes, -found[c.number]["gain"]))
+    return max(minilm, key=lambda c: found[c.number]["gain"])
+
+
+def choice(found: dict[int, dict[str, Any]]) -> str:
+    """PILOT.md's rule, once all cells are in, as SUMMARY.md says it."""
+    cell = chosen(found)
+    if cell is None:
+        return f"Incomplete: {len(found)} of {len(GRID)} cells in. The rule is read once all are in."
+    best = max(found[c.number]["gain"] for c in GRID if c.model == "minilm")
+    if best >= GAINS_AT:
         verdict = f"a MiniLM cell gains (best +{best:.2f} points)"
     else:
-        chosen = max(minilm, key=lambda c: found[c.number]["gain"])
         verdict = (f"no MiniLM cell gains {GAINS_AT:g} point or more (best {best:+.2f}): the control failed at every "
                    "MiniLM setting tried")
-    return (f"**Chosen (rule {3 if best >= GAINS_AT else 4}):** cell {chosen.number}, learning rate "
-            f"{chosen.learning_rate:g}, {chosen.passes:g} passes; {verdict}.")
+    return (f"**Chosen (rule {3 if best >= GAINS_AT else 4}):** cell {cell.number}, learning rate "
+            f"{cell.learning_rate:g}, {cell.passes:g} passes; {verdict}.")
 
 
 def write_summary(root: Path) -> Path:

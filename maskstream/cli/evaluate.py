@@ -29,10 +29,11 @@ model, whose MLM head is trained, passed it at every setting tried (+2.06 to +6.
 a report whose control does not pass, and so no decision; --model takes a model of your own.
 
 Cost: an (arm, seed) is --folds TAPT runs of --passes over the fold's text (or of --steps steps, whatever
-the text's size), then the probe. On the shipped 2,288 texts, measured in the pilot (one thread a process,
-two processes on two cores of an AMD EPYC): the MiniLM takes 3.7 s a TAPT step, 170 steps a fold at 5
-passes, and 40 s of probe a fold. At the defaults that is 10 TAPT (arm, seed)s of about 22 minutes, about
-3.7 CPU-hours, 1.9 hours with two processes; TAPT time grows in proportion to --passes.
+the text's size), then the probe. On the shipped 2,288 texts the MiniLM takes 170 TAPT steps a fold at 5
+passes; issue 60's pilot measured, one thread a process, two processes on two cores (AMD EPYC), 3.7 s a step
+and 40 s of probe a fold on one machine (its 20-pass cells), 7.2 s a step and 50-110 s of probe on an older
+one (its 5-pass cells). At the defaults that is 10 TAPT (arm, seed)s of 22 to 44 minutes: 3.7 to 7.5
+CPU-hours, 1.9 to 3.8 hours with two processes. TAPT time grows in proportion to --passes.
 docs/evidence.md describes the design and our own run.
 """
 
@@ -72,8 +73,10 @@ def floats(text: str) -> tuple[float, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--labeled", required=True, help="labeled texts: .jsonl, .jsonl.gz or .parquet")
-    parser.add_argument("--text-field", default="text", help="text field of the labeled and domain files (default: text)")
-    parser.add_argument("--label-field", default="label", help="label field of the labeled file (default: label)")
+    parser.add_argument("--text-field", default=EvaluateConfig.text_field,
+                        help="text field of the labeled and domain files (default: %(default)s)")
+    parser.add_argument("--label-field", default=EvaluateConfig.label_field,
+                        help="label field of the labeled file (default: %(default)s)")
     parser.add_argument("--domain-corpus", nargs="+", default=None, metavar="PATTERN",
                         help="unlabeled task text for TAPT (jsonl, parquet, txt; globs) (default: the labeled texts)")
     parser.add_argument("--background-corpus", nargs="+", default=None, metavar="PATTERN",
@@ -95,22 +98,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None,
                         help="TAPT optimizer steps a fold instead of --passes, so a larger corpus costs no more "
                              "TAPT (default: --passes)")
-    parser.add_argument("--pilot-seeds", type=numbers, default=(100, 101), help="the pilot's seeds (default: 100,101)")
+    parser.add_argument("--pilot-seeds", type=numbers, default=EvaluateConfig.pilot_seeds,
+                        help=f"the pilot's seeds (default: {','.join(map(str, EvaluateConfig.pilot_seeds))})")
     parser.add_argument("--output", type=Path, required=True,
                         help="results.jsonl, REPORT.md and differences-CONFIG.png go here; rerun to continue")
     parser.add_argument("--work", type=Path, default=None, help="scratch: datasets, TAPT models, logs (default: OUTPUT/work)")
-    parser.add_argument("--batch-size", type=int, default=32, help="TAPT batch size (default: 32)")
+    parser.add_argument("--batch-size", type=int, default=EvaluateConfig.batch_size,
+                        help="TAPT batch size (default: %(default)s)")
     parser.add_argument("--learning-rate", type=float, default=EvaluateConfig.learning_rate,
-                        help=f"TAPT peak learning rate (default: {EvaluateConfig.learning_rate:g})")
-    parser.add_argument("--max-length", type=int, default=128,
-                        help="tokens per TAPT window and probe window (default: 128)")
-    parser.add_argument("--folds", type=int, default=2, help="cross-fitting folds (default: 2)")
-    parser.add_argument("--probe-folds", type=int, default=5, help="the probe's out-of-fold splits (default: 5)")
-    parser.add_argument("--margin", type=float, default=0.01,
-                        help="equivalence margin in macro-F1, 0.01 = 1 point (default: 0.01)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads per process; run two processes on two cores (default: 1)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where TAPT and the probe run (default: cpu)")
+                        help="TAPT peak learning rate (default: %(default)g)")
+    parser.add_argument("--max-length", type=int, default=EvaluateConfig.max_length,
+                        help="tokens per TAPT window and probe window (default: %(default)s)")
+    parser.add_argument("--folds", type=int, default=EvaluateConfig.folds, help="cross-fitting folds (default: %(default)s)")
+    parser.add_argument("--probe-folds", type=int, default=EvaluateConfig.probe_folds,
+                        help="the probe's out-of-fold splits (default: %(default)s)")
+    parser.add_argument("--margin", type=float, default=EvaluateConfig.margin,
+                        help="equivalence margin in macro-F1, 0.01 = 1 point (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=EvaluateConfig.threads,
+                        help="torch threads per process; run two processes on two cores (default: %(default)s)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=EvaluateConfig.device,
+                        help="where TAPT and the probe run (default: %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="only write REPORT.md from OUTPUT/results.jsonl")
 
 
