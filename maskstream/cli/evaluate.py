@@ -29,11 +29,11 @@ model, whose MLM head is trained, passed it at every setting tried (+2.06 to +6.
 a report whose control does not pass, and so no decision; --model takes a model of your own.
 
 Cost: an (arm, seed) is --folds TAPT runs of --passes over the fold's text (or of --steps steps, whatever
-the text's size), then the probe. On the shipped 2,288 texts the MiniLM takes 170 TAPT steps a fold at 5
-passes; issue 60's pilot measured, one thread a process, two processes on two cores (AMD EPYC), 3.7 s a step
-and 40 s of probe a fold on one machine (its 20-pass cells), 7.2 s a step and 50-110 s of probe on an older
-one (its 5-pass cells). At the defaults that is 10 TAPT (arm, seed)s of 22 to 44 minutes: 3.7 to 7.5
-CPU-hours, 1.9 to 3.8 hours with two processes. TAPT time grows in proportion to --passes.
+the text's size), then the probe. Measured at the defaults on the shipped 2,288 texts, the command itself
+(benchmarks/effect/results/defaults/shipped/, one thread a process, two processes on two AMD EPYC cores):
+170 TAPT steps a fold at 3.9 s a step, 35-43 s of probe a fold, 23 minutes an (arm, seed); with `none`'s 2
+minutes, about 3.9 CPU-hours, 2.1 hours with two processes. An older machine of issue 60's pilot took 7.2 s a
+step (about 7.5 CPU-hours). TAPT time grows in proportion to --passes.
 docs/evidence.md describes the design and our own run.
 """
 
