@@ -32,7 +32,7 @@ Cost: an (arm, seed) is --folds TAPT runs of --passes over the fold's text (or o
 the text's size), then the probe. Measured at the defaults on the shipped 2,288 texts, the command itself
 (benchmarks/effect/results/defaults/shipped/, one thread a process, two processes on two AMD EPYC cores):
 170 TAPT steps a fold at 3.9 s a step, 35-43 s of probe a fold, 23 minutes an (arm, seed); with `none`'s 2
-minutes, about 3.9 CPU-hours, 2.1 hours with two processes. An older machine of issue 60's pilot took 7.2 s a
+minutes, about 3.9 CPU-hours, 2 hours with two processes. An older machine of issue 60's pilot took 7.2 s a
 step (about 7.5 CPU-hours). TAPT time grows in proportion to --passes.
 docs/evidence.md describes the design and our own run.
 """
