@@ -187,17 +187,17 @@ def test_evaluate_defaults_are_the_pilots_choice() -> None:
 
 def test_readouts_saved_from_one_work_folder_restore_into_a_fresh_one(tmp_path: Path) -> None:
     """What a fresh machine gets back: every fold's readout, at its place, none overwritten."""
-    from benchmarks.effect.defaults_run import readouts, restore, save
+    from benchmarks.effect.defaults_run import copy_readouts, readouts
 
     work, saved, fresh = tmp_path / "work", tmp_path / "saved", tmp_path / "fresh"
     for relative in ("tapt/passes5/random/seed0/fold0", "tapt/passes5/difference/seed3/fold1"):
         (work / relative).mkdir(parents=True)
         (work / relative / "readout.json").write_text(relative)
     (work / "tapt/passes5/random/seed0/fold1").mkdir(parents=True)  # a fold still running: no readout
-    assert len(save(work, saved)) == 2 and save(work, saved) == []
+    assert len(copy_readouts(work, saved)) == 2 and copy_readouts(work, saved) == []
     (fresh / "tapt/passes5/random/seed0/fold0").mkdir(parents=True)
     (fresh / "tapt/passes5/random/seed0/fold0/readout.json").write_text("kept")
-    assert restore(saved, fresh) == 1
+    assert len(copy_readouts(saved, fresh)) == 1
     assert readouts(fresh) == readouts(work)
     assert (fresh / "tapt/passes5/random/seed0/fold0/readout.json").read_text() == "kept"
-    assert restore(tmp_path / "nothing saved", fresh) == 0
+    assert copy_readouts(tmp_path / "nothing saved", fresh) == []

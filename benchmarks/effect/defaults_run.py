@@ -61,25 +61,15 @@ def readouts(work: Path) -> list[Path]:
     return sorted(p.relative_to(work) for p in work.rglob("readout.json"))
 
 
-def restore(saved: Path, work: Path) -> int:
-    """Copies the readouts under `saved` missing from `work` (one prepared evaluation's folder) into it."""
-    copied = 0
-    for relative in readouts(saved) if saved.exists() else []:
-        if not (work / relative).exists():
-            (work / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(saved / relative, work / relative)
-            copied += 1
-    return copied
-
-
-def save(work: Path, saved: Path) -> list[Path]:
-    """Copies the readouts under `work` not yet under `saved`, in the same layout; returns the new copies."""
+def copy_readouts(source: Path, target: Path) -> list[Path]:
+    """Copies the readouts under `source` missing from `target`, in the same layout (never overwriting one);
+    returns the new copies. Saves a work folder's readouts, and restores them into a prepared one."""
     new = []
-    for relative in readouts(work):
-        if not (saved / relative).exists():
-            (saved / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(work / relative, saved / relative)
-            new.append(saved / relative)
+    for relative in readouts(source) if source.exists() else []:
+        if not (target / relative).exists():
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / relative, target / relative)
+            new.append(target / relative)
     return new
 
 
@@ -98,7 +88,7 @@ def run(task: str, root: Path) -> int:
     args = parsed(arguments)
     output.mkdir(parents=True, exist_ok=True)
     key = prepare(config_of(EvaluateConfig, args))["root"]  # first: a missing work folder starts afresh
-    print(f"restored {restore(saved / key, work / key)} committed readouts of {key}", flush=True)
+    print(f"restored {len(copy_readouts(saved / key, work / key))} committed readouts of {key}", flush=True)
     results = output / "results.jsonl"
     expected = 1 + len([a for a in args.arms if a != "none"]) * len(args.seeds)  # `none` runs once
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -110,7 +100,7 @@ def run(task: str, root: Path) -> int:
     def commit_new(announced: int) -> int:
         """Commits the readouts not yet saved and, when results.jsonl has whole lines only, the lines not yet
         committed with the report; returns the lines committed so far."""
-        new_readouts = save(work, saved)
+        new_readouts = copy_readouts(work, saved)
         records = arm_lines(results)
         whole = results.exists() and results.read_bytes().endswith(b"\n")  # no line half-appended
         if whole and len(records) > announced:
