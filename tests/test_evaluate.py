@@ -198,6 +198,34 @@ def test_the_control_line_is_said_whatever_the_arms_and_seeds() -> None:
         "P(difference − random > 0) in the bootstrap: 0.40")
 
 
+def test_the_report_of_the_shipped_default_run_with_and_without_probabilities(tmp_path: Path) -> None:
+    """The committed default run (5 seeds, a failed control): nothing it says reads as a decision, and a
+    results.jsonl written before the probe stored probabilities still gives the same report less the
+    log-probability line."""
+    from maskstream.evaluate.report import write_report
+
+    committed = Path(__file__).parents[1] / "benchmarks/effect/results/defaults/shipped/results.jsonl"
+    lines = [json.loads(line) for line in committed.read_text(encoding="utf-8").splitlines()]
+    older = [{**r, "folds": [{k: v for k, v in f.items() if k != "probabilities"} for f in r["folds"]]}
+             if r["kind"] == "arm" else r for r in lines]
+    reports = {}
+    for name, records in (("stored", lines), ("older", older)):
+        (tmp_path / name).mkdir()
+        results = tmp_path / name / "results.jsonl"
+        results.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        write_report(results, tmp_path / name / "REPORT.md", planned=5, resamples=200)
+        reports[name] = (tmp_path / name / "REPORT.md").read_text(encoding="utf-8")
+    for report in reports.values():
+        assert "**Decision:** Exploratory, no decision: the control (random − none) did not pass" in report
+        assert "Difference − random (exploratory): " in report and "**The control does not pass:**" in report
+        assert "beats" not in report
+    assert "True label's log-probability under the probe" in reports["stored"]
+    assert "log-probability" not in reports["older"]
+    def kept(report: str) -> list[str]:
+        return [line for line in report.splitlines() if line and "log-probability" not in line]
+    assert kept(reports["older"]) == kept(reports["stored"])  # the same figures: the bootstrap is seeded
+
+
 def test_pilot_rule_picks_the_largest_gain_ties_to_fewer_passes() -> None:
     def line(arm: str, seed: int | None, passes: float, score: float) -> dict:
         return {"arm": arm, "seed": seed, "passes": passes, "macro_f1": score}
