@@ -237,17 +237,34 @@ def test_a_changed_figure_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     assert missing(template, relative) is not None
 
 
-CONFIRMATORY_REPORT = EFFECT / "results" / "confirmatory" / "REPORT.md"
+CONFIRMATORY_REPORTS = {  # each pre-registered run's report, generated from its results.jsonl
+    "issue 50": EFFECT / "results" / "confirmatory" / "REPORT.md",
+    "issue 61": EFFECT / "results" / "sections" / "confirmatory" / "REPORT.md",
+}
 DECISION = "**Decision:** "
 
 
+def report_line(run: str, start: str) -> str:
+    return next(line for line in CONFIRMATORY_REPORTS[run].read_text(encoding="utf-8").splitlines()
+                if line.startswith(start))
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("run", sorted(CONFIRMATORY_REPORTS))
 @pytest.mark.parametrize("relative", ["README.md", "docs/evidence.md"])
-def test_the_docs_carry_the_confirmatory_runs_decision(relative: str) -> None:
+def test_the_docs_carry_the_confirmatory_runs_decision(relative: str, run: str) -> None:
     """The sentence the pre-registered rule gives (the confirmatory report's, generated from its results)
     is the one README.md and docs/evidence.md carry, once every planned seed is in."""
-    line = next(line for line in CONFIRMATORY_REPORT.read_text(encoding="utf-8").splitlines()
-                if line.startswith(DECISION))
-    sentence = normalized(line[len(DECISION):])
-    assert "interim" not in sentence, "the confirmatory run is not finished: the docs quote no decision yet"
+    sentence = normalized(report_line(run, DECISION)[len(DECISION):])
+    assert "interim" not in sentence, f"{run}'s confirmatory run is not finished: the docs quote no decision yet"
     assert sentence.rstrip(".") in read(relative).replace("**", ""), (relative, sentence)
+
+
+def test_the_readme_gives_the_texts_and_seeds_shares_of_the_deciding_interval() -> None:
+    """Issue 61: the README's sentence says how much of its interval comes from the texts and the seeds,
+    as the report's primary row gives them (variance shares texts / seeds / seed x text)."""
+    row = [cell.strip() for cell in report_line("issue 61", "| `difference − random` | primary |").split("|")]
+    texts, seeds, interaction = (round(100 * float(share)) for share in row[9].split(" / "))
+    expected = (f"{texts} % of the interval's variance comes from which texts were judged, {seeds} % from the "
+                f"seeds and {interaction} % from their interaction")
+    assert normalized(expected) in read("README.md"), expected
