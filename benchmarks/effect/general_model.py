@@ -105,9 +105,22 @@ class Schedule:
         return min((step + 1) / self.warmup, max(0.0, (self.steps - step) / max(self.steps - self.warmup, 1)))
 
 
+def compact_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:
+    """AdamW's moments in bfloat16 for a checkpoint that is committed: half their bytes, and the resumed
+    run's moments differ from an uncut run's by bf16 rounding only (the weights stay float32)."""
+    import torch
+
+    return {**state, "state": {k: {name: v.to(torch.bfloat16) if v.is_floating_point() and v.dim() else v
+                                   for name, v in moments.items()} for k, moments in state["state"].items()}}
+
+
 def train_general_model(texts: list[str], tokenizer_name: str, shape: dict[str, Any], settings: dict[str, Any],
-                        max_length: int, out: Path, device: str) -> dict[str, Any]:
-    """Pretrains the model from scratch (or from out's checkpoint) and saves it in `out`; its record."""
+                        max_length: int, out: Path, device: str, checkpoint: Path | None = None,
+                        stop_after: float | None = None) -> dict[str, Any] | None:
+    """Pretrains the model from scratch (or from its checkpoint) and saves it in `out`; its record.
+
+    checkpoint: the state file (default `out`.checkpoint/state.pt). stop_after: seconds of this call after
+    which training stops at the next checkpoint and returns None, its state saved for the next call."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling
 
@@ -130,7 +143,8 @@ def train_general_model(texts: list[str], tokenizer_name: str, shape: dict[str, 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, Schedule(steps, settings.get("warmup_steps",
                                                                                        max(1, steps // 16))))
     every = settings.get("checkpoint_every", 0)
-    checkpoint = out.with_name(out.name + ".checkpoint") / "state.pt"
+    checkpoint = checkpoint or out.with_name(out.name + ".checkpoint") / "state.pt"
+    call_started = time.perf_counter()
     state = {"step": 0, "losses": [], "evaluations": [], "seconds": 0.0}
     if every and checkpoint.exists():
         saved = torch.load(checkpoint, weights_only=False)
@@ -169,9 +183,13 @@ def train_general_model(texts: list[str], tokenizer_name: str, shape: dict[str, 
             print(f"general model step {state['step']}: held-out masked-token accuracy {evaluation['accuracy']:.4f}, "
                   f"loss {evaluation['loss']:.3f}", flush=True)
             checkpoint.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"objective": objective.state_dict(), "optimizer": optimizer.state_dict(),
+            torch.save({"objective": objective.state_dict(),
+                        "optimizer": compact_optimizer_state(optimizer.state_dict()),
                         "scheduler": scheduler.state_dict(), "state": state}, checkpoint.with_suffix(".tmp"))
             checkpoint.with_suffix(".tmp").replace(checkpoint)
+            if stop_after is not None and time.perf_counter() - call_started > stop_after and state["step"] < steps:
+                print(f"general model: stopped at step {state['step']}/{steps}, state in {checkpoint}", flush=True)
+                return None
     after = state["evaluations"][-1] if state["evaluations"][-1]["step"] == steps else {
         "step": steps, **masked_accuracy(objective, collator, eval_rows, batch_size, device)}
     tmp = out.with_name(out.name + ".tmp")
