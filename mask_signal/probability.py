@@ -47,6 +47,14 @@ PAPER_SHARPNESS = 1.0
 SHARPENED = {"weighting": "similarity", "sharpness": 8.0, "alpha": 1.0, "floor": 0.01}
 
 
+
+def check_budget(budget: float, flag: str = "--budget") -> float:
+    """The one rule for a masking budget, the share of a sequence's maskable tokens to mask: (0, 1]."""
+    if not 0.0 < budget <= 1.0:
+        raise ValueError(f"{flag} must be in (0, 1], got {budget}")
+    return budget
+
+
 @dataclasses.dataclass(frozen=True)
 class MaskSettings:
     """What turns the words' similarities into per-token mask probabilities: the build's options of
@@ -71,8 +79,8 @@ class MaskSettings:
     def __post_init__(self) -> None:
         """Each setting's range, checked here once: the build's options (`BuildConfig`), a manifest's
         config and a MaskMap all make one of these. `max_length` 0 pads to each batch's longest row."""
-        checks = [("--budget", self.budget, "in (0, 1]", 0.0 < self.budget <= 1.0),
-                  ("--alpha", self.alpha, "in [0, 1]", 0.0 <= self.alpha <= 1.0),
+        check_budget(self.budget)
+        checks = [("--alpha", self.alpha, "in [0, 1]", 0.0 <= self.alpha <= 1.0),
                   ("--weighting", self.weighting, f"one of {WEIGHTINGS}", self.weighting in WEIGHTINGS),
                   ("--sharpness", self.sharpness, "> 0", self.sharpness > 0),
                   ("--floor", self.floor, f"in [0, --budget = {self.budget}]", 0.0 <= self.floor <= self.budget)]
@@ -197,8 +205,7 @@ def mask_probabilities_flat(
     Rows are padded to at least `width`: with a fixed width (the maximum sequence length) each
     sequence's result is bit-identical whatever other sequences share its batch.
     """
-    if not 0.0 < budget <= 1.0:
-        raise ValueError(f"budget must be in (0, 1], got {budget}")
+    check_budget(budget, "budget")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if not 0.0 <= floor <= budget:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from maskstream.mask_signal.probability import check_budget
 from maskstream.trainer.strategies import PRETRAINING_STRATEGIES, check_strategy
 
 
@@ -63,12 +64,16 @@ class TrainConfig:
                      ("--save-every", self.save_every, self.save_every >= 1),
                      ("--exlm-states", self.exlm_states, self.exlm_states >= 1),
                      ("--exlm-token-budget", self.exlm_token_budget, self.exlm_token_budget >= 0))
+        check_budget(self.mask_budget, "--mask-budget")
         BudgetSchedule.parse(self.mask_budget_schedule, self.mask_budget)  # a bad schedule fails here
         if self.mix:
             # heavy: imports torch; only here, where it is needed
             from maskstream.trainer.mixture import MixSource, mixture_weights
 
-            mixture_weights([MixSource.parse(entry) for entry in self.mix])  # bad entries and sums fail here
+            sources = [MixSource.parse(entry) for entry in self.mix]
+            mixture_weights(sources)  # bad entries and sums fail here
+            for source in sources:
+                check_strategy(source.strategy, PRETRAINING_STRATEGIES, f"--mix {source.url} strategy")
         if self.cache_dir and self.cache_limit < 1:
             raise ValueError("--cache-dir needs --cache-limit BYTES, the most the cache may hold")
         if self.objective not in OBJECTIVES:

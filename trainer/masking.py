@@ -57,7 +57,7 @@ from typing import Any
 
 import torch
 
-from maskstream.mask_signal.probability import scale_to_budget
+from maskstream.mask_signal.probability import check_budget, scale_to_budget
 from maskstream.trainer.strategies import STRATEGIES, check_strategy
 
 _MASK64 = (1 << 64) - 1
@@ -157,8 +157,7 @@ class MaskingConfig:
     whole_word: bool = False  # for `difference`
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.budget <= 1.0:  # the range MaskSettings and --mask-budget-schedule allow
-            raise ValueError(f"budget must be in (0, 1], got {self.budget}")
+        check_budget(self.budget, "budget")
         if self.mask_replace < 0 or self.random_replace < 0 or self.mask_replace + self.random_replace > 1:
             raise ValueError("mask_replace and random_replace must be >= 0 and sum to at most 1")
         if not 0.0 < self.span_p <= 1.0 or self.span_max < 1:
@@ -220,9 +219,9 @@ class BudgetSchedule:
             start, end = (float(b) for b in bounds) if bounds else (constant, constant)
         except ValueError:
             raise ValueError(f"--mask-budget-schedule {text!r}: START and END must be numbers") from None
-        if bounds and not (0.0 < start <= 1.0 and 0.0 < end <= 1.0):
-            raise ValueError(f"--mask-budget-schedule {text!r}: budgets must be in (0, 1]")
-        return cls(kind, start, end)  # constant: --mask-budget, checked by MaskingConfig
+        for bound in (start, end):
+            check_budget(bound, f"--mask-budget-schedule {text!r}: START and END")
+        return cls(kind, start, end)
 
     def __str__(self) -> str:
         """The flag's text, normalized (`linear:0.30:0.15` and `linear:0.3:0.15` are one schedule)."""

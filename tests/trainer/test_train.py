@@ -183,6 +183,12 @@ def test_train_config_checks_itself_and_the_cli_defaults_build_one():
     assert config_of(TrainConfig, parser.parse_args(["--dataset", "d", "--output", "o"])) == TrainConfig("d", "o")
     with pytest.raises(SystemExit, match=r"--save-every 0 is out of range \(see --help\)"):
         config_of(TrainConfig, parser.parse_args(["--dataset", "d", "--output", "o", "--save-every", "0"]))
+    # The budget and the mixture's strategies are checked with the other flags, before any data loads (issue 75).
+    for budget in ("0", "1.5"):
+        with pytest.raises(SystemExit, match=rf"^--mask-budget must be in \(0, 1\], got {float(budget)}$"):
+            config_of(TrainConfig, parser.parse_args(["--dataset", "d", "--output", "o", "--mask-budget", budget]))
+    with pytest.raises(SystemExit, match=r"^unknown --mix general.jsonl strategy 'tmr'; choose one of \('random'"):
+        config_of(TrainConfig, parser.parse_args(["--dataset", "d", "--output", "o", "--mix", "general.jsonl:0.2:tmr"]))
     parser = argparse.ArgumentParser()
     finetune_command.add_arguments(parser)
     assert config_of(FinetuneConfig, parser.parse_args(["--train", "t", "--output", "o"])) == FinetuneConfig("t", "o")
