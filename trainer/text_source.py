@@ -85,17 +85,24 @@ class TextSource:
                 self._report_rejects(path, read, rejected)
 
     def _file_texts(self, path: str, rejected: collections.Counter) -> Iterator[str | None]:
-        """Each record's text, or None for a rejected one (its reason counted in `rejected`)."""
+        """Each record's text, or None for a rejected one (its reason counted in `rejected`): as a build,
+        a line that is not UTF-8 or JSON, a record with no text, or an empty text is rejected and the
+        file read on."""
         if path.endswith(".parquet"):
             with fsspec.open(path, "rb") as f:
                 for batch in pq.ParquetFile(f).iter_batches(columns=[self.text_field]):
                     for text in batch.column(0).to_pylist():
-                        if not isinstance(text, str):
-                            rejected[f"no text in {self.text_field!r}"] += 1
-                        yield text if isinstance(text, str) else None
+                        yield self._checked(text, rejected)
             return
-        with fsspec.open(path, "rt", encoding="utf-8") as f:
-            for line in f:
+        with fsspec.open(path, "rb") as f:
+            for number, raw in enumerate(f):
+                try:
+                    # utf-8-sig on the first line: a byte-order mark is no part of the record
+                    line = raw.decode("utf-8-sig" if number == 0 else "utf-8")
+                except UnicodeDecodeError:
+                    rejected["not UTF-8"] += 1
+                    yield None
+                    continue
                 if not line.strip():
                     continue  # a blank line is no record
                 try:
@@ -104,12 +111,20 @@ class TextSource:
                     rejected["not JSON"] += 1
                     yield None
                     continue
-                text = record.get(self.text_field) if isinstance(record, dict) else None
                 if not isinstance(record, dict):
                     rejected["not a JSON object"] += 1
-                elif not isinstance(text, str):
-                    rejected[f"no text in {self.text_field!r}"] += 1
-                yield text if isinstance(text, str) else None
+                    yield None
+                    continue
+                yield self._checked(record.get(self.text_field), rejected)
+
+    def _checked(self, text: Any, rejected: collections.Counter) -> str | None:
+        if not isinstance(text, str):
+            rejected[f"no text in {self.text_field!r}"] += 1
+            return None
+        if not text.strip():
+            rejected["empty document"] += 1
+            return None
+        return text
 
     def _report_rejects(self, path: str, read: int, rejected: collections.Counter) -> None:
         world = World.detect(self.rank, self.world_size)

@@ -446,11 +446,13 @@ def test_a_text_sources_bad_records_are_counted_and_said(tmp_path, caplog):
     silently; the good records are those a plain reading of the file gives."""
     texts = factory.read_texts(limit=40)
     lines = [json.dumps({"text": t}) for t in texts]
-    bad = ["{not json", "[1, 2]", '{"title": "no text"}', '{"text": null}', '{"text": 7}', '"a string"']
+    bad = ["{not json", "[1, 2]", '{"title": "no text"}', '{"text": null}', '{"text": 7}', '"a string"',
+           '{"text": ""}', '{"text": " \\n\\t "}', '{"text": "caf\xe9 latin-1"}']
     for offset, line in enumerate(bad):
-        lines.insert(5 * offset + 3, line)
+        lines.insert(4 * offset + 3, line)
     path = tmp_path / "mixed.jsonl"
-    path.write_text("\n".join(lines) + "\n\n")  # a blank line is no record
+    # One line in Latin-1, not UTF-8 (issue 75: it ended the run with a UnicodeDecodeError naming no file).
+    path.write_bytes(("\n".join(lines) + "\n\n").encode("latin-1"))  # a blank line is no record
     source = TextSource(str(path), factory.tokenizer(), 64, batch_size=8, rank=0, world_size=1)
     caplog.set_level("WARNING", logger="maskstream.train")
     read = [text for _, text in source._texts([])]
@@ -458,6 +460,7 @@ def test_a_text_sources_bad_records_are_counted_and_said(tmp_path, caplog):
     (message,) = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
     assert f"{len(bad)} of {len(texts) + len(bad)} records rejected" in message
     assert "1 not JSON" in message and "2 not a JSON object" in message and "3 no text in 'text'" in message
+    assert "2 empty document" in message and "1 not UTF-8" in message and str(path) in message
     assert f"trained on the other {len(texts)}" in message
     caplog.clear()  # another rank's reader says nothing: rank 0 said it
     other = TextSource(str(path), factory.tokenizer(), 64, batch_size=8, rank=1, world_size=2)
