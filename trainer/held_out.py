@@ -3,6 +3,7 @@ loss, perplexity and masked-token accuracy on the first of them, masked the same
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -12,6 +13,8 @@ import torch
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.masking import apply_masking
+
+log = logging.getLogger("maskstream.train")
 
 EVAL_SEED = 20_230_523  # fixed: every run masks the held-out rows the same way
 HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: 2^64 / golden ratio
@@ -33,6 +36,9 @@ def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id
     """The first `limit` held-out rows in dataset order, collated into batches (unmasked), with the
     peer-signal columns the evaluation's strategy reads."""
     if limit <= 0:  # --eval-samples 0: no evaluation
+        return []
+    if fraction <= 0:  # no row is held out: reading the dataset would find none
+        log.info("--held-out-fraction 0: no row is held out, so there is no held-out evaluation")
         return []
     reader = StreamingSequenceDataset(dataset_url, shuffle=False, rank=0, world_size=1, peer_columns=peer_columns)
     rows = []

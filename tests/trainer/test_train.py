@@ -140,6 +140,20 @@ def test_held_out_split_is_a_fixed_share_of_sample_indices():
     assert not held_out(indices, 0.0).any() and held_out(indices, 1.0).all()
 
 
+def test_held_out_fraction_0_reads_nothing_and_says_so(monkeypatch, caplog):
+    """Issue 75: rank 0 read every row of the dataset before training to find no held-out row, silently."""
+    from maskstream.trainer import held_out as held_out_module
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the dataset was opened to look for held-out rows")
+
+    monkeypatch.setattr(held_out_module, "StreamingSequenceDataset", no_reading)
+    caplog.set_level("INFO", logger="maskstream.train")
+    assert held_out_module.collect_held_out("gs://bucket/dataset/v1", 0.0, 512, 0, 8) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "--held-out-fraction 0: no row is held out, so there is no held-out evaluation"]
+
+
 @pytest.mark.slow
 def test_finetune_starts_from_a_train_output(sample_dataset, tiny_bert, sample_corpus, tmp_path):
     pretrained = tmp_path / "pretrained"
