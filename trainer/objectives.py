@@ -20,6 +20,12 @@ from maskstream.trainer.exlm import HEAD_ATTRIBUTES, ExLMForMaskedLM
 
 log = logging.getLogger("maskstream.train")
 
+# The `config.model_type`s whose SDPA attention gives the same outputs with the 4-D boolean mask as with the
+# 2-D one (tests/trainer/test_objectives.py checks each): only they get it. ModernBERT is not one: it builds
+# its sliding-window (local) attention from the 2-D mask, which a 4-D mask skips (issue 75). A type not
+# listed gets the 2-D mask, and Hugging Face's host-side check with it.
+FOUR_D_MASK_MODEL_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "distilbert", "electra", "albert"})
+
 
 def load_mlm_model(model_name: str):
     """A masked-LM from `model_name`. A checkpoint without an MLM head (an encoder saved as
@@ -51,10 +57,12 @@ class MaskedLM(torch.nn.Module):
 
     def model_attention_mask(self, attention_mask: torch.Tensor, attends_all: bool) -> torch.Tensor | None:
         """The mask the model gets. Hugging Face checks a 2-D mask for padding on the host before SDPA
-        (a wait for the device); the 4-D boolean mask it would build from it skips that check."""
+        (a wait for the device); the 4-D boolean mask it would build from it skips that check, for the
+        model types in `FOUR_D_MASK_MODEL_TYPES` only. No mask (`attends_all`) is every type's 2-D all-ones."""
         if attends_all:
             return None
-        if getattr(self.model.config, "_attn_implementation", None) == "sdpa":
+        config = self.model.config
+        if getattr(config, "_attn_implementation", None) == "sdpa" and config.model_type in FOUR_D_MASK_MODEL_TYPES:
             length = attention_mask.shape[1]
             return attention_mask.bool()[:, None, None, :].expand(-1, 1, length, -1)
         return attention_mask

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import BertConfig, BertForMaskedLM
+from transformers import (
+    AlbertConfig,
+    AutoModelForMaskedLM,
+    BertConfig,
+    BertForMaskedLM,
+    DistilBertConfig,
+    ElectraConfig,
+    ModernBertConfig,
+    RobertaConfig,
+    XLMRobertaConfig,
+)
 
-from maskstream.trainer.objectives import MaskedLM
+from maskstream.trainer.objectives import FOUR_D_MASK_MODEL_TYPES, MaskedLM
 
 
 def test_masked_lm_loss_equals_the_hf_loss_with_and_without_the_sparse_head():
@@ -63,3 +73,63 @@ def test_masked_positions_from_the_worker_select_what_the_labels_select(head):
         assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(grads, expected_grads, strict=True))
     nothing = torch.full_like(labels, -100)
     assert objective(input_ids, full, nothing, masked_positions(nothing))["loss"].item() == 0.0
+
+
+TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=64)
+# Every model type whose mask `MaskedLM` decides, as a tiny config. ModernBERT: a 4-token local window, and
+# every other layer local (layers 0 and 2 global, 1 local), so rows longer than 4 tokens leave the window.
+TINY_CONFIGS = {
+    "bert": lambda: BertConfig(**TINY),
+    "roberta": lambda: RobertaConfig(**TINY, pad_token_id=1),
+    "xlm-roberta": lambda: XLMRobertaConfig(**TINY, pad_token_id=1),
+    "distilbert": lambda: DistilBertConfig(vocab_size=64, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
+                                           max_position_embeddings=64),
+    "electra": lambda: ElectraConfig(**TINY, embedding_size=16),
+    "albert": lambda: AlbertConfig(**TINY, embedding_size=16),
+    "modernbert": lambda: ModernBertConfig(**{**TINY, "num_hidden_layers": 3}, local_attention=4,
+                                           global_attn_every_n_layers=2, pad_token_id=0, bos_token_id=1,
+                                           eos_token_id=2, cls_token_id=1, sep_token_id=2),
+}
+
+
+def test_the_4d_mask_list_is_the_model_types_checked_here():
+    """The list and the test below cannot drift apart: each listed type is checked, and each type
+    checked is listed or is ModernBERT, which must not be."""
+    assert set(FOUR_D_MASK_MODEL_TYPES) == set(TINY_CONFIGS) - {"modernbert"}
+
+
+@pytest.mark.parametrize("model_type", list(TINY_CONFIGS))
+def test_the_mask_masked_lm_gives_an_sdpa_model_changes_none_of_its_outputs(model_type):
+    """On a padded batch, the logits with the mask `MaskedLM` gives equal those with the plain 2-D mask:
+    the 4-D boolean mask for the listed types; ModernBERT, where the 4-D mask would differ (it skips the
+    sliding window built from the 2-D mask, issue 75), gets the 2-D mask. Without padding, no mask
+    (`attends_all`) equals the 2-D all-ones mask for every type."""
+    config = TINY_CONFIGS[model_type]()
+    assert config.model_type == model_type
+    torch.manual_seed(0)
+    model = AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa").eval()
+    assert model.config._attn_implementation == "sdpa"
+    objective = MaskedLM(model)
+    attention_mask = torch.ones(3, 16, dtype=torch.long)
+    attention_mask[1, 11:] = 0
+    attention_mask[2, 6:] = 0  # every row longer than ModernBERT's 4-token window
+    input_ids = torch.randint(5, 64, (3, 16)).masked_fill(attention_mask == 0, config.pad_token_id)
+    real = attention_mask.bool()
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask).logits[real]
+        given = objective.model_attention_mask(attention_mask, attends_all=False)
+        if model_type in FOUR_D_MASK_MODEL_TYPES:
+            assert given.shape == (3, 1, 16, 16) and given.dtype == torch.bool
+            torch.testing.assert_close(model(input_ids=input_ids, attention_mask=given).logits[real], expected,
+                                       rtol=0, atol=1e-6)
+        else:
+            assert model_type == "modernbert" and "sliding_attention" in config.layer_types
+            assert given is attention_mask
+            four_d = attention_mask.bool()[:, None, None, :].expand(-1, 1, 16, -1)
+            differs = (model(input_ids=input_ids, attention_mask=four_d).logits[real] - expected).abs().max()
+            assert differs > 1e-4  # what the 4-D mask gave it before issue 75
+        unpadded = torch.ones_like(attention_mask)
+        assert objective.model_attention_mask(unpadded, attends_all=True) is None
+        torch.testing.assert_close(model(input_ids=input_ids, attention_mask=None).logits,
+                                   model(input_ids=input_ids, attention_mask=unpadded).logits, rtol=0, atol=1e-6)
