@@ -33,6 +33,8 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
+from maskstream.schemas.manifest import sha256_stream
+
 TXT_MODES = ("line", "file")
 DOCUMENTS = "documents"
 REJECTS = "rejects"
@@ -121,8 +123,10 @@ def _local_files(pattern: str) -> list[str] | None:
         listed = re.compile("[^/\\\\]*".join(re.escape(part) for part in name.split("*")))
         paths = [os.path.join(folder, n) for n in os.listdir(folder) if listed.fullmatch(n)]
         return [path for path in paths if os.path.exists(path) and not os.path.isdir(path)]
-    except OSError:
+    except FileNotFoundError:  # gone while listed
         return []
+    except OSError as e:  # a refused permission is no "matches no file" (as for gs://, `_matched_files`)
+        raise OSError(f"cannot list {pattern}: {type(e).__name__}: {e}") from e
 
 
 def _matched_files(pattern: str) -> list[str]:
@@ -182,13 +186,9 @@ def expand_inputs(patterns: Sequence[str]) -> list[str]:
 
 def file_digest(path: str) -> dict[str, Any]:
     """`{"path", "bytes", "sha256"}` of one file, hashed as stored (compressed files as they are)."""
-    digest = hashlib.sha256()
-    size = 0
     with open_stored(path) as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return {"path": path, "bytes": size, "sha256": digest.hexdigest()}
+        sha256, size = sha256_stream(f)
+    return {"path": path, "bytes": size, "sha256": sha256}
 
 
 def fingerprint_of(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:

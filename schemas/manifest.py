@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import json
 import posixpath
-from typing import Any
+from typing import IO, Any
 
 import fsspec
 
@@ -81,15 +81,21 @@ def vocab_hash(vocab: dict[str, int]) -> str:
     return hashlib.sha256(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
-def sha256_file(url: str, chunk_size: int = 1 << 20) -> str:
+def sha256_stream(stream: IO[bytes], chunk_size: int = 1 << 20) -> tuple[str, int]:
+    """(hex sha256, bytes) of what a binary stream holds, read in chunks: the one way a file is hashed."""
+    digest, size = hashlib.sha256(), 0
+    while chunk := stream.read(chunk_size):
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def sha256_file(url: str) -> str:
     """Hex sha256 of a local or remote file, streamed (transient errors retried: maskstream.storage.retry)."""
 
     def read() -> str:
-        digest = hashlib.sha256()
         with fsspec.open(url, "rb") as f:
-            while chunk := f.read(chunk_size):
-                digest.update(chunk)
-        return digest.hexdigest()
+            return sha256_stream(f)[0]
 
     return retry_read(read, url)
 

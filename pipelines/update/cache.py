@@ -53,6 +53,7 @@ from maskstream.pipelines.dataset.storage.dataset_writer import (
 )
 from maskstream.pipelines.statistics.counting import word_counts_of_texts
 from maskstream.schemas.formulas import WORD_NORMALIZATION
+from maskstream.schemas.manifest import sha256_file
 from maskstream.storage.publish import open_atomically, write_atomically
 
 LOG = logging.getLogger("maskstream.update")
@@ -130,8 +131,7 @@ def _encoder_key(encoder: str, pooling: str, dtype: str, batch_rows: int, files:
         parts[0] = "local"  # the same weights anywhere are the same encoder
         for name, _, _ in files:
             if name.endswith(WEIGHT_SUFFIXES):
-                with open(os.path.join(encoder, name), "rb") as f:
-                    parts.append(f"{name}:{hashlib.sha256(f.read()).hexdigest()}")
+                parts.append(f"{name}:{sha256_file(os.path.join(encoder, name))}")  # streamed: weights are large
         parts += [f"config:{model_config_text(encoder)}", f"tokenizer:{sha256_text(tokenizer_definition(encoder))}"]
     return sha256_text(*parts)[:32]
 

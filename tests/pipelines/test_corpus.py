@@ -156,6 +156,23 @@ def test_expand_inputs_sorted_deduplicated_and_missing(tmp_path: Path):
         expand_inputs([str(tmp_path / "*.parquet")])
 
 
+def test_a_local_folder_that_cannot_be_listed_is_not_said_to_match_nothing(tmp_path: Path, monkeypatch):
+    """Issue 75: a PermissionError listing a local folder was reported as "matches no file". The tests run
+    as root, whom no mode bit refuses, so the refusal is os.listdir's."""
+    import maskstream.pipelines.corpus as corpus
+
+    (tmp_path / "a.txt").write_text("x\n")
+
+    def refused(folder):
+        raise PermissionError(13, "Permission denied", str(folder))
+
+    monkeypatch.setattr(corpus.os, "listdir", refused)
+    for pattern in (str(tmp_path), str(tmp_path / "*.txt")):
+        with pytest.raises(OSError, match=r"^cannot list .*: PermissionError: .*Permission denied") as error:
+            expand_inputs([pattern])
+        assert not isinstance(error.value, FileNotFoundError)
+
+
 def test_local_paths_are_listed_as_beams_filesystems_list_them(tmp_path: Path, monkeypatch):
     # Local paths without a glob are listed without Beam (`maskstream update` never imports it);
     # they must give exactly what Beam's FileSystems.match gives (`_matched_files`).
