@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
 
 import numpy as np
 import torch
@@ -25,10 +24,6 @@ def held_out(sample_index: np.ndarray, fraction: float) -> np.ndarray:
     a number in [0, 1), are below `fraction`. Depends on the row's global index only."""
     hashed = np.asarray(sample_index, dtype=np.uint64) * HASH_MULTIPLIER
     return (hashed >> np.uint64(40)).astype(np.float64) / float(1 << 24) < fraction
-
-
-def select_rows(batch: dict[str, Any], keep) -> dict[str, Any]:
-    return {k: v[keep] for k, v in batch.items()}
 
 
 def collect_held_out(dataset_url: str, fraction: float, limit: int, pad_token_id: int, batch_size: int,

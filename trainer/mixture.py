@@ -53,6 +53,7 @@ from maskstream.storage.lease import VersionLease
 from maskstream.trainer.collate import collate_sequences
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks
+from maskstream.trainer.held_out import held_out
 from maskstream.trainer.loader import build_dataloader, loader_generator
 from maskstream.trainer.masking import MaskingConfig, apply_masking
 from maskstream.trainer.position import Layout, Pending, Segment, position_of
@@ -243,10 +244,11 @@ class Mixture:
 
     def __init__(self, sources: Sequence[Any], weights: Sequence[float], strategies: Sequence[str], *, seed: int,
                  batch_size: int, rank: int, world_size: int, pad_token_id: int, poll_every: int = 0,
-                 pin_memory: bool = False) -> None:
+                 pin_memory: bool = False, held_out_fraction: float = 0.0) -> None:
         self.sources, self.weights, self.strategies = list(sources), list(weights), list(strategies)
         self.seed, self.batch_size, self.rank, self.world_size = seed, batch_size, rank, world_size
         self.pad_token_id, self.pin_memory = pad_token_id, pin_memory
+        self.held_out_fraction = held_out_fraction  # the domain's held-out rows, dropped before collation
         # --follow-latest: every `poll_every` steps (the same steps on every rank) each followed source's
         # root is asked for a newer version; 0: never.
         self.poll_every = poll_every
@@ -298,9 +300,10 @@ class Mixture:
         for source, urls in zip(followed, in_use, strict=True):
             source.hold(set(urls))
 
-    def next_batch(self) -> dict[str, torch.Tensor]:
+    def next_batch(self) -> dict[str, torch.Tensor] | None:
         """This rank's next batch: the sources' samples in the draw's order (row j is mixture sample
-        `first + j`), collated once, with `source` and `epoch` columns (unmasked: `mask_by_source`)."""
+        `first + j`), the domain's held-out rows left out, collated once, with `source` and `epoch` columns
+        (unmasked: `mask_by_source`); None when every row was held out. Always `batch_size` rows dealt."""
         poll = self.poll_every and (self.samples // (self.world_size * self.batch_size)) % self.poll_every == 0
         if poll:
             self._poll()
@@ -319,13 +322,20 @@ class Mixture:
                     epochs[place] = epoch
                 places = places[len(samples):]
         self.samples += self.world_size * self.batch_size
+        if self.held_out_fraction:  # held-out rows are the domain's: other sources are trained on whole
+            held = held_out(np.array([row["sample_index"] for row in rows]), self.held_out_fraction) & (labels == 0)
+            if held.all():
+                return None
+            rows, epochs, labels = [row for row, h in zip(rows, held, strict=True) if not h], epochs[~held], labels[~held]
+        # Dropped before collation, so that the pinned batch is the one moved to the device (a selection
+        # after pinning would copy it back into pageable memory, and the transfer would wait).
         batch = collate_sequences(rows, self.pad_token_id)
         batch["epoch"], batch["source"] = torch.from_numpy(epochs), torch.from_numpy(labels)
         if self.pin_memory:  # page-locked, so that the transfer to the GPU can overlap (as a DataLoader's)
             batch = {name: column.pin_memory() for name, column in batch.items()}
         return batch
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor] | None]:
         while True:
             yield self.next_batch()
 
@@ -465,7 +475,8 @@ def elastic_state(positions: Sequence[dict[str, Any]], layout: Layout) -> dict[s
 
 def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenizer: Any, *, strategy: str,
                   seed: int, batch_size: int, num_workers: int = 0, cache: Any = None, follow: bool = False,
-                  domain_follower: Any = None, lease: Any = None, pin_memory: bool = False) -> Mixture:
+                  domain_follower: Any = None, lease: Any = None, pin_memory: bool = False,
+                  held_out_fraction: float = 0.0) -> Mixture:
     """The mixture of `domain` and every `SOURCE:WEIGHT` of `mix`, on the domain's ranks, each read by
     a loader of its own with `num_workers` workers: maskstream sources checked against the domain's
     vocabulary, text sources tokenized by `tokenizer` at the domain's max length. The domain is masked
@@ -527,4 +538,4 @@ def build_mixture(domain: StreamingSequenceDataset, mix: Sequence[str], tokenize
     return Mixture(sources, weights, [strategy] + [entry.strategy for entry in entries], seed=seed,
                    batch_size=batch_size,
                    rank=rank, world_size=world_size, pad_token_id=int(domain.manifest.tokenizer["pad_token_id"]),
-                   poll_every=poll_every, pin_memory=pin_memory)
+                   poll_every=poll_every, pin_memory=pin_memory, held_out_fraction=held_out_fraction)

@@ -24,7 +24,7 @@ from maskstream.trainer.checkpoint import (
 from maskstream.trainer.config import TrainConfig
 from maskstream.trainer.dataset import StreamingSequenceDataset
 from maskstream.trainer.follow import LatestVersionFollower, dataset_root, poll_all_ranks, version_exists
-from maskstream.trainer.held_out import collect_held_out, held_out, select_rows
+from maskstream.trainer.held_out import collect_held_out
 from maskstream.trainer.loader import ROWS_READ, StreamingDataLoader, build_dataloader
 from maskstream.trainer.masking import BudgetSchedule, MaskingConfig
 from maskstream.trainer.mixture import Mixture, build_mixture
@@ -193,14 +193,11 @@ class TrainingData:
         if self.mixture is not None:
             self._restore_rng()
             dealt = 0
-            for batch in self.mixture:
+            for batch in self.mixture:  # the domain's held-out rows already left out (as the workers do)
                 self.dataset = self.mixture.sources[0].dataset  # the domain's version in use (--follow-latest)
-                # Held-out rows are the domain's: other sources are trained on whole.
-                held = held_out(batch["sample_index"].numpy(), self.config.held_out_fraction) & (
-                    batch["source"].numpy() == 0)
-                dealt += len(held)
-                if not held.all():
-                    yield self.dataset.epoch, select_rows(batch, ~torch.from_numpy(held)), dealt
+                dealt += self.mixture.batch_size
+                if batch is not None:
+                    yield self.dataset.epoch, batch, dealt
                     dealt = 0
         dealt = 0
         while True:
@@ -283,6 +280,7 @@ def open_mixture(data: TrainingData) -> Mixture:
         return build_mixture(data.dataset, config.mix, data.tokenizer, strategy=config.strategy, seed=config.seed,
                              batch_size=config.batch_size, num_workers=config.num_workers, cache=shard_cache(config),
                              follow=config.follow_latest, domain_follower=data.follower, lease=data.lease,
-                             pin_memory=data.world.device.type == "cuda")
+                             pin_memory=data.world.device.type == "cuda",
+                             held_out_fraction=config.held_out_fraction)
     except ValueError as e:  # a source that cannot be mixed: say which, in one line
         raise SystemExit(str(e)) from None

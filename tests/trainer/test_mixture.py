@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import json
 import shutil
 
@@ -67,7 +68,8 @@ def text_file(tmp_path):
     return path, texts
 
 
-def make_mixture(local_dataset, text_path, *, rank=0, world_size=1, batch_size=20, workers=0, state=None):
+def make_mixture(local_dataset, text_path, *, rank=0, world_size=1, batch_size=20, workers=0, state=None,
+                 held_out_fraction=0.0):
     """Rank `rank` of a 0.8/0.2 mixture of the 400-row domain and the text records."""
     dataset = StreamingSequenceDataset(local_dataset, seed=3, shuffle_buffer=64, rank=rank, world_size=world_size)
     loader = build_dataloader(dataset, batch_size=batch_size, num_workers=workers, strategy=None, masking=None,
@@ -76,10 +78,36 @@ def make_mixture(local_dataset, text_path, *, rank=0, world_size=1, batch_size=2
                       world_size=world_size)
     mixture = Mixture([DatasetSource(dataset, loader), text], [0.8, 0.2], ["difference", "random"], seed=3,
                       batch_size=batch_size, rank=rank, world_size=world_size,
-                      pad_token_id=dataset.manifest.tokenizer["pad_token_id"])
+                      pad_token_id=dataset.manifest.tokenizer["pad_token_id"], held_out_fraction=held_out_fraction)
     if state is not None:
         mixture.load_state_dict(state)
     return mixture
+
+
+def test_a_mixture_leaves_the_domains_held_out_rows_out_before_collating(local_dataset, text_file, monkeypatch):
+    """Issue 75: held-out rows were dropped from the pinned batch, which copied it back into pageable
+    memory (and the transfer then waits). Now they never reach the batch: the same draw, less the domain's
+    held-out rows (the text source's rows are all trained), collated once, and `batches()` hands on the
+    mixture's own batch object."""
+    from maskstream.trainer.held_out import held_out
+    from maskstream.trainer.training_data import TrainingData
+
+    path, _ = text_file
+    every_row = make_mixture(local_dataset, path)
+    whole = [rows_of(every_row.next_batch()) for _ in range(10)]
+    mixture = make_mixture(local_dataset, path, held_out_fraction=0.2)
+    collated = []
+    monkeypatch.setattr(mixture, "next_batch", lambda original=mixture.next_batch: collated.append(original())
+                        or collated[-1])
+    data = TrainingData.__new__(TrainingData)  # only what `batches()` reads of a mixture run
+    data.mixture, data.resume_rng = mixture, None
+    data.config = type("Config", (), {"held_out_fraction": 0.2})()
+    yielded = list(itertools.islice(data.batches(), 9))
+    expected = [[row for row in rows if not (row[0] == 0 and held_out([row[2]], 0.2)[0])] for rows in whole]
+    assert [rows_of(batch) for _, batch, _ in yielded] == [rows for rows in expected if rows][:9]
+    assert all(batch is collated[i] for i, (_, batch, _) in enumerate(yielded))  # no copy made after the mixture's
+    assert sum(len(rows) for rows in whole[:9]) > sum(len(rows) for rows in expected[:9])  # some rows held out
+    assert [dealt for _, _, dealt in yielded] == [20] * 9  # every row dealt is counted, the held-out ones too
 
 
 def test_mixture_rows_are_the_sources_rows_in_the_drawn_proportions(local_dataset, text_file):
