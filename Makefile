@@ -1,5 +1,6 @@
 # The README's two commands: `make demo` and `make test`. Both set up a virtual environment
-# first (torch pinned to the CPU build before anything that depends on it).
+# first (torch pinned to the CPU build before anything that depends on it; a torch 2.13.0 already
+# there, such as a CUDA build, is kept: README, "The tests with a CUDA build of torch").
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

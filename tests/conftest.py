@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +132,63 @@ def guard_slow_work(item: pytest.Item) -> Iterator[list[str]]:
         yield done
     finally:
         patcher.undo()
+
+
+# The suite's numbers are CPU numbers: recorded losses and weights, output hashes, runs compared bit for bit
+# with their resumed twins. Where torch has CUDA, `train`, `finetune` and the build's encoder would take the
+# GPU and bf16 (trainer/world.py asks `torch.cuda.is_available()`) and miss them, and a 2-rank run would ask
+# for a second GPU. So every test runs on the CPU, its subprocesses too, but a test marked `gpu`
+# (pyproject.toml), which sees the machine's GPUs from its function-scoped fixtures on.
+@dataclasses.dataclass(frozen=True)
+class MachineCuda:
+    """What the machine says before the pin: for the tests marked gpu."""
+
+    is_available: Callable[[], bool]
+    visible_devices: str | None  # CUDA_VISIBLE_DEVICES, None where unset
+
+
+@pytest.fixture(scope="session", autouse=True)
+def on_the_cpu() -> Iterator[MachineCuda]:
+    """The pin, for the whole session: made before any other session fixture (autouse), and once, so
+    that a test's own patch of `torch.cuda.is_available` is undone to the pinned one."""
+    import torch
+
+    machine = MachineCuda(torch.cuda.is_available, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    with pytest.MonkeyPatch.context() as patch:
+        pin_the_cpu(patch)
+        yield machine
+
+
+@pytest.fixture(autouse=True)
+def on_the_gpu_where_marked(request: pytest.FixtureRequest, on_the_cpu: MachineCuda) -> Iterator[None]:
+    if request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    import torch
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "is_available", on_the_cpu.is_available)
+        if on_the_cpu.visible_devices is None:
+            patch.delenv("CUDA_VISIBLE_DEVICES")
+        else:
+            patch.setenv("CUDA_VISIBLE_DEVICES", on_the_cpu.visible_devices)
+        yield
+
+
+def pin_the_cpu(patch: pytest.MonkeyPatch) -> None:
+    """No CUDA, until `patch` is undone, for this process's device choices (each asks
+    `torch.cuda.is_available()`) and for the subprocesses it starts (CUDA_VISIBLE_DEVICES empty)."""
+    import torch
+
+    # CUDA reads CUDA_VISIBLE_DEVICES once a process, when it starts: started here first, this process keeps
+    # its GPUs for the tests marked gpu.
+    torch.cuda.is_available()
+    patch.setattr(torch.cuda, "is_available", no_cuda)
+    patch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+def no_cuda() -> bool:
+    return False
 
 
 @pytest.fixture(scope="session")

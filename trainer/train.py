@@ -61,7 +61,9 @@ class MetricsWindow:
     tokens: torch.Tensor | int = 0
     samples: int = 0  # rows trained on this rank
     micro: int = 0  # micro-batches
-    wait: float = 0.0  # seconds the host waited for the next batch and queued its transfer
+    wait: float = 0.0  # seconds the host waited for the next batch (`next(batches)`) and queued its transfer
+    masking: float = 0.0  # seconds masking in this process (a budget schedule, --mix): on a GPU it may sync
+    bookkeeping: float = 0.0  # seconds writing --sample-log lines and counting a mixture's sources
     sources: list[int] | None = None  # a mixture: rows trained from each source
     start: float = dataclasses.field(default_factory=time.perf_counter)
 
@@ -224,21 +226,27 @@ def train_step(step: int, parts: TrainingModel, batches: Iterator[tuple[int, dic
     config, device = data.config, data.world.device
     rows_dealt = 0
     for micro in range(config.grad_accumulation):
-        wait_start = time.perf_counter()
+        started = time.perf_counter()
         epoch, batch, dealt = next(batches)
+        waited = time.perf_counter() - started
         rows_dealt += dealt
+        started = time.perf_counter()
         data.log_samples(step, epoch, batch)
         if data.mixture is not None:
             window.sources = [a + b for a, b in zip(window.sources or [0] * len(data.mixture.sources),
                                                     data.mixture.counts(batch), strict=True)]
+        window.bookkeeping += time.perf_counter() - started
         attends_all = bool(batch["attention_mask"].all())  # on the host, before the transfer
         window.samples += len(batch["sample_index"])
+        started = time.perf_counter()
         batch = to_device(batch, device)
+        window.wait += waited + time.perf_counter() - started
+        started = time.perf_counter()
         if data.mixture is not None:
             batch = mask_by_source(batch, data.mixture.strategies, masking, seed=config.seed)
         elif not data.mask_in_workers:
             batch = apply_masking(batch, config.strategy, masking, seed=config.seed, epoch=epoch)
-        window.wait += time.perf_counter() - wait_start
+        window.masking += time.perf_counter() - started
         # DDP averages gradients across ranks on the last micro-batch of a step only.
         last_micro = micro == config.grad_accumulation - 1
         with parts.model.no_sync() if data.world.world_size > 1 and not last_micro else contextlib.nullcontext():
@@ -272,17 +280,19 @@ def window_record(window: MetricsWindow, parts: TrainingModel, world: World, epo
     (tokens, samples, correct, masked), counts = totals[:4].tolist(), totals[4:].tolist()
     record = {"loss": float(window.loss) / window.micro, "masked_accuracy": correct / max(masked, 1),
               "learning_rate": parts.optimizer.param_groups[0]["lr"], "tokens_per_second": tokens / elapsed,
-              "samples_per_second": samples / elapsed, "data_wait_share": window.wait / elapsed, "epoch": epoch,
-              "tokens": int(tokens)}
+              "samples_per_second": samples / elapsed, "data_wait_share": window.wait / elapsed,
+              "masking_share": window.masking / elapsed, "bookkeeping_share": window.bookkeeping / elapsed,
+              "epoch": epoch, "tokens": int(tokens)}
     if window.sources is not None:  # a mixture: samples trained from each source, all ranks
         record["samples_by_source"] = dict(zip(names, (int(c) for c in counts), strict=True))
     return record
 
 
 def warn_if_waiting(record: dict[str, Any], config: TrainConfig, device: torch.device) -> bool:
-    """Logs one line, and returns True, when a window on a GPU waited for data more than
-    DATA_WAIT_WARNING of its time: the GPU sat idle that long. The first window is not judged (the
-    loader workers start in it)."""
+    """Logs one line, and returns True, when a window on a GPU waited for data (`next(batches)` and the
+    queued copy: what more loader workers or a cache shorten) more than DATA_WAIT_WARNING of its time.
+    Masking in this process and the sample log are timed apart and not judged here: more workers do not
+    shorten them. The first window is not judged (the loader workers start in it)."""
     if device.type != "cuda" or record["data_wait_share"] <= DATA_WAIT_WARNING:
         return False
     log.warning("the step waited %.0f %% of the last %d steps for data (data_wait_share): try --num-workers %d, "
@@ -358,7 +368,9 @@ def train(config: TrainConfig) -> int:
         held = evaluate_held_out(0, parts, data, logger)
     batches = data.batches()
     parts.model.train()
-    progress = tqdm(total=plan.total_steps, initial=step, disable=not world.is_main, desc="train", unit="step")
+    # `disable` for the other ranks only: on rank 0, tqdm's own TQDM_DISABLE=1 still silences the bar
+    progress = tqdm(total=plan.total_steps, initial=step, desc="train", unit="step",
+                    **({} if world.is_main else {"disable": True}))
     window, warned = MetricsWindow(), False
     set_learning_rate(parts.optimizer, config.learning_rate * learning_rate_factor(trained["samples"], plan))
     while step < plan.total_steps:

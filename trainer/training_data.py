@@ -44,10 +44,10 @@ def shard_cache(config: TrainConfig) -> ShardCache | None:
 
 
 def masks_in_loader_workers(schedule_kind: str, mixed: bool) -> bool:
-    """The loader workers draw the masks, on CPU and on a GPU alike: on an H200 that kept a BERT-base
-    step's data wait at 6 %, against 12 % for masks drawn on the device after the transfer (docs/training.md,
-    issue 53). A masking-budget schedule (it follows the samples trained, which workers do not see) and a
-    mixture (each source its own strategy) mask after the transfer."""
+    """The loader workers draw the masks, on CPU and on a GPU alike, so that the training process only moves
+    the batch (and the masked positions come with it: nothing in the step waits for the device). A
+    masking-budget schedule (it follows the samples trained, which workers do not see) and a mixture (each
+    source its own strategy) mask after the transfer."""
     return schedule_kind == "constant" and not mixed
 
 

@@ -6,9 +6,9 @@ weights are new), streams the dataset's shards, draws a fresh mask per epoch wit
 strategy (`difference`, drawn from the dataset's stored mask probabilities, by default), and trains with
 AdamW, linear warm-up then linear decay, gradient accumulation and clipping, bf16 autocast
 on CUDA and optionally torch.compile. Several GPUs: launch with `torchrun`; each rank reads
-its own share of the rows. Masks are drawn in the loader workers, on a GPU too (it halves the
-data wait there, docs/training.md); with a --mask-budget-schedule other than constant or with --mix,
-after the transfer, in the training process, where the step and so its budget are known.
+its own share of the rows. Masks are drawn in the loader workers, on a GPU too, so that the training
+process only moves each batch; with a --mask-budget-schedule other than constant or with --mix, after
+the transfer, in the training process, where the step and so its budget are known.
 
 Held-out split: a row is held out (never trained on) when the top 24 bits of (its sample
 index x 0x9E3779B97F4A7C15 mod 2^64), read as a number in [0, 1), fall below

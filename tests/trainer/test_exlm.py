@@ -376,6 +376,7 @@ def test_predictions_follow_a_graph_built_to_spell_the_targets():
     assert predict_masked_tokens(out, x).tolist() == [[10, 12, 15, 17]]
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_same_code_path_on_cuda():
     ids, attention, chosen = _tiny_batch()

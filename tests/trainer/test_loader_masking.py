@@ -212,6 +212,7 @@ def test_span_lengths_follow_truncated_geometric(debian_rows, config):
     assert stats.chisquare(observed[sel], expected).pvalue > 1e-3
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_cuda_matches_cpu(batch, config, strategy):

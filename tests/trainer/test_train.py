@@ -57,6 +57,8 @@ def test_short_minilm_run_lowers_the_held_out_loss_and_warm_up_peaks(sample_data
     assert rates[1] == pytest.approx(5e-4) == max(rates)
     assert rates[0] < rates[1] and all(a > b for a, b in zip(rates[1:], rates[2:], strict=False)) and rates[-1] == 0
     assert all(r["tokens_per_second"] > 0 and 0 <= r["data_wait_share"] < 1 for r in train)
+    # Masking in this process and the sample log are timed apart from the data wait (issue 75).
+    assert all(0 <= r["data_wait_share"] + r["masking_share"] + r["bookkeeping_share"] < 1 for r in train)
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     # The saved model now has its MLM head (nothing newly initialized) and it is still tied.
     model, info = AutoModelForMaskedLM.from_pretrained(out / "model", output_loading_info=True)
@@ -138,6 +140,26 @@ def test_held_out_split_is_a_fixed_share_of_sample_indices():
     assert chosen.mean() == pytest.approx(0.02, abs=0.002)
     assert (held_out(indices[::-1], 0.02) == chosen[::-1]).all()  # a function of the index alone
     assert not held_out(indices, 0.0).any() and held_out(indices, 1.0).all()
+
+
+def test_the_data_wait_warning_judges_the_data_wait_on_a_gpu_only(caplog):
+    """One line when a GPU window waited for data (`next(batches)` and the queued copy) over 5 % of its
+    time; masking in this process and the sample log are not data wait (more workers do not shorten them),
+    and a CPU step is all host work: neither warns (issue 75)."""
+    from maskstream.trainer.config import TrainConfig
+    from maskstream.trainer.train import DATA_WAIT_WARNING, warn_if_waiting
+
+    config = TrainConfig(dataset="d", output="o", num_workers=2, log_every=10)
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    caplog.set_level("WARNING", logger="maskstream.train")
+    quiet = {"data_wait_share": DATA_WAIT_WARNING, "masking_share": 0.5, "bookkeeping_share": 0.3}
+    assert not warn_if_waiting(quiet, config, cuda) and not caplog.records
+    waiting = {"data_wait_share": 0.12, "masking_share": 0.0, "bookkeeping_share": 0.0}
+    assert not warn_if_waiting(waiting, config, cpu) and not caplog.records
+    assert warn_if_waiting(waiting, config, cuda)
+    assert [r.getMessage() for r in caplog.records] == [
+        "the step waited 12 % of the last 10 steps for data (data_wait_share): try --num-workers 4, "
+        "or --cache-dir for a gs:// dataset"]
 
 
 def test_held_out_fraction_0_reads_nothing_and_says_so(monkeypatch, caplog):

@@ -77,6 +77,9 @@ def _dropped(yielded: list[dict], moved: list[dict]) -> int:
     return wholly + partly
 
 
+# slow: it trains (tests/conftest.py refuses a training step elsewhere); gpu: else it runs pinned to the CPU.
+@pytest.mark.slow
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_a_gpu_the_step_moves_pinned_memory_and_never_waits_for_the_device(dataset, tiny_bert, tmp_path,
                                                                                monkeypatch):
