@@ -32,6 +32,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from maskstream.storage.publish import move_into_place, write_atomically
+from maskstream.trainer.config import RESUME_CRITICAL, RESUME_DEFAULTS
+from maskstream.trainer.plan import Plan
 from maskstream.trainer.position import DatasetPosition
 
 MODEL_FILE = "model.safetensors"
@@ -196,6 +198,36 @@ class SavedRun:
     @property
     def mixed(self) -> bool:
         return "mixture" in self.loader[0]
+
+    @property
+    def mixture_states(self) -> list[dict[str, Any]]:
+        """Every rank's mixture state (a mixture's ranks take their own rows from each source)."""
+        return [state["mixture"] for state in self.loader]
+
+    @property
+    def plan(self) -> Plan:
+        """The plan the run was training to."""
+        return Plan(int(self.settings["total_steps"]), int(self.settings["warmup_steps"]),
+                    *self.samples("total_samples", "warmup_samples"))
+
+    @property
+    def epochs(self) -> float | None:
+        """The epochs the run was planned in; None for a run planned in --max-steps."""
+        return self.settings.get("epochs")
+
+    @property
+    def dataset_version(self) -> str:
+        """The version the run started on (its held-out rows are that version's)."""
+        return self.settings["dataset_version"]
+
+    @property
+    def trained(self) -> dict[str, int]:
+        """Samples and tokens trained by `step`, all ranks (tokens 0 in checkpoints older than their count)."""
+        return {"samples": self.samples("samples")[0], "tokens": int(self.progress.get("tokens", 0))}
+
+    def resume_critical(self) -> dict[str, Any]:
+        """The settings a resumed run must keep (RESUME_CRITICAL), as the run had them."""
+        return {k: self.settings.get(k, RESUME_DEFAULTS.get(k)) for k in RESUME_CRITICAL}
 
     def samples(self, *keys: str) -> list[int]:
         """Sample counts the run recorded (`samples`, `total_samples`, `warmup_samples`); a checkpoint

@@ -29,7 +29,7 @@ from maskstream.trainer.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
-from maskstream.trainer.config import RESUME_CRITICAL, RESUME_DEFAULTS, TrainConfig
+from maskstream.trainer.config import RESUME_CRITICAL, TrainConfig
 from maskstream.trainer.held_out import evaluate
 from maskstream.trainer.loader import MASKED_POSITIONS
 from maskstream.trainer.masking import MaskingConfig, apply_masking
@@ -88,8 +88,7 @@ def plan_run(config: TrainConfig, data: TrainingData, saved: SavedRun | None, st
     if saved is None:
         return fresh_plan(progress, epochs=config.epochs, max_steps=config.max_steps,
                           grad_accumulation=accumulation, warmup_ratio=config.warmup_ratio)
-    was, before = saved.settings, saved.positions[0].layout
-    saved_plan = Plan(was["total_steps"], was["warmup_steps"], *saved.samples("total_samples", "warmup_samples"))
+    before, saved_plan = saved.positions[0].layout, saved.plan
     if config.max_steps:  # to the step asked now
         saved_plan = dataclasses.replace(saved_plan, total_steps=config.max_steps)
     if (before.world_size, before.batch_size) == (world, batch):
@@ -97,7 +96,7 @@ def plan_run(config: TrainConfig, data: TrainingData, saved: SavedRun | None, st
             return replan(saved_plan, step, samples_done, progress, epochs=None, grad_accumulation=accumulation)
         return saved_plan  # the same batches: the plan as it was
     # A run planned in epochs (not --max-steps) ends them on this layout.
-    epochs = None if config.max_steps else was.get("epochs")
+    epochs = None if config.max_steps else saved.epochs
     plan = replan(saved_plan, step, samples_done, progress, epochs=epochs, grad_accumulation=accumulation)
     steps_before = saved_plan.total_steps - step
     if epochs is None:
@@ -116,7 +115,7 @@ def run_settings(config: TrainConfig, data: TrainingData, saved: SavedRun | None
     resumed run's are its checkpoint's)."""
     epochs = None if config.max_steps else config.epochs
     if saved is not None and not config.max_steps:
-        epochs = saved.settings.get("epochs")
+        epochs = saved.epochs
     return {
         "dataset_version": data.started_on, "model": data.model_name, "objective": config.objective,
         "strategy": config.strategy, "mask_budget": config.mask_budget,
@@ -160,7 +159,7 @@ def read_resume_state(config: TrainConfig) -> SavedRun | None:
 
 def resume(saved: SavedRun, parts: TrainingModel, data: TrainingData, run_config: dict[str, Any]) -> int:
     """Restores weights, optimizer, schedule and loader position; returns the step to continue from."""
-    was = {k: saved.settings.get(k, RESUME_DEFAULTS.get(k)) for k in RESUME_CRITICAL}
+    was = saved.resume_critical()
     changed = {k: (was[k], run_config[k]) for k in RESUME_CRITICAL if was[k] != run_config[k]}
     if changed:
         raise SystemExit(f"cannot resume {saved.path} exactly: settings changed (was, now): {changed}")
@@ -170,7 +169,7 @@ def resume(saved: SavedRun, parts: TrainingModel, data: TrainingData, run_config
                          "resume with the same --mix")
     if data.mixture is not None:
         try:  # every rank's state: a mixture's ranks take their own rows from each source
-            data.mixture.load_state_dict([state["mixture"] for state in saved.loader])
+            data.mixture.load_state_dict(saved.mixture_states)
         except (ValueError, OSError) as e:  # other weights, a version gone: say which, in one line
             raise SystemExit(f"cannot resume {saved.path}: {e}") from None
     else:
@@ -351,7 +350,7 @@ def train(config: TrainConfig) -> int:
     # samples and tokens trained, all ranks: what the schedule follows and the records count
     trained = {"samples": 0, "tokens": 0}
     if saved is not None:
-        trained = {"samples": saved.samples("samples")[0], "tokens": saved.progress.get("tokens", 0)}
+        trained = saved.trained
     plan = plan_run(config, data, saved, step, trained["samples"])
     run_config.update(plan.record())
     wrap_model(parts, config, world)

@@ -70,7 +70,7 @@ def resume_versions(dataset: str, follow_latest: bool, saved: SavedRun) -> tuple
     DATASET may be their root, the version being read, or (with --follow-latest, as the run was
     started) the first version; anything else, or a version the root no longer holds, exits saying why."""
 
-    started = saved.settings["dataset_version"]
+    started = saved.dataset_version
     root = started.rsplit("/", 1)[0]
     reading = f"{root}/{saved.positions[0].version}"  # every rank reads the same version
     given = dataset.rstrip("/")

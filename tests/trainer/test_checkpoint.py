@@ -141,3 +141,29 @@ def test_checkpoint_of_the_earlier_layout_still_loads(tmp_path):
     load_checkpoint(tmp_path, restored)
     for name, tensor in objective.state_dict().items():
         assert torch.equal(tensor, restored.state_dict()[name]), name
+
+
+def test_a_saved_run_is_read_by_its_typed_fields(tmp_path):
+    """The loop reads a checkpoint's settings through `SavedRun` only (issue 75): its plan, epochs, first
+    version, samples and tokens trained, and the settings a resume must keep, with what a checkpoint written
+    before a setting existed meant by leaving it out; one written before samples were counted, in steps."""
+    from maskstream.trainer.checkpoint import read_training_state
+    from maskstream.trainer.config import RESUME_CRITICAL
+    from maskstream.trainer.plan import Plan
+
+    model, optimizer, scheduler = _training_objects(0)
+    settings = {"total_steps": 10, "warmup_steps": 2, "total_samples": 300, "warmup_samples": 60, "epochs": 1.5,
+                "dataset_version": "gs://b/data/v3", "grad_accumulation": 2, "seed": 4, "strategy": "random"}
+    loader = [{"batch_size": 8, "world_size": 2}]
+    save_checkpoint(tmp_path, 4, model, optimizer, scheduler, loader, settings, progress={"samples": 120, "tokens": 99})
+    saved = read_training_state(tmp_path)
+    assert saved.plan == Plan(10, 2, 300, 60) and saved.epochs == 1.5 and saved.dataset_version == "gs://b/data/v3"
+    assert saved.trained == {"samples": 120, "tokens": 99}
+    critical = saved.resume_critical()
+    assert set(critical) == set(RESUME_CRITICAL) and critical["seed"] == 4 and critical["strategy"] == "random"
+    assert critical["mask_budget_schedule"] == "constant" and critical["model"] is None
+    older = {k: v for k, v in settings.items() if k not in ("total_samples", "warmup_samples", "epochs")}
+    save_checkpoint(tmp_path / "older", 4, model, optimizer, scheduler, loader, older)
+    saved = read_training_state(tmp_path / "older")  # 8 rows x 2 ranks x 2 micro-batches a step
+    assert saved.plan == Plan(10, 2, 320, 64) and saved.epochs is None
+    assert saved.trained == {"samples": 128, "tokens": 0}
