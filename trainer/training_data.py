@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 import torch
 import torch.distributed as dist
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from maskstream.models import default_model
 from maskstream.schemas.manifest import vocab_hash
@@ -49,6 +49,26 @@ def masks_in_loader_workers(schedule_kind: str, mixed: bool) -> bool:
     masking-budget schedule (it follows the samples trained, which workers do not see) and a mixture (each
     source its own strategy) mask after the transfer."""
     return schedule_kind == "constant" and not mixed
+
+
+# Model types whose position ids start after the padding id (RoBERTa's): `max_position_embeddings` 514
+# holds 512 tokens.
+POSITIONS_AFTER_PADDING = frozenset({"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text"})
+
+
+def check_positions(model_name: str, max_length: int, dataset_url: str) -> None:
+    """Exits in one line, before any work, when the dataset's rows (the build's --max-length) are longer than
+    the model has position embeddings for: such a run would stop at its first long batch."""
+    model_config = AutoConfig.from_pretrained(model_name)
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if positions is None:  # no learned positions (rotary, relative): no such limit here
+        return
+    if model_config.model_type in POSITIONS_AFTER_PADDING:
+        positions -= (model_config.pad_token_id or 0) + 1
+    if max_length > positions:
+        raise SystemExit(f"{dataset_url} holds rows of up to {max_length} tokens (its build's --max-length), "
+                         f"{model_name} has position embeddings for {positions}: build with --max-length "
+                         f"{positions} or less, or train another --model")
 
 
 def setup_world(seed: int) -> World:
@@ -253,6 +273,7 @@ def open_data(config: TrainConfig, world: World, saved: SavedRun | None) -> Trai
     if manifest_hash is not None and manifest_hash != vocab_hash(tokenizer.get_vocab()):
         raise SystemExit(f"{dataset.version_url} was tokenized with another vocabulary (hash {manifest_hash[:12]}) "
                          f"than {model_name}'s tokenizer: build the dataset with this model's tokenizer")
+    check_positions(model_name, int(dataset.manifest.config.get("max_length", 128)), dataset.version_url)
     masking = MaskingConfig.from_manifest(dataset.manifest, budget=config.mask_budget, whole_word=config.whole_word)
     schedule = BudgetSchedule.parse(config.mask_budget_schedule, config.mask_budget)
     eval_masking = MaskingConfig.from_manifest(dataset.manifest)  # the defaults, whatever this run's settings

@@ -237,3 +237,21 @@ def test_eval_samples_0_evaluates_nothing(sample_dataset, tiny_bert, tmp_path):
            "--num-workers", "0")
     assert [r["split"] for r in read_metrics(out)] == ["train", "train"]
     assert json.loads((out / "summary.json").read_text())["held_out"] is None
+
+
+def test_a_dataset_longer_than_the_models_positions_is_refused_in_one_line(tmp_path):
+    """Issue 74: `train` checked only the vocabulary, and a dataset built longer than the model's position
+    embeddings crashed mid-run. RoBERTa's positions start after its padding id: 514 hold 512 tokens."""
+    from transformers import BertConfig, RobertaConfig
+
+    from maskstream.trainer.training_data import check_positions
+
+    BertConfig(max_position_embeddings=128).save_pretrained(tmp_path / "bert")
+    RobertaConfig(max_position_embeddings=514, pad_token_id=1).save_pretrained(tmp_path / "roberta")
+    check_positions(str(tmp_path / "bert"), 128, "data/v1")
+    check_positions(str(tmp_path / "roberta"), 512, "data/v1")
+    with pytest.raises(SystemExit, match=r"^data/v1 holds rows of up to 256 tokens \(its build's --max-length\), "
+                                         r".*bert has position embeddings for 128: build with --max-length 128"):
+        check_positions(str(tmp_path / "bert"), 256, "data/v1")
+    with pytest.raises(SystemExit, match="position embeddings for 512"):
+        check_positions(str(tmp_path / "roberta"), 514, "data/v1")
