@@ -9,6 +9,7 @@ import json
 import math
 import random
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -573,3 +574,23 @@ def test_the_commands_evaluate_runs_know_every_flag_it_gives_them() -> None:
         command_line("train", batchsize=32)
     with pytest.raises(ValueError, match=r"maskstream build has no option \['--max-len'\]"):
         command_line("build", "--max-len", "128")
+
+
+def test_the_prepared_work_and_every_result_are_keyed_on_the_builds_word_encoder(tmp_path, tiny_bert, monkeypatch):
+    """Issue 74: the build inside evaluate scores words with its own encoder (the MiniLM), not with --model; a
+    changed encoder reused the old work folder without a word. Now it enters prepare's inputs (the work
+    folder's key and every result's base_hash)."""
+    from maskstream.evaluate import experiment
+
+    labeled_file(tmp_path / "mine.jsonl")
+    config = EvaluateConfig(labeled=tmp_path / "mine.jsonl", output=tmp_path / "out", model=tiny_bert)
+    monkeypatch.setattr(experiment, "default_model", lambda: tiny_bert)
+    before = experiment.prepare_inputs(config)
+    assert before["encoder"] == experiment.model_identity(tiny_bert) and before["encoder"]["sha256"]
+    other = tmp_path / "other-encoder"
+    shutil.copytree(tiny_bert, other)
+    (other / "config.json").write_text((other / "config.json").read_text().replace("}", ', "note": 1}', 1))
+    monkeypatch.setattr(experiment, "default_model", lambda: str(other))
+    after = experiment.prepare_inputs(config)
+    assert after["encoder"] != before["encoder"] and {k: v for k, v in after.items() if k != "encoder"} == {
+        k: v for k, v in before.items() if k != "encoder"}

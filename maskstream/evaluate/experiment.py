@@ -44,6 +44,7 @@ from maskstream.evaluate.design import (
     EvaluateConfig,
     assign_folds,
 )
+from maskstream.models import default_model
 from maskstream.schemas.manifest import sha256_file
 from maskstream.storage.publish import move_into_place, write_atomically
 
@@ -152,19 +153,27 @@ def cleaned(rows: list[dict[str, Any]], held: list[str]) -> tuple[list[dict[str,
     return [r for i, r in enumerate(rows) if i not in leaking], len(leaking)
 
 
-def prepare(config: EvaluateConfig) -> dict[str, Any]:
-    """Clusters and folds of the labeled texts, each corpus cleaned per fold (checked again after),
-    the model as float32, the arms' datasets per fold. Skipped when WORK/prepared.json records the same
-    inputs. Refuses a model's pretraining corpus (--general-corpus) that holds a labeled text's
-    near-duplicate."""
+def prepare_inputs(config: EvaluateConfig) -> dict[str, Any]:
+    """What `prepare` makes its data from, the key of its work folder and of every result's `base_hash`:
+    the labeled file, the deciding settings, the corpora, the model that trains, the build's word encoder
+    (its sentence embeddings score the words), the near-duplicate threshold, the datasets and versions."""
     corpora = {"domain": config.domain_corpus, "background": config.background_corpus,
                "general": config.general_corpus}
     inputs = {"labeled": sha256_file(str(config.labeled)), "settings": config.deciding(),
               "corpora": {name: [sha256_file(str(p)) for pattern in patterns for p in expand(pattern)] if patterns else None
                           for name, patterns in corpora.items()},
-              "model": model_identity(config.model), "threshold": neardup.THRESHOLD,
+              "model": model_identity(config.model), "encoder": model_identity(default_model()),
+              "threshold": neardup.THRESHOLD,
               "datasets": sorted({ARMS[a].dataset for a in ("random", *config.arms)}), "versions": versions()}
-    inputs = json.loads(json.dumps(inputs))  # as prepared.json holds them (tuples become lists)
+    return json.loads(json.dumps(inputs))  # as prepared.json holds them (tuples become lists)
+
+
+def prepare(config: EvaluateConfig) -> dict[str, Any]:
+    """Clusters and folds of the labeled texts, each corpus cleaned per fold (checked again after),
+    the model as float32, the arms' datasets per fold. Skipped when WORK/prepared.json records the same
+    inputs. Refuses a model's pretraining corpus (--general-corpus) that holds a labeled text's
+    near-duplicate."""
+    inputs = prepare_inputs(config)
     # everything prepared lives under a hash of its inputs: other inputs never reuse a model, stats or TAPT
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     work = config.work / key
@@ -270,9 +279,11 @@ def build_datasets(config: EvaluateConfig, work: Path, folder: Path) -> dict[str
                        logs / f"stats-{name}.log", config.threads)
         maskstream(command_line("seeds", *arm.seeds, stats=str(stats), output=str(root / "seeds.json")),
                    logs / f"seeds-{name}.log", config.threads)
+        # The build's word encoder is its default, named here as prepare's key names it (`inputs["encoder"]`).
         maskstream(command_line("build", *arm.build, input=[str(folder / "tapt.jsonl")], stats=str(stats),
                                 seeds=str(root / "seeds.json"), output=str(root / "dataset"), version="v1",
-                                tokenizer=tokenizer, max_length=config.max_length, packing="pack"),
+                                model=default_model(), tokenizer=tokenizer, max_length=config.max_length,
+                                packing="pack"),
                    logs / f"build-{name}.log", config.threads)
         manifest = json.loads((root / "dataset" / "v1" / "manifest.json").read_text(encoding="utf-8"))
         out[name] = {"root": (root / "dataset").relative_to(work).as_posix(),
