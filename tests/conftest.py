@@ -102,6 +102,13 @@ def fail_on(done: list[str]) -> None:
         raise SlowWorkInAFastTest(done[0])
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """matplotlib lists the machine's fonts with an `fc-list` subprocess the first time it runs on a machine
+    (then it caches them): done here, before the guard, so that on a new machine a fast test that draws a
+    chart does not start that subprocess itself."""
+    import matplotlib.font_manager  # noqa: F401  (importing it builds the font cache)
+
+
 @contextlib.contextmanager
 def guard_slow_work(item: pytest.Item) -> Iterator[list[str]]:
     """In a test not marked `slow`, a subprocess, a Beam pipeline's run or a training step is refused and
