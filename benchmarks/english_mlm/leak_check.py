@@ -1,7 +1,8 @@
 """The default masked LM's pretraining corpus against both tasks `maskstream evaluate` is judged on, by
 evaluate's own check (`--general-corpus`: `check_general_corpus`, which refuses a corpus holding a
 near-duplicate of any labeled text). The default runs are the user's command and carry no such flag, so the
-check runs here, apart, and its output is committed (results/leak_check.json).
+check runs here, apart, and its output is committed (results/leak_check.json), with a search of the
+corpus for the fill-mask test's sentences (fill_mask.json), which the model must never have read.
 
     python -m benchmarks.english_mlm.leak_check --corpus out/english_mlm/corpus.jsonl.gz
 """
@@ -52,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
                                  "seconds": round(time.perf_counter() - started, 1)}
         print(f"{name}: {len(leaking)} of {len(texts)} labeled texts have a near-duplicate in the corpus "
               f"(evaluate {'accepts' if passed else 'refuses'} it)", flush=True)
+    # The fill-mask test's sentences (fill_mask.json), each with every accepted answer in its [MASK], must be
+    # sentences the model never read: searched in the corpus as lower-case text with spaces collapsed.
+    corpus = " ".join(" ".join(general).lower().split())
+    sentences = json.loads((Path(__file__).parent / "fill_mask.json").read_text(encoding="utf-8"))["sentences"]
+    record["fill_mask_sentences_found_in_corpus"] = {
+        s["text"]: sum(corpus.count(" ".join(s["text"].replace("[MASK]", answer).lower().split()))
+                       for answer in s["answers"]) for s in sentences}
+    print(f"fill-mask sentences found in the corpus: {sum(record['fill_mask_sentences_found_in_corpus'].values())}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
