@@ -47,12 +47,10 @@ PAPER_SHARPNESS = 1.0
 SHARPENED = {"weighting": "similarity", "sharpness": 8.0, "alpha": 1.0, "floor": 0.01}
 
 
-
-def check_budget(budget: float, flag: str = "--budget") -> float:
+def check_budget(budget: float, flag: str = "--budget") -> None:
     """The one rule for a masking budget, the share of a sequence's maskable tokens to mask: (0, 1]."""
     if not 0.0 < budget <= 1.0:
         raise ValueError(f"{flag} must be in (0, 1], got {budget}")
-    return budget
 
 
 @dataclasses.dataclass(frozen=True)

@@ -323,10 +323,11 @@ class Mixture:
                 places = places[len(samples):]
         self.samples += self.world_size * self.batch_size
         if self.held_out_fraction:  # held-out rows are the domain's: other sources are trained on whole
-            held = held_out(np.array([row["sample_index"] for row in rows]), self.held_out_fraction) & (labels == 0)
-            if held.all():
+            indices = np.array([row["sample_index"] for row in rows])
+            kept = ~(held_out(indices, self.held_out_fraction) & (labels == 0))
+            if not kept.any():
                 return None
-            rows, epochs, labels = [row for row, h in zip(rows, held, strict=True) if not h], epochs[~held], labels[~held]
+            rows, epochs, labels = [row for row, keep in zip(rows, kept, strict=True) if keep], epochs[kept], labels[kept]
         # Dropped before collation, so that the pinned batch is the one moved to the device (a selection
         # after pinning would copy it back into pageable memory, and the transfer would wait).
         batch = collate_sequences(rows, self.pad_token_id)

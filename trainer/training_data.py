@@ -45,7 +45,8 @@ def shard_cache(config: TrainConfig) -> ShardCache | None:
 
 def masks_in_loader_workers(schedule_kind: str, mixed: bool) -> bool:
     """The loader workers draw the masks, on CPU and on a GPU alike, so that the training process only moves
-    the batch (and the masked positions come with it: nothing in the step waits for the device). A
+    the batch (and the masked positions come with it: for the model types that take the 4-D mask,
+    `objectives.FOUR_D_MASK_MODEL_TYPES`, nothing in the step waits for the device). A
     masking-budget schedule (it follows the samples trained, which workers do not see) and a mixture (each
     source its own strategy) mask after the transfer."""
     return schedule_kind == "constant" and not mixed

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import re
 import struct
@@ -37,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.effect.general_corpus import write_gzip_jsonl
 from maskstream.schemas.manifest import sha256_file
 
 
@@ -207,13 +207,6 @@ def documents(debs: Path) -> Iterator[dict[str, str]]:
     for source in SOURCES:
         for text in by_package[source.package](archive_members(fetch(source, debs))):
             yield {"source": source.package, "text": text}
-
-
-def write_gzip_jsonl(path: Path, rows: list[dict[str, str]]) -> str:
-    data = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows).encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gzip.compress(data, compresslevel=6, mtime=0))
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def word_count(text: str) -> int:

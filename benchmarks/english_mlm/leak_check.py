@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.english_mlm.pretrain import texts_sha256
 from maskstream.evaluate import neardup
 from maskstream.evaluate.corpora import read_labeled, read_texts
 from maskstream.evaluate.design import EvaluateConfig
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "leak_check.json")
     args = parser.parse_args(argv)
     general = [r["text"] for r in read_texts([str(args.corpus)])[0]]
-    record = {"corpus_sha256": sha256_file(str(args.corpus)), "corpus_texts": len(general),
+    record = {"corpus_texts_sha256": texts_sha256(general), "corpus_texts": len(general),
               "near_duplicate_threshold": neardup.THRESHOLD, "tasks": {}}
     for name, (path, label) in TASKS.items():
         started = time.perf_counter()
