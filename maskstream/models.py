@@ -1,5 +1,7 @@
-"""Which model, and loading it: the default model (the offline all-MiniLM-L6-v2 when its package is
-installed), what logs and manifests call a model, and `load_pretrained`.
+"""Which model, and loading it: the two defaults (`default_model`, the word encoder `build` scores words
+with: the offline all-MiniLM-L6-v2 when its package is installed; `default_mlm`, the masked LM `train` and
+`evaluate` train: the general-English one shipped here), what logs and manifests call a model, and
+`load_pretrained`.
 
 `load_pretrained` loads a pretrained model, with transformers' load report said in maskstream's words when
 what it reports is expected.
@@ -23,6 +25,7 @@ import os
 import re
 from collections.abc import Iterator
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 HUB_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -38,6 +41,13 @@ def default_model() -> str:
     except ImportError:
         return HUB_MINILM
     return str(get_model_path())
+
+
+def default_mlm() -> str:
+    """Path of the general-English masked LM shipped in this package (`maskstream/english_mlm/`, trained by
+    benchmarks/english_mlm/): the default model `train` and `evaluate` train. It reads MiniLM's vocabulary,
+    so a dataset built at the defaults trains it."""
+    return str(Path(__file__).resolve().parent / "english_mlm")
 
 
 # Folders under which Python installs packages: a model found there is named by its package.

@@ -1,4 +1,5 @@
-"""The pilot's rule (benchmarks/effect/PILOT.md) applied to made-up gains: which cell it chooses."""
+"""The pilots' rules (benchmarks/effect/PILOT.md, DEFAULT_PILOT.md) applied to made-up gains: which cell each
+chooses; and the tasks and runs around them."""
 
 import hashlib
 import json
@@ -10,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.effect.pilot import GRID, check_frozen, choice
+from benchmarks.effect.pilot import DEFAULT_MODEL, ISSUE_60, SEED, TRAINED_LINES, check_frozen, choice, gains
 
 
-def figures(gains: dict[int, float]) -> dict[int, dict[str, float]]:
-    return {c.number: {"gain": gains.get(c.number, 0.0)} for c in GRID}
+def figures(gains: dict[int, float], costs: dict[int, float] | None = None,
+            grid: tuple = ISSUE_60.grid) -> dict[int, dict[str, float]]:
+    return {c.number: {"gain": gains.get(c.number, 0.0), "cost": (costs or {}).get(c.number, 0.0)} for c in grid}
 
 
 def test_incomplete_grid_chooses_nothing() -> None:
@@ -39,6 +41,57 @@ def test_no_minilm_cell_gaining_is_said_and_the_best_point_estimate_taken() -> N
     text = choice(figures(gains))
     assert text.startswith("**Chosen (rule 4):** cell 10, learning rate 3e-05, 20 passes")
     assert "the control failed at every MiniLM setting tried" in text
+
+
+def default_choice(gains: dict[int, float], costs: dict[int, float]) -> str:
+    return choice(figures(gains, costs, DEFAULT_MODEL.grid), DEFAULT_MODEL)
+
+
+def test_the_default_model_pilot_takes_the_fewest_passes_that_pass_within_the_ceiling() -> None:
+    # cells 1-2 (1 pass) fail; 3 and 4 (2 passes) pass within 3,600 s, 4 with the larger gain; 6 gains more
+    costs = {1: 700, 2: 700, 3: 1300, 4: 1300, 5: 2500, 6: 2500, 7: 5000, 8: 5000}
+    gains = {1: 0.99, 2: -0.5, 3: 1.2, 4: 1.5, 5: 3.0, 6: 4.0, 7: 5.0, 8: 6.0}
+    assert default_choice(gains, costs).startswith("**Chosen (rule 3):** cell 4, learning rate 0.0003, 2 passes")
+    # over the ceiling, the cheapest passing cell, its cost said; a failing cell is never chosen
+    text = default_choice({5: 1.0, 7: 5.0, 8: 6.0}, {**costs, 3: 100, 5: 3650})
+    assert text.startswith("**Chosen (rule 4):** cell 5, learning rate 0.0001, 4 passes")
+    assert "none within 3600 s" in text and "projected at 3650 s" in text
+
+
+def test_the_default_model_pilot_says_when_no_cell_passes() -> None:
+    gains = {1: -3.0, 2: 0.2, 3: 0.9, 4: -1.0, 5: 0.5, 6: 0.99, 7: 0.1, 8: -2.0}
+    text = default_choice(gains, dict.fromkeys(range(1, 9), 100.0))
+    assert text.startswith("**Chosen (rule 5):** cell 6, learning rate 0.0003, 4 passes")
+    assert "the control failed in the pilot at every setting tried" in text
+    found = figures(gains, grid=DEFAULT_MODEL.grid)
+    del found[8]
+    assert choice(found, DEFAULT_MODEL).startswith("Incomplete: 7 of 8 cells")
+
+
+def test_the_projected_cost_is_nones_probe_and_ten_trained_lines(tmp_path: Path) -> None:
+    """A default run trains `random` and `difference` once per default seed: the cost projects that many
+    `random` lines (TAPT and probe) and `none`'s probe, from a cell's own result lines."""
+    from maskstream.evaluate.design import EvaluateConfig
+
+    assert len([a for a in EvaluateConfig.arms if a != "none"]) * len(EvaluateConfig.seeds) == TRAINED_LINES
+
+    def arm(name: str, passes: float, tapt: float, probe: float, f1: float) -> dict:
+        folds = [{"seconds": {"tapt": tapt, "probe": probe}}] * 2
+        return {"kind": "arm", "base_hash": "b1", "config_hash": f"{name}{passes}", "arm": name, "seed": SEED,
+                "passes": passes, "macro_f1": f1, "folds": folds}
+
+    lines = [{"kind": "prepared", "base_hash": "b1", "model": {"name": "english_mlm"},
+              "settings": {"learning_rate": 1e-4}},
+             {"kind": "prepared", "base_hash": "b2", "model": {"name": "english_mlm"},
+              "settings": {"learning_rate": 3e-4}},
+             arm("none", 0.0, 0.0, 5.0, 0.70), arm("random", 1.0, 40.0, 6.0, 0.72), arm("random", 2.0, 80.0, 6.0, 0.69)]
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    found = gains(results, DEFAULT_MODEL)
+    assert sorted(found) == [1, 3]  # the 3e-4 evaluation has no lines yet
+    assert found[1]["gain"] == pytest.approx(2.0) and found[3]["gain"] == pytest.approx(-1.0)
+    assert found[1]["cost"] == pytest.approx(2 * 5.0 + 10 * 2 * (40.0 + 6.0))
+    assert found[3]["tapt_minutes"] == pytest.approx(160 / 60)
 
 
 def test_this_checkout_runs_its_own_packages() -> None:
@@ -170,13 +223,14 @@ def test_evaluate_defaults_are_the_pilots_choice() -> None:
     import argparse
     import dataclasses
 
-    from benchmarks.effect.pilot import chosen, gains
+    from benchmarks.effect.pilot import chosen
     from maskstream.cli.evaluate import add_arguments
     from maskstream.evaluate.design import EvaluateConfig
 
     results = Path(__file__).resolve().parents[1] / "benchmarks/effect/results/pilot/results.jsonl"
-    cell = chosen(gains(results))
-    assert cell is not None and cell.model == "minilm"
+    made = chosen(gains(results))
+    assert made is not None and made.cell.model == "minilm"
+    cell = made.cell
     assert (EvaluateConfig.passes, EvaluateConfig.learning_rate) == ((cell.passes,), cell.learning_rate)
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -1,20 +1,26 @@
-"""The pilot of issue 60, as PILOT.md fixes it: the control (`random − none`) of `maskstream evaluate` over
-model × learning rate × TAPT passes, on the shipped task, one seed a cell.
+"""The pilots that chose `maskstream evaluate`'s defaults: the control (`random − none`) over model ×
+learning rate × TAPT passes, on the shipped task, one seed a cell. Two grids, each with its rule written and
+committed before its first result:
 
-    python -m benchmarks.effect.pilot run        # every cell in PILOT.md's order; two processes share the work
-    python -m benchmarks.effect.pilot summary    # results/pilot/SUMMARY.md from results/pilot/results.jsonl
+- `issue-60` (PILOT.md): the MiniLM and the committed `small` model; results/pilot/.
+- `default-model` (DEFAULT_PILOT.md, issue 74): the shipped general-English masked LM
+  (`maskstream.models.default_mlm`); results/default-pilot/.
+
+    python -m benchmarks.effect.pilot run --grid default-model       # every cell in order; two processes share it
+    python -m benchmarks.effect.pilot summary --grid default-model   # SUMMARY.md from the grid's results.jsonl
 
 `run` calls `maskstream evaluate`'s library (the same code as the command) once per cell, with one
 results.jsonl for all cells (each cell is its own evaluation in it), and commits each finished (arm, seed)
 with the report and the summary (`git commit --only`), so a fresh clone continues where a session stopped.
-Run it from a clone of the commit that adds PILOT.md, with --results-root pointing at the checkout where
-the results are committed.
+Run it from a clone of the commit that adds the grid's rule, with --results-root pointing at the checkout
+where the results are committed.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,48 +30,116 @@ from benchmarks.effect.ours import LABELED, REPO, commit, general_model
 from maskstream.evaluate.design import PRIMARY_METRIC, EvaluateConfig
 from maskstream.evaluate.experiment import evaluate
 from maskstream.evaluate.report import load, write_report
-from maskstream.models import default_model
+from maskstream.models import default_mlm, default_model
 from maskstream.pipelines.dataset.core.tokenizer_facts import cache_root
 
 SEED = 100
 GAINS_AT = 1.0  # points: a cell gains when random − none is at least this (the evaluation's margin)
-FEWER_PASSES_WITHIN = 0.5  # points: cells this close to the best go to the fewest passes
+FEWER_PASSES_WITHIN = 0.5  # points: issue 60's cells this close to the best go to the fewest passes
+CEILING_SECONDS = 3600.0  # DEFAULT_PILOT.md: a default run's projected TAPT + probe seconds
+TRAINED_LINES = 10  # DEFAULT_PILOT.md: a default run's `random` and `difference` lines, 5 seeds each
 
 
 @dataclass(frozen=True)
 class Cell:
     number: int
-    model: str  # "minilm" or "small"
+    model: str  # "minilm", "small" or "english" (the shipped general-English masked LM)
     learning_rate: float
     passes: float
 
 
-GRID = (Cell(1, "minilm", 1e-4, 5), Cell(2, "minilm", 3e-4, 5), Cell(3, "minilm", 3e-5, 5),
-        Cell(4, "small", 3e-4, 10), Cell(5, "small", 1e-4, 10), Cell(6, "small", 3e-4, 40),
-        Cell(7, "small", 1e-4, 40), Cell(8, "minilm", 1e-4, 20), Cell(9, "minilm", 3e-4, 20),
-        Cell(10, "minilm", 3e-5, 20))
+@dataclass(frozen=True)
+class Choice:
+    cell: Cell
+    rule: int  # the rule of the grid's document that chose it
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Pilot:
+    name: str  # --grid
+    issue: int
+    rule_document: str  # in benchmarks/effect/
+    results: str  # its folder under results/
+    grid: tuple[Cell, ...]
+    choose: Callable[[dict[int, dict[str, Any]]], Choice]  # the rule, once every cell is in
+
+
+def choose_issue_60(found: dict[int, dict[str, Any]]) -> Choice:
+    """PILOT.md's rule: among the MiniLM cells, the fewest passes within half a point of the best gain if
+    that gains; otherwise the best gain."""
+    minilm = [c for c in ISSUE_60.grid if c.model == "minilm"]
+    best = max(found[c.number]["gain"] for c in minilm)
+    if best >= GAINS_AT:
+        close = [c for c in minilm if found[c.number]["gain"] >= best - FEWER_PASSES_WITHIN]
+        cell = min(close, key=lambda c: (c.passes, -found[c.number]["gain"]))
+        return Choice(cell, 3, f"a MiniLM cell gains (best +{best:.2f} points)")
+    return Choice(max(minilm, key=lambda c: found[c.number]["gain"]), 4,
+                  f"no MiniLM cell gains {GAINS_AT:g} point or more (best {best:+.2f}): the control failed at "
+                  "every MiniLM setting tried")
+
+
+def choose_default_model(found: dict[int, dict[str, Any]]) -> Choice:
+    """DEFAULT_PILOT.md's rule: the passing cell within the cost ceiling with the fewest passes (then the
+    larger gain); else the passing cell with the lowest projected cost; else the largest gain."""
+    cells = DEFAULT_MODEL.grid
+    passing = [c for c in cells if found[c.number]["gain"] >= GAINS_AT]
+    within = [c for c in passing if found[c.number]["cost"] <= CEILING_SECONDS]
+    if within:
+        cell = min(within, key=lambda c: (c.passes, -found[c.number]["gain"]))
+        return Choice(cell, 3, f"{len(passing)} of {len(cells)} cells pass, {len(within)} of them within "
+                               f"{CEILING_SECONDS:.0f} s")
+    if passing:
+        cell = min(passing, key=lambda c: found[c.number]["cost"])
+        return Choice(cell, 4, f"{len(passing)} of {len(cells)} cells pass, none within {CEILING_SECONDS:.0f} s: "
+                               f"the cheapest passing cell, a default run projected at "
+                               f"{found[cell.number]['cost']:.0f} s")
+    best = max(cells, key=lambda c: found[c.number]["gain"])
+    return Choice(best, 5, f"no cell gains {GAINS_AT:g} point or more (best {found[best.number]['gain']:+.2f}): "
+                           "the control failed in the pilot at every setting tried")
+
+
+ISSUE_60 = Pilot("issue-60", 60, "PILOT.md", "pilot", (
+    Cell(1, "minilm", 1e-4, 5), Cell(2, "minilm", 3e-4, 5), Cell(3, "minilm", 3e-5, 5),
+    Cell(4, "small", 3e-4, 10), Cell(5, "small", 1e-4, 10), Cell(6, "small", 3e-4, 40),
+    Cell(7, "small", 1e-4, 40), Cell(8, "minilm", 1e-4, 20), Cell(9, "minilm", 3e-4, 20),
+    Cell(10, "minilm", 3e-5, 20)), choose_issue_60)
+DEFAULT_MODEL = Pilot("default-model", 74, "DEFAULT_PILOT.md", "default-pilot", (
+    Cell(1, "english", 1e-4, 1), Cell(2, "english", 3e-4, 1), Cell(3, "english", 1e-4, 2),
+    Cell(4, "english", 3e-4, 2), Cell(5, "english", 1e-4, 4), Cell(6, "english", 3e-4, 4),
+    Cell(7, "english", 1e-4, 8), Cell(8, "english", 3e-4, 8)), choose_default_model)
+PILOTS = {p.name: p for p in (ISSUE_60, DEFAULT_MODEL)}
 SETTINGS = {"label_field": "section", "arms": ("none", "random"), "seeds": (SEED,), "batch_size": 32,
             "max_length": 128, "folds": 2, "probe_folds": 5, "margin": 0.01, "threads": 1, "device": "cpu"}
 
 
-def cell_config(cell: Cell, output: Path) -> EvaluateConfig:
-    if cell.model == "small":
-        model, general = str(general_model("small")), [str(REPO / GENERAL_CORPUS["path"])]
-    else:
-        model, general = default_model(), None
-    return EvaluateConfig(labeled=str(LABELED), output=output, model=model, general_corpus=general,
+def model_path(model: str) -> str:
+    """What loads a cell's model."""
+    if model == "small":
+        return str(general_model("small"))
+    return default_mlm() if model == "english" else default_model()
+
+
+def cell_config(pilot: Pilot, cell: Cell, output: Path) -> EvaluateConfig:
+    general = [str(REPO / GENERAL_CORPUS["path"])] if cell.model == "small" else None
+    return EvaluateConfig(labeled=str(LABELED), output=output, model=model_path(cell.model), general_corpus=general,
                           passes=(cell.passes,), learning_rate=cell.learning_rate,
-                          work=cache_root() / "evaluate-pilot", **SETTINGS)
+                          work=cache_root() / f"evaluate-{pilot.results}", **SETTINGS)
 
 
-def gains(results: Path) -> dict[int, dict[str, Any]]:
-    """Each finished cell's none and random scores and its gain, in points. A cell is found by its
-    evaluation's prepared line (model, learning rate) and the arm line's passes."""
+def seconds(record: dict[str, Any], *parts: str) -> float:
+    return sum(f["seconds"][part] for f in record["folds"] for part in parts)
+
+
+def gains(results: Path, pilot: Pilot = ISSUE_60) -> dict[int, dict[str, Any]]:
+    """Each finished cell's none and random scores and its gain, in points, and a default run's projected
+    TAPT + probe seconds (`cost`). A cell is found by its evaluation's prepared line (model, learning
+    rate) and the arm line's passes."""
     kinds = load(results)
-    model_names = {"minilm": Path(default_model()).name, "small": general_model("small").name}
+    names = {m: Path(model_path(m)).name for m in {c.model for c in pilot.grid}}
     out: dict[int, dict[str, Any]] = {}
-    for cell in GRID:
-        bases = {p["base_hash"] for p in kinds["prepared"] if p["model"]["name"] == model_names[cell.model]
+    for cell in pilot.grid:
+        bases = {p["base_hash"] for p in kinds["prepared"] if p["model"]["name"] == names[cell.model]
                  and p["settings"]["learning_rate"] == cell.learning_rate}
         lines = [r for r in kinds["arm"] if r["base_hash"] in bases]
         none = next((r for r in lines if r["arm"] == "none"), None)
@@ -75,50 +149,43 @@ def gains(results: Path) -> dict[int, dict[str, Any]]:
             continue
         out[cell.number] = {"none": 100 * none[PRIMARY_METRIC], "random": 100 * random[PRIMARY_METRIC],
                             "gain": 100 * (random[PRIMARY_METRIC] - none[PRIMARY_METRIC]),
-                            "tapt_minutes": sum(f["seconds"]["tapt"] for f in random["folds"]) / 60}
+                            "tapt_minutes": seconds(random, "tapt") / 60,
+                            "cost": seconds(none, "probe") + TRAINED_LINES * seconds(random, "tapt", "probe")}
     return out
 
 
-def chosen(found: dict[int, dict[str, Any]]) -> Cell | None:
-    """PILOT.md's rule: the cell whose passes and learning rate become the defaults (None until all are in)."""
-    if len(found) < len(GRID):
-        return None
-    minilm = [c for c in GRID if c.model == "minilm"]
-    best = max(found[c.number]["gain"] for c in minilm)
-    if best >= GAINS_AT:
-        close = [c for c in minilm if found[c.number]["gain"] >= best - FEWER_PASSES_WITHIN]
-        return min(close, key=lambda c: (c.passes, -found[c.number]["gain"]))
-    return max(minilm, key=lambda c: found[c.number]["gain"])
+def chosen(found: dict[int, dict[str, Any]], pilot: Pilot = ISSUE_60) -> Choice | None:
+    """The grid's rule: the cell whose passes and learning rate become the defaults (None until all are in)."""
+    return pilot.choose(found) if len(found) == len(pilot.grid) else None
 
 
-def choice(found: dict[int, dict[str, Any]]) -> str:
-    """PILOT.md's rule, once all cells are in, as SUMMARY.md says it."""
-    cell = chosen(found)
-    if cell is None:
-        return f"Incomplete: {len(found)} of {len(GRID)} cells in. The rule is read once all are in."
-    best = max(found[c.number]["gain"] for c in GRID if c.model == "minilm")
-    if best >= GAINS_AT:
-        verdict = f"a MiniLM cell gains (best +{best:.2f} points)"
-    else:
-        verdict = (f"no MiniLM cell gains {GAINS_AT:g} point or more (best {best:+.2f}): the control failed at every "
-                   "MiniLM setting tried")
-    return (f"**Chosen (rule {3 if best >= GAINS_AT else 4}):** cell {cell.number}, learning rate "
-            f"{cell.learning_rate:g}, {cell.passes:g} passes; {verdict}.")
+def choice(found: dict[int, dict[str, Any]], pilot: Pilot = ISSUE_60) -> str:
+    """The grid's rule, once all cells are in, as SUMMARY.md says it."""
+    made = chosen(found, pilot)
+    if made is None:
+        return f"Incomplete: {len(found)} of {len(pilot.grid)} cells in. The rule is read once all are in."
+    cell = made.cell
+    return (f"**Chosen (rule {made.rule}):** cell {cell.number}, learning rate {cell.learning_rate:g}, "
+            f"{cell.passes:g} passes; {made.verdict}.")
 
 
-def write_summary(root: Path) -> Path:
-    found = gains(root / "results.jsonl") if (root / "results.jsonl").exists() else {}
-    rows = ["# Pilot of issue 60: the control of `maskstream evaluate` per cell", "",
-            "Generated by `python -m benchmarks.effect.pilot summary` from `results.jsonl`; the rule is "
-            "benchmarks/effect/PILOT.md's. Probe macro-F1 in points, seed 100; intervals in REPORT.md.", "",
-            "| cell | model | learning rate | passes | none | random | random − none | TAPT min (2 folds) |",
-            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |"]
-    for cell in GRID:
+def write_summary(root: Path, pilot: Pilot = ISSUE_60) -> Path:
+    found = gains(root / "results.jsonl", pilot) if (root / "results.jsonl").exists() else {}
+    cost = pilot is DEFAULT_MODEL  # issue 60's rule had no ceiling: its table stays as it was
+    rows = [f"# Pilot of issue {pilot.issue}: the control of `maskstream evaluate` per cell", "",
+            f"Generated by `python -m benchmarks.effect.pilot summary --grid {pilot.name}` from `results.jsonl`; "
+            f"the rule is benchmarks/effect/{pilot.rule_document}'s. Probe macro-F1 in points, seed {SEED}; "
+            "intervals in REPORT.md." + (" Projected cost: a default run's TAPT + probe seconds, `none`'s probe "
+                                         f"+ {TRAINED_LINES} × this `random` line's." if cost else ""), "",
+            "| cell | model | learning rate | passes | none | random | random − none | TAPT min (2 folds) |"
+            + (" projected cost (s) |" if cost else ""),
+            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |" + (" ---: |" if cost else "")]
+    for cell in pilot.grid:
         f = found.get(cell.number)
-        figures = (f"{f['none']:.2f} | {f['random']:.2f} | {f['gain']:+.2f} | {f['tapt_minutes']:.1f}" if f
-                   else "– | – | – | –")
+        figures = (f"{f['none']:.2f} | {f['random']:.2f} | {f['gain']:+.2f} | {f['tapt_minutes']:.1f}"
+                   + (f" | {f['cost']:.0f}" if cost else "") if f else " | ".join(["–"] * (4 + cost)))
         rows.append(f"| {cell.number} | {cell.model} | {cell.learning_rate:g} | {cell.passes:g} | {figures} |")
-    rows += ["", choice(found), ""]
+    rows += ["", choice(found, pilot), ""]
     path = root / "SUMMARY.md"
     path.write_text("\n".join(rows), encoding="utf-8")
     return path
@@ -141,30 +208,36 @@ def check_frozen() -> None:
                          "`ln -s ../pipelines ../trainer ../schemas ../mask_signal maskstream/`")
 
 
-def run(root: Path) -> None:
+def run(root: Path, pilot: Pilot) -> None:
     check_frozen()
-    for cell in GRID:
+    for cell in pilot.grid:
         def committed(record: dict[str, Any], cell: Cell = cell) -> None:
             write_report(root / "results.jsonl", root / "REPORT.md", margin=SETTINGS["margin"], planned=None)
-            summary = write_summary(root)
+            summary = write_summary(root, pilot)
             commit(root, [root / "results.jsonl", root / "REPORT.md", summary, *root.glob("differences-*.png")],
-                   f"evaluate pilot (issue 60), cell {cell.number} ({cell.model}, lr {cell.learning_rate:g}, "
-                   f"{cell.passes:g} passes): {record['arm']}, probe macro-F1 {100 * record[PRIMARY_METRIC]:.2f}")
+                   f"evaluate pilot (issue {pilot.issue}), cell {cell.number} ({cell.model}, lr "
+                   f"{cell.learning_rate:g}, {cell.passes:g} passes): {record['arm']}, probe macro-F1 "
+                   f"{100 * record[PRIMARY_METRIC]:.2f}")
 
         print(f"pilot cell {cell.number}: {cell}", flush=True)
-        evaluate(cell_config(cell, root), on_result=committed)
+        evaluate(cell_config(pilot, cell, root), on_result=committed)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stage", choices=("run", "summary"))
-    parser.add_argument("--results-root", type=Path, default=REPO / "benchmarks" / "effect" / "results" / "pilot",
-                        help="where the pilot's results are written and committed (default: this checkout's)")
+    parser.add_argument("--grid", choices=sorted(PILOTS), default=ISSUE_60.name,
+                        help="which pilot (default: issue-60, the one its results were written by)")
+    parser.add_argument("--results-root", type=Path,
+                        help="where the pilot's results are written and committed (default: this checkout's "
+                             "benchmarks/effect/results/<the grid's folder>)")
     args = parser.parse_args(argv)
-    args.results_root.mkdir(parents=True, exist_ok=True)
+    pilot = PILOTS[args.grid]
+    root = args.results_root or REPO / "benchmarks" / "effect" / "results" / pilot.results
+    root.mkdir(parents=True, exist_ok=True)
     if args.stage == "run":
-        run(args.results_root)
-    print(f"wrote {write_summary(args.results_root)}")
+        run(root, pilot)
+    print(f"wrote {write_summary(root, pilot)}")
     return 0
 
 
