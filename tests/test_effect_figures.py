@@ -260,11 +260,19 @@ def test_the_docs_carry_the_confirmatory_runs_decision(relative: str, run: str) 
     assert sentence.rstrip(".") in read(relative).replace("**", ""), (relative, sentence)
 
 
+def percent(share: str) -> str:
+    """A report's `0.097 ± 0.004` as the README says it, `9.7 ± 0.4 %`: the same digits."""
+    value, error = share.split(" ± ")
+    digits = max(0, len(value.split(".")[1]) - 2)
+    return f"{100 * float(value):.{digits}f} ± {100 * float(error):.{digits}f} %"
+
+
 def test_the_readme_gives_the_texts_and_seeds_shares_of_the_deciding_interval() -> None:
-    """Issue 61: the README's sentence says how much of its interval comes from the texts and the seeds,
-    as the report's primary row gives them (variance shares texts / seeds / seed x text)."""
+    """Issues 61 and 74: the README's sentence says how much of its interval comes from the texts and the
+    seeds, with their Monte Carlo error, as the report's primary row gives them (variance shares ± Monte Carlo
+    error: texts / seeds / seed x text)."""
     row = [cell.strip() for cell in report_line("issue 61", "| `difference − random` | primary |").split("|")]
-    texts, seeds, interaction = (round(100 * float(share)) for share in row[9].split(" / "))
-    expected = (f"{texts} % of the interval's variance comes from which texts were judged, {seeds} % from the "
-                f"seeds and {interaction} % from their interaction")
+    texts, seeds, interaction = (percent(share) for share in row[9].split(" / "))
+    expected = (f"Of the interval's variance, {texts} comes from which texts were judged, {seeds} from the "
+                f"seeds and {interaction} from their interaction")
     assert normalized(expected) in read("README.md"), expected

@@ -133,6 +133,30 @@ def test_the_crossed_bootstrap_matches_scikit_learn_and_splits_its_variance() ->
     assert same["seeds"]["sd"] == pytest.approx(0.0, abs=1e-12) and same["share"]["texts"] == pytest.approx(1.0)
 
 
+def test_the_shares_monte_carlo_error_is_the_spread_of_independent_streams() -> None:
+    """The batch-means error one bootstrap stream reports is what 24 streams of the same bootstrap (other
+    random seeds) actually spread by, within a factor of two, share by share."""
+    rng = np.random.default_rng(3)
+    truth = [rng.integers(0, 3, 300), rng.integers(0, 3, 280)]
+    clusters = [np.arange(300) // 3, np.arange(280) // 2]
+    arm = {s: [np.where(rng.random(len(t)) < 0.72, t, rng.integers(0, 3, len(t))) for t in truth] for s in range(5)}
+    base = {s: [np.where(rng.random(len(t)) < 0.7, t, rng.integers(0, 3, len(t))) for t in truth] for s in range(5)}
+    streams = [statistics.crossed_bootstrap(truth, clusters, arm, base, resamples=1000, seed=seed) for seed in range(24)]
+    for name in ("texts", "seeds", "seed_x_text"):
+        spread = np.std([out["share"][name] for out in streams], ddof=1)
+        reported = np.mean([out["share_mc_error"][name] for out in streams])
+        assert 0.5 < reported / spread < 2.0, (name, reported, spread)
+
+
+@pytest.mark.parametrize(("share", "error", "said"), [
+    (0.7213, 0.0198, "0.72 ± 0.02"), (0.0968, 0.0042, "0.097 ± 0.004"), (0.0198, 0.0009, "0.020 ± 0.001"),
+    (0.0, 7e-33, "0.000 ± 0.000"), (1.0, 0.0, "1.00"), (math.nan, 0.01, "–"), (0.5, 0.12, "0.5 ± 0.1")])
+def test_a_share_is_given_to_the_digits_its_monte_carlo_error_supports(share, error, said) -> None:
+    from maskstream.evaluate.report import with_error
+
+    assert with_error(share, error) == said
+
+
 @pytest.mark.parametrize("components", [{"seeds": 0.215e-4, "texts": 1.14e-4, "seed_x_text": 0.41e-4},
                                         {"seeds": 0.03e-4, "texts": 0.2e-4, "seed_x_text": 0.05e-4}])
 def test_the_design_for_power_counts_texts_and_seeds(components) -> None:

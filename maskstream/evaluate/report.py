@@ -51,6 +51,17 @@ def num(x: float | None, digits: int = 3) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def with_error(x: float, error: float) -> str:
+    """`x ± error`, the error to one significant digit and `x` to the same place (at most 3 decimals): the
+    digits a Monte Carlo estimate supports."""
+    if math.isnan(x):
+        return "–"
+    if math.isnan(error) or error <= 0:
+        return f"{x:.2f}"
+    digits = min(3, max(0, -math.floor(math.log10(error))))
+    return f"{x:.{digits}f} ± {error:.{digits}f}"
+
+
 def load(results: Path) -> dict[str, list[dict[str, Any]]]:
     """kind -> lines; of `arm` and `pilot` lines, the last of each (config hash, arm, seed)."""
     kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -235,7 +246,7 @@ def section_comparisons(prepared: dict[str, Any], lines: list[dict[str, Any]], m
     adjusted = holm(exploratory)
     out = ["## Comparisons", "", SCOPE, "",
            "| comparison | role | n | mean | hierarchical 95 % CI | P(> 0) | seeds-only CI | texts-only CI | variance "
-           f"shares: texts / seeds / seed × text | p (paired t) | TOST p (±{100 * margin:g}) | power at "
+           f"shares ± Monte Carlo error: texts / seeds / seed × text | p (paired t) | TOST p (±{100 * margin:g}) | power at "
            f"±{100 * margin:g} | for 80 % power: seeds (these texts) / texts (these seeds) |",
            "| --- | --- | ---: | ---: | --- | ---: | --- | --- | --- | ---: | ---: | ---: | --- |"]
     for (a, b), r in results.items():
@@ -245,12 +256,12 @@ def section_comparisons(prepared: dict[str, Any], lines: list[dict[str, Any]], m
         boot = r["bootstrap"]
         if boot["n"] == 0:
             continue
-        share, need = boot["share"], r["for_power"]
+        need = r["for_power"]
+        shares = " / ".join(with_error(boot["share"][k], boot["share_mc_error"][k]) for k in ("texts", "seeds", "seed_x_text"))
         texts_needed = f"{need['texts']:,}" if need["texts"] else "none reaches it"
         out.append(f"| `{name}` | {role} | {r['n']} | {pts(r['mean'])} | {ci(boot['hierarchical']['ci'])} | "
                    f"{num(boot['hierarchical'].get('p_positive'), 2)} | {ci(boot['seeds']['ci'])} | "
-                   f"{ci(boot['texts']['ci'])} | {num(share['texts'], 2)} / {num(share['seeds'], 2)} / "
-                   f"{num(share['seed_x_text'], 2)} | {num(r['p_t'])} | {num(r['tost']['p'])} | "
+                   f"{ci(boot['texts']['ci'])} | {shares} | {num(r['p_t'])} | {num(r['tost']['p'])} | "
                    f"{num(r['power_at_margin'], 2)} | {need['seeds'] or 'none reaches it'} / {texts_needed} |")
     primary = results.get(PRIMARY)
     if primary and primary["bootstrap"]["n"] and planned is not None:
