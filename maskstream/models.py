@@ -196,10 +196,17 @@ def _expected(record: logging.LogRecord, model: Any, info: dict[str, Any]) -> bo
 
 
 def load_pretrained(auto_class: Any, model: str, head: str, expected_because: str, **kwargs: Any) -> tuple[Any, dict]:
-    """`auto_class.from_pretrained(model, output_loading_info=True, **kwargs)`. Where the load
-    only initialized a new `head` (and pooler), logs `"<model> has no <head>; a new one is
-    initialized (<expected_because>)"` and keeps transformers' messages at debug; otherwise
-    lets them through unchanged. `model` is named by `maskstream.models.display_name`."""
+    """`auto_class.from_pretrained(model, output_loading_info=True, dtype=torch.float32, **kwargs)`.
+    Where the load only initialized a new `head` (and pooler), logs `"<model> has no <head>; a new
+    one is initialized (<expected_because>)"` and keeps transformers' messages at debug; otherwise
+    lets them through unchanged. `model` is named by `maskstream.models.display_name`.
+
+    The weights load in float32 whatever the checkpoint stores: transformers keeps a checkpoint's own
+    dtype, and the shipped masked LM is stored in float16 (half the bytes), which a CPU trains and
+    encodes badly. Lower precision is autocast's job (`train` on CUDA, `build --encoder-dtype`)."""
+    import torch
+
+    kwargs.setdefault("dtype", torch.float32)
     if not log.isEnabledFor(logging.DEBUG):
         hide_weights_bars()
     held = _HeldRecords()

@@ -8,6 +8,7 @@ import logging
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from maskstream.models import (
@@ -158,3 +159,36 @@ def test_beam_root_logger_chatter_is_held_back_below_warning():
     assert beam_root_chatter(record("root", str(Path("pipelines") / "corpus.py"), logging.INFO))
     assert beam_root_chatter(record("maskstream.build", beam, logging.INFO))
 
+
+
+def test_a_16_bit_checkpoint_trains_encodes_and_probes_in_float32(tiny_bert, tmp_path):
+    """Issue 74: the shipped masked LM is stored in float16; transformers would keep that dtype, and a CPU
+    trains it badly. Every place maskstream loads a model (train, finetune, build's encoder, evaluate's
+    probe) gets float32 weights, the same numbers as the checkpoint's."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from maskstream.evaluate.probe import features
+    from maskstream.models import load_pretrained
+    from maskstream.pipelines.dataset.core.word_encoder import WordEncoder
+    from maskstream.trainer.objectives import load_mlm_model
+
+    half = tmp_path / "half"
+    AutoModelForMaskedLM.from_pretrained(tiny_bert).half().save_pretrained(half)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(half)
+    assert AutoModelForMaskedLM.from_pretrained(half).dtype == torch.float16  # what transformers alone does
+    stored = AutoModelForMaskedLM.from_pretrained(half).bert.embeddings.word_embeddings.weight
+    trained = load_mlm_model(str(half))
+    assert {p.dtype for p in trained.parameters()} == {torch.float32}
+    assert torch.equal(trained.bert.embeddings.word_embeddings.weight, stored.float())
+    classifier, _ = load_pretrained(AutoModelForSequenceClassification, str(half), "classification head",
+                                    "expected when fine-tuning", num_labels=2)
+    assert {p.dtype for p in classifier.parameters()} == {torch.float32}
+    encoder = WordEncoder(str(half), device="cpu").load()
+    assert {p.dtype for p in encoder.model.parameters()} == {torch.float32}
+    full = tmp_path / "full"  # the same numbers stored in float32
+    AutoModelForMaskedLM.from_pretrained(half, dtype=torch.float32).save_pretrained(full)
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(full)
+    texts = ["a text to read", "another one, a little longer than the first"]
+    assert np.array_equal(features(half, texts, max_length=16, device="cpu"),
+                          features(full, texts, max_length=16, device="cpu"))

@@ -34,7 +34,8 @@ def features(model_dir: Path | str, texts: list[str], max_length: int, device: s
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
     try:
-        model = AutoModel.from_pretrained(str(model_dir), add_pooling_layer=False).to(device).eval()
+        model = AutoModel.from_pretrained(str(model_dir), add_pooling_layer=False,
+                                          dtype=torch.float32).to(device).eval()  # a 16-bit checkpoint too
     finally:
         transformers.logging.set_verbosity(verbosity)
     width = max_length - 2
