@@ -6,7 +6,8 @@ float32, AdamW's moments in bfloat16, the schedule, the curve and the elapsed ti
 file, and a fresh clone continues from it with the same command. The data order, masks and dropout are pure
 functions of (seed, step) (`benchmarks/effect/general_model.py`), so a resumed run reads what an uncut one
 would. The last call writes the model (fp16 safetensors, MiniLM's tokenizer, `general.json` with the held-out
-curve) into `maskstream/english_mlm/` and deletes the checkpoint.
+curve, and the model card README.md with the fill-mask result: `card.py`) into `maskstream/english_mlm/` and
+deletes the checkpoint.
 
     python -m benchmarks.english_mlm.pretrain --hours 1.8          # one step; repeat until it says done
 """
@@ -14,6 +15,7 @@ curve) into `maskstream/english_mlm/` and deletes the checkpoint.
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import sys
@@ -21,8 +23,9 @@ import time
 from pathlib import Path
 
 from benchmarks.effect.general_model import train_general_model
+from benchmarks.english_mlm.card import fill_mask, write_card
 from benchmarks.english_mlm.corpus import main as build_corpus
-from benchmarks.english_mlm.corpus import read_texts
+from benchmarks.english_mlm.corpus import read_texts, word_count
 from benchmarks.english_mlm.shapes import CANDIDATES, POSITIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +41,18 @@ THREADS = 2
 
 def texts_sha256(texts: list[str]) -> str:
     return hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()
+
+
+def source_counts(corpus: Path) -> dict[str, dict[str, int]]:
+    """Documents and words of each source in the corpus file, for the model card."""
+    counts: dict[str, dict[str, int]] = {}
+    with gzip.open(corpus, "rt", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            entry = counts.setdefault(row["source"], {"documents": 0, "words": 0})
+            entry["documents"] += 1
+            entry["words"] += word_count(row["text"])
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,9 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped after {time.perf_counter() - started:.0f} s: commit {CHECKPOINT.relative_to(ROOT)} and "
               "run this again to continue")
         return 0
-    record["corpus"] = {"texts_sha256": TEXTS_SHA256, "documents": len(texts)}
+    record["corpus"] = {"texts_sha256": TEXTS_SHA256, "documents": len(texts), "sources": source_counts(args.corpus)}
+    record["threads"] = THREADS
     (MODEL / "general.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    print(f"done: held-out masked-token accuracy {record['held_out']['accuracy']:.4f}; model in "
+    filled = fill_mask(MODEL)
+    write_card(MODEL, filled)
+    print(f"done: held-out masked-token accuracy {record['held_out']['accuracy']:.4f}; fill-mask {filled['passing']} "
+          f"of {len(filled['sentences'])} (mark {filled['min_passing']}); model and its card in "
           f"{MODEL.relative_to(ROOT)}")
     return 0
 
