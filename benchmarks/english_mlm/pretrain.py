@@ -21,6 +21,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.effect.general_model import train_general_model
 from benchmarks.english_mlm.card import fill_mask, write_card
@@ -31,6 +32,7 @@ from benchmarks.english_mlm.shapes import CANDIDATES, POSITIONS
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "maskstream" / "english_mlm"
 CHECKPOINT = Path(__file__).resolve().parent / "checkpoint" / "state.pt"
+PROGRESS = Path(__file__).resolve().parent / "results" / "progress.json"
 # sha256 of the corpus's texts joined by newlines (the archives behind them are pinned in corpus.SOURCES).
 TEXTS_SHA256 = "74afa3c569c794a1cc8eab35d90d375e8d6c3b21f4764f607bc93e62827eee36"
 SHAPE = CANDIDATES["4x256"]  # the largest admissible shape of the pilot (results/shapes.json)
@@ -41,6 +43,26 @@ THREADS = 2
 
 def texts_sha256(texts: list[str]) -> str:
     return hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()
+
+
+def write_progress(state: dict[str, Any], wall_seconds: float, path: Path = PROGRESS) -> Path:
+    """results/progress.json from a step's state (`step`, `seconds`, `evaluations`, and `losses` while the run
+    goes on): the steps done, the training seconds and CPU-hours so far, the held-out curve, and one entry per
+    step of the run (its steps and its process's wall seconds), so the curve is in the repository as it grows."""
+    previous = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    sessions = previous.get("sessions", [])
+    start = sessions[-1]["steps"][1] if sessions else 0
+    sessions.append({"date": time.strftime("%Y-%m-%d"), "steps": [start, state["step"]],
+                     "wall_seconds_of_the_process": round(wall_seconds)})
+    losses = state.get("losses", [])[-500:]
+    progress = {"step": state["step"], "of_steps": SETTINGS["steps"], "seconds_training": round(state["seconds"], 1),
+                "threads": THREADS, "cpu_hours_so_far": round(state["seconds"] * THREADS / 3600, 2),
+                "held_out_curve": [{k: round(v, 4) if isinstance(v, float) else v for k, v in e.items()}
+                                   for e in state["evaluations"]],
+                **({"train_loss_last_500": round(sum(losses) / len(losses), 3)} if losses else {}),
+                "sessions": sessions}
+    path.write_text(json.dumps(progress, indent=1) + "\n", encoding="utf-8")
+    return path
 
 
 def source_counts(corpus: Path) -> dict[str, dict[str, int]]:
@@ -75,12 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     record = train_general_model(texts, default_model(), SHAPE, SETTINGS, POSITIONS, MODEL, "cpu",
                                  checkpoint=CHECKPOINT, stop_after=args.hours * 3600)
     if record is None:
+        progress = write_progress(torch.load(CHECKPOINT, weights_only=False)["state"], time.perf_counter() - started)
         print(f"stopped after {time.perf_counter() - started:.0f} s: commit {CHECKPOINT.relative_to(ROOT)} and "
-              "run this again to continue")
+              f"{progress.relative_to(ROOT)}, and run this again to continue")
         return 0
     record["corpus"] = {"texts_sha256": TEXTS_SHA256, "documents": len(texts), "sources": source_counts(args.corpus)}
     record["threads"] = THREADS
     (MODEL / "general.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_progress({"step": SETTINGS["steps"], "seconds": record["seconds"], "evaluations": record["held_out_curve"]},
+                   time.perf_counter() - started)
     filled = fill_mask(MODEL)
     write_card(MODEL, filled)
     print(f"done: held-out masked-token accuracy {record['held_out']['accuracy']:.4f}; fill-mask {filled['passing']} "
