@@ -45,8 +45,8 @@ def default_model() -> str:
 
 def default_mlm() -> str:
     """Path of the general-English masked LM shipped in this package (`maskstream/english_mlm/`, trained by
-    benchmarks/english_mlm/): the default model `train` and `evaluate` train. It reads MiniLM's vocabulary,
-    so a dataset built at the defaults trains it."""
+    benchmarks/english_mlm/), the model `train` and `evaluate` start from by default once it ships (issue 74).
+    It reads MiniLM's vocabulary, so a dataset built at the defaults trains it."""
     return str(Path(__file__).resolve().parent / "english_mlm")
 
 
@@ -206,7 +206,8 @@ def load_pretrained(auto_class: Any, model: str, head: str, expected_because: st
     encodes badly. Lower precision is autocast's job (`train` on CUDA, `build --encoder-dtype`)."""
     import torch
 
-    kwargs.setdefault("dtype", torch.float32)
+    if "dtype" not in kwargs and "torch_dtype" not in kwargs:  # a caller's own choice stands
+        kwargs["dtype"] = torch.float32
     if not log.isEnabledFor(logging.DEBUG):
         hide_weights_bars()
     held = _HeldRecords()

@@ -11,12 +11,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.effect.pilot import DEFAULT_MODEL, ISSUE_60, SEED, TRAINED_LINES, check_frozen, choice, gains
+from benchmarks.effect.pilot import (
+    DEFAULT_MLM_PILOT,
+    ISSUE_60,
+    SEED,
+    TRAINED_LINES,
+    check_frozen,
+    choice,
+    gains,
+)
 
 
 def figures(gains: dict[int, float], costs: dict[int, float] | None = None,
             grid: tuple = ISSUE_60.grid) -> dict[int, dict[str, float]]:
-    return {c.number: {"gain": gains.get(c.number, 0.0), "cost": (costs or {}).get(c.number, 0.0)} for c in grid}
+    return {c.number: {"gain": gains.get(c.number, 0.0), "projected_seconds": (costs or {}).get(c.number, 0.0)}
+            for c in grid}
 
 
 def test_incomplete_grid_chooses_nothing() -> None:
@@ -44,7 +53,7 @@ def test_no_minilm_cell_gaining_is_said_and_the_best_point_estimate_taken() -> N
 
 
 def default_choice(gains: dict[int, float], costs: dict[int, float]) -> str:
-    return choice(figures(gains, costs, DEFAULT_MODEL.grid), DEFAULT_MODEL)
+    return choice(figures(gains, costs, DEFAULT_MLM_PILOT.grid), DEFAULT_MLM_PILOT)
 
 
 def test_the_default_model_pilot_takes_the_fewest_passes_that_pass_within_the_ceiling() -> None:
@@ -56,6 +65,8 @@ def test_the_default_model_pilot_takes_the_fewest_passes_that_pass_within_the_ce
     text = default_choice({5: 1.0, 7: 5.0, 8: 6.0}, {**costs, 3: 100, 5: 3650})
     assert text.startswith("**Chosen (rule 4):** cell 5, learning rate 0.0001, 4 passes")
     assert "none within 3600 s" in text and "projected at 3650 s" in text
+    # at the ceiling is within it
+    assert default_choice({5: 1.0, 7: 5.0}, {**costs, 5: 3600.0}).startswith("**Chosen (rule 3):** cell 5")
 
 
 def test_the_default_model_pilot_says_when_no_cell_passes() -> None:
@@ -63,9 +74,9 @@ def test_the_default_model_pilot_says_when_no_cell_passes() -> None:
     text = default_choice(gains, dict.fromkeys(range(1, 9), 100.0))
     assert text.startswith("**Chosen (rule 5):** cell 6, learning rate 0.0003, 4 passes")
     assert "the control failed in the pilot at every setting tried" in text
-    found = figures(gains, grid=DEFAULT_MODEL.grid)
+    found = figures(gains, grid=DEFAULT_MLM_PILOT.grid)
     del found[8]
-    assert choice(found, DEFAULT_MODEL).startswith("Incomplete: 7 of 8 cells")
+    assert choice(found, DEFAULT_MLM_PILOT).startswith("Incomplete: 7 of 8 cells")
 
 
 def test_the_projected_cost_is_nones_probe_and_ten_trained_lines(tmp_path: Path) -> None:
@@ -75,8 +86,9 @@ def test_the_projected_cost_is_nones_probe_and_ten_trained_lines(tmp_path: Path)
 
     assert len([a for a in EvaluateConfig.arms if a != "none"]) * len(EvaluateConfig.seeds) == TRAINED_LINES
 
-    def arm(name: str, passes: float, tapt: float, probe: float, f1: float) -> dict:
-        folds = [{"seconds": {"tapt": tapt, "probe": probe}}] * 2
+    def arm(name: str, passes: float, tapt: float, probe: float, f1: float, resumed: int | None = None) -> dict:
+        folds = [{"seconds": {"tapt": tapt, "probe": probe},
+                  "pretraining": {"steps": 40, "resumed_from_step": resumed} if passes else None}] * 2
         return {"kind": "arm", "base_hash": "b1", "config_hash": f"{name}{passes}", "arm": name, "seed": SEED,
                 "passes": passes, "macro_f1": f1, "folds": folds}
 
@@ -84,14 +96,15 @@ def test_the_projected_cost_is_nones_probe_and_ten_trained_lines(tmp_path: Path)
               "settings": {"learning_rate": 1e-4}},
              {"kind": "prepared", "base_hash": "b2", "model": {"name": "english_mlm"},
               "settings": {"learning_rate": 3e-4}},
-             arm("none", 0.0, 0.0, 5.0, 0.70), arm("random", 1.0, 40.0, 6.0, 0.72), arm("random", 2.0, 80.0, 6.0, 0.69)]
+             arm("none", 0.0, 0.0, 5.0, 0.70), arm("random", 1.0, 40.0, 6.0, 0.72),
+             arm("random", 2.0, 60.0, 6.0, 0.69, resumed=10)]  # timed 30 of its 40 steps
     results = tmp_path / "results.jsonl"
     results.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    found = gains(results, DEFAULT_MODEL)
+    found = gains(results, DEFAULT_MLM_PILOT)
     assert sorted(found) == [1, 3]  # the 3e-4 evaluation has no lines yet
     assert found[1]["gain"] == pytest.approx(2.0) and found[3]["gain"] == pytest.approx(-1.0)
-    assert found[1]["cost"] == pytest.approx(2 * 5.0 + 10 * 2 * (40.0 + 6.0))
-    assert found[3]["tapt_minutes"] == pytest.approx(160 / 60)
+    assert found[1]["projected_seconds"] == pytest.approx(2 * 5.0 + 10 * 2 * (40.0 + 6.0))
+    assert found[3]["tapt_minutes"] == pytest.approx(2 * 80 / 60) and found[3]["resumed"] and not found[1]["resumed"]
 
 
 def test_this_checkout_runs_its_own_packages() -> None:

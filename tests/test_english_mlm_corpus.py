@@ -73,11 +73,12 @@ def test_the_model_card_says_what_it_read_for_how_long_and_what_it_reaches(tiny_
               "held_out": {"accuracy": 0.41, "loss": 3.2, "masked_tokens": 9596}, "max_length": 128,
               "parameters": 11_103_290, "weights_bytes": 22_206_580, "weights_sha256": "cd" * 32,
               "rows": {"train": 99_000, "held_out": 500}, "passes": 6.46, "seconds": 15_000.0, "threads": 2,
-              "hardware": "2 CPU threads"}
+              "hardware": {"cpu": "Some CPU @ 2.10GHz", "cpu_count": 2, "torch_threads": 2, "gpu": None}}
     text = card(record, filled)
     for i, source in enumerate(SOURCES):
         assert f"(`{source.package}`) | {source.version} | {source.license} | {10 + i:,} | {1000 * i:,} |" in text
-    assert "10,000 steps: 81,920,000 tokens, 6.5 passes" in text and "8.3 CPU-hours" in text
+    assert "10,000 steps: 81,920,000 tokens, 6.5 passes" in text and "8.3 CPU-hours; Some CPU @ 2.10GHz, 2 cores)" in text
+    assert "{'" not in text  # no Python dict printed as it is
     assert "**0.410**" in text and "0.000 (0) → 0.020 (2,000)" in text and "0.100 (10,000)" in text
     assert f"**{filled['passing']} of 12**" in text
     assert sum(line.startswith("| ") and line.endswith((" yes |", " no |")) for line in text.splitlines()) == 12

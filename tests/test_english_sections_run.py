@@ -34,7 +34,7 @@ from benchmarks.effect.english_sections_run import (
     seed_seconds,
     tapt_plan,
 )
-from benchmarks.effect.pilot import DEFAULT_MODEL, SEED
+from benchmarks.effect.pilot import DEFAULT_MLM_PILOT, SEED
 from maskstream.evaluate import statistics
 from maskstream.evaluate.experiment import model_identity
 
@@ -279,7 +279,7 @@ def default_pilot(path: Path, a: float, b: float, rows: tuple[int, int] = (1000,
         lines.append({"kind": "arm", "base_hash": f"b{lr}", "config_hash": f"none{lr}", "arm": "none", "seed": None,
                       "passes": 0.0, "macro_f1": 0.5,
                       "folds": [{"pretraining": None, "seconds": {"tapt": 0.01, "probe": 30.0}}] * 2})
-    for cell in DEFAULT_MODEL.grid:
+    for cell in DEFAULT_MLM_PILOT.grid:
         if cell.number == drop:
             continue
         steps = [max(1, math.ceil(cell.passes * r / 32)) for r in rows]

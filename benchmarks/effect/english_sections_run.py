@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.effect.configs import SECTIONS_TASK
-from benchmarks.effect.ours import REPO, check_versions, commit, phase
-from benchmarks.effect.pilot import DEFAULT_MODEL, check_frozen, chosen, gains
-from benchmarks.effect.sections_run import EFFECT, MAX_SEEDS, MIN_SEEDS, PHASES, PILOT_SEEDS, run_seconds
+from benchmarks.effect.ours import REPO, check_versions, commit, phase, run_seconds
+from benchmarks.effect.pilot import DEFAULT_MLM_PILOT, check_frozen, chosen, gains
+from benchmarks.effect.sections_run import EFFECT, MAX_SEEDS, MIN_SEEDS, PHASES, PILOT_SEEDS
 from benchmarks.effect.sections_run import SETTINGS as SECTIONS_SETTINGS
 from benchmarks.effect.sections_run import seed_plan as sections_seed_plan
 from benchmarks.english_mlm.corpus import main as build_corpus
@@ -68,7 +68,7 @@ MODEL_IDENTITY: dict[str, str] | None = None
 CORPUS = REPO / "out" / "english_mlm" / "corpus.jsonl.gz"
 RESULTS = REPO / "benchmarks" / "effect" / "results"
 ISSUE_61 = RESULTS / "sections" / "confirmatory" / "results.jsonl"  # its first line: issue 61's prepared line
-DEFAULT_PILOT = RESULTS / DEFAULT_MODEL.results / "results.jsonl"
+DEFAULT_PILOT_RESULTS = RESULTS / DEFAULT_MLM_PILOT.results_folder / "results.jsonl"
 # ENGLISH_SECTIONS.md: what decides the run besides S and LR (the tapt plan's), issue 61's (sections_run.SETTINGS)
 FOLDS, BATCH_SIZE = SECTIONS_SETTINGS["folds"], SECTIONS_SETTINGS["batch_size"]
 TRAINED_ARMS = sum(1 for arm in SECTIONS_SETTINGS["arms"] if arm != "none")  # `random` and `difference`
@@ -279,22 +279,27 @@ def fit_tapt_seconds(steps: list[float], seconds: list[float]) -> dict[str, floa
     return {"a": float(a), "b": float(b), "free_intercept": free}
 
 
-def default_pilot_figures(results_path: Path = DEFAULT_PILOT) -> dict[str, Any]:
+def default_pilot_figures(results_path: Path = DEFAULT_PILOT_RESULTS) -> dict[str, Any]:
     """What the default pilot's results.jsonl gives this run: D, the recorded TAPT + probe seconds of every arm
-    line (`sections_run.run_seconds`); a and b, the fit of each `random` line's folds' `seconds.tapt` on their
+    line (`ours.run_seconds`); a and b, the fit of each `random` line's folds' `seconds.tapt` on their
     `pretraining.steps`; the chosen cell (its passes P and learning rate LR: refused until every cell is in);
     and the model of every prepared line."""
-    found = gains(results_path, DEFAULT_MODEL)
-    made = chosen(found, DEFAULT_MODEL)
+    found = gains(results_path, DEFAULT_MLM_PILOT)
+    made = chosen(found, DEFAULT_MLM_PILOT)
     if made is None:
-        raise SystemExit(f"{results_path}: {len(found)} of {len(DEFAULT_MODEL.grid)} cells of the default pilot "
+        raise SystemExit(f"{results_path}: {len(found)} of {len(DEFAULT_MLM_PILOT.grid)} cells of the default pilot "
                          "are in; its chosen cell fixes P and LR")
     cell = {"number": made.cell.number, "rule": made.rule, "verdict": made.verdict, "passes": made.cell.passes,
             "learning_rate": made.cell.learning_rate}
     kinds = load(results_path)  # the last line of each (config, arm, seed)
     arms = kinds["arm"]
     folds = [f for r in arms if r["arm"] == "random" for f in r["folds"]]
-    fit = fit_tapt_seconds([f["pretraining"]["steps"] for f in folds], [f["seconds"]["tapt"] for f in folds])
+    if len(folds) != len(DEFAULT_MLM_PILOT.grid) * FOLDS:  # ENGLISH_SECTIONS.md: the 16 folds of its 8 random lines
+        raise SystemExit(f"{results_path}: {len(folds)} TAPT folds of `random` lines, the fit needs "
+                         f"{len(DEFAULT_MLM_PILOT.grid) * FOLDS}")
+    # a resumed fold timed only the steps after its resume
+    timed = [f["pretraining"]["steps"] - (f["pretraining"].get("resumed_from_step") or 0) for f in folds]
+    fit = fit_tapt_seconds(timed, [f["seconds"]["tapt"] for f in folds])
     return {"D": sum(run_seconds(r) for r in arms), "arm_lines": len(arms),
             "random_lines": sum(1 for r in arms if r["arm"] == "random"), "fit_folds": len(folds), **fit,
             "cell": cell, "models": {p["base_hash"]: p["model"] for p in kinds["prepared"]}}
@@ -352,16 +357,16 @@ def run(root: Path) -> None:
     check_frozen()  # every package from this clone, not the checkout the venv was installed from
     check_versions(root, PHASES)
     check_task()
-    if not DEFAULT_PILOT.exists():
-        raise SystemExit(f"{DEFAULT_PILOT} is missing: the default pilot's results fix P, LR, D, a and b")
+    if not DEFAULT_PILOT_RESULTS.exists():
+        raise SystemExit(f"{DEFAULT_PILOT_RESULTS} is missing: the default pilot's results fix P, LR, D, a and b")
     check_model(MODEL_IDENTITY, {f"the default pilot's prepared line {p['base_hash']}": p["model"]
-                                 for p in load(DEFAULT_PILOT)["prepared"]})
+                                 for p in load(DEFAULT_PILOT_RESULTS)["prepared"]})
     corpus = general_corpus()
     plan_path, same_path = root / "tapt_plan.json", root / "same_task.json"
     plan = json.loads(plan_path.read_text(encoding="utf-8")) if plan_path.exists() else None
     figures = None
     if plan is None:
-        figures = default_pilot_figures(DEFAULT_PILOT)
+        figures = default_pilot_figures(DEFAULT_PILOT_RESULTS)
         passes, learning_rate = figures["cell"]["passes"], figures["cell"]["learning_rate"]
     else:
         passes, learning_rate = plan["passes"], plan["learning_rate"]

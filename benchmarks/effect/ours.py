@@ -45,6 +45,19 @@ VARIANCE_SEEDS = (1000, 1001, 1002, 1003)  # their sd fixes the number of seeds,
 EFFECT, POWER_TARGET, MIN_SEEDS, MAX_SEEDS = 0.01, 0.8, 8, 24
 
 
+def run_seconds(line: dict[str, Any]) -> float:
+    """What an (arm, seed) line cost: its folds' TAPT and probe seconds (one thread, one process a core)."""
+    return sum(f["seconds"]["tapt"] + f["seconds"]["probe"] for f in line["folds"])
+
+
+def whole_tapt_seconds(fold: dict[str, Any]) -> float:
+    """A fold's TAPT seconds as an uncut TAPT would record them: a TAPT resumed from its checkpoint records the
+    seconds after the resume only (`pretraining.resumed_from_step`), so those are scaled to all its steps."""
+    pretraining = fold.get("pretraining") or {}
+    resumed, steps = pretraining.get("resumed_from_step") or 0, pretraining.get("steps") or 0
+    return fold["seconds"]["tapt"] * (steps / (steps - resumed) if 0 < resumed < steps else 1.0)
+
+
 def tokenizer_identity() -> tuple[str, dict[str, str]]:
     """(where the tokenizer loads from, {package, version}): the identity, not the local path."""
     from maskstream.models import HUB_MINILM, default_model

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.effect.configs import GENERAL_CORPUS
-from benchmarks.effect.ours import LABELED, REPO, commit, general_model
+from benchmarks.effect.ours import LABELED, REPO, commit, general_model, whole_tapt_seconds
 from maskstream.evaluate.design import PRIMARY_METRIC, EvaluateConfig
 from maskstream.evaluate.experiment import evaluate
 from maskstream.evaluate.report import load, write_report
@@ -60,7 +60,7 @@ class Pilot:
     name: str  # --grid
     issue: int
     rule_document: str  # in benchmarks/effect/
-    results: str  # its folder under results/
+    results_folder: str  # under benchmarks/effect/results/
     grid: tuple[Cell, ...]
     choose: Callable[[dict[int, dict[str, Any]]], Choice]  # the rule, once every cell is in
 
@@ -82,18 +82,18 @@ def choose_issue_60(found: dict[int, dict[str, Any]]) -> Choice:
 def choose_default_model(found: dict[int, dict[str, Any]]) -> Choice:
     """DEFAULT_PILOT.md's rule: the passing cell within the cost ceiling with the fewest passes (then the
     larger gain); else the passing cell with the lowest projected cost; else the largest gain."""
-    cells = DEFAULT_MODEL.grid
+    cells = DEFAULT_MLM_PILOT.grid
     passing = [c for c in cells if found[c.number]["gain"] >= GAINS_AT]
-    within = [c for c in passing if found[c.number]["cost"] <= CEILING_SECONDS]
+    within = [c for c in passing if found[c.number]["projected_seconds"] <= CEILING_SECONDS]
     if within:
         cell = min(within, key=lambda c: (c.passes, -found[c.number]["gain"]))
         return Choice(cell, 3, f"{len(passing)} of {len(cells)} cells pass, {len(within)} of them within "
                                f"{CEILING_SECONDS:.0f} s")
     if passing:
-        cell = min(passing, key=lambda c: found[c.number]["cost"])
+        cell = min(passing, key=lambda c: found[c.number]["projected_seconds"])
         return Choice(cell, 4, f"{len(passing)} of {len(cells)} cells pass, none within {CEILING_SECONDS:.0f} s: "
                                f"the cheapest passing cell, a default run projected at "
-                               f"{found[cell.number]['cost']:.0f} s")
+                               f"{found[cell.number]['projected_seconds']:.0f} s")
     best = max(cells, key=lambda c: found[c.number]["gain"])
     return Choice(best, 5, f"no cell gains {GAINS_AT:g} point or more (best {found[best.number]['gain']:+.2f}): "
                            "the control failed in the pilot at every setting tried")
@@ -104,11 +104,11 @@ ISSUE_60 = Pilot("issue-60", 60, "PILOT.md", "pilot", (
     Cell(4, "small", 3e-4, 10), Cell(5, "small", 1e-4, 10), Cell(6, "small", 3e-4, 40),
     Cell(7, "small", 1e-4, 40), Cell(8, "minilm", 1e-4, 20), Cell(9, "minilm", 3e-4, 20),
     Cell(10, "minilm", 3e-5, 20)), choose_issue_60)
-DEFAULT_MODEL = Pilot("default-model", 74, "DEFAULT_PILOT.md", "default-pilot", (
+DEFAULT_MLM_PILOT = Pilot("default-model", 74, "DEFAULT_PILOT.md", "default-pilot", (
     Cell(1, "english", 1e-4, 1), Cell(2, "english", 3e-4, 1), Cell(3, "english", 1e-4, 2),
     Cell(4, "english", 3e-4, 2), Cell(5, "english", 1e-4, 4), Cell(6, "english", 3e-4, 4),
     Cell(7, "english", 1e-4, 8), Cell(8, "english", 3e-4, 8)), choose_default_model)
-PILOTS = {p.name: p for p in (ISSUE_60, DEFAULT_MODEL)}
+PILOTS = {p.name: p for p in (ISSUE_60, DEFAULT_MLM_PILOT)}
 SETTINGS = {"label_field": "section", "arms": ("none", "random"), "seeds": (SEED,), "batch_size": 32,
             "max_length": 128, "folds": 2, "probe_folds": 5, "margin": 0.01, "threads": 1, "device": "cpu"}
 
@@ -124,16 +124,13 @@ def cell_config(pilot: Pilot, cell: Cell, output: Path) -> EvaluateConfig:
     general = [str(REPO / GENERAL_CORPUS["path"])] if cell.model == "small" else None
     return EvaluateConfig(labeled=str(LABELED), output=output, model=model_path(cell.model), general_corpus=general,
                           passes=(cell.passes,), learning_rate=cell.learning_rate,
-                          work=cache_root() / f"evaluate-{pilot.results}", **SETTINGS)
-
-
-def seconds(record: dict[str, Any], *parts: str) -> float:
-    return sum(f["seconds"][part] for f in record["folds"] for part in parts)
+                          work=cache_root() / f"evaluate-{pilot.results_folder}", **SETTINGS)
 
 
 def gains(results: Path, pilot: Pilot = ISSUE_60) -> dict[int, dict[str, Any]]:
     """Each finished cell's none and random scores and its gain, in points, and a default run's projected
-    TAPT + probe seconds (`cost`). A cell is found by its evaluation's prepared line (model, learning
+    TAPT + probe seconds (`projected_seconds`; a resumed TAPT's seconds scaled to all its steps, and the cell
+    marked `resumed`). A cell is found by its evaluation's prepared line (model, learning
     rate) and the arm line's passes."""
     kinds = load(results)
     names = {m: Path(model_path(m)).name for m in {c.model for c in pilot.grid}}
@@ -149,8 +146,11 @@ def gains(results: Path, pilot: Pilot = ISSUE_60) -> dict[int, dict[str, Any]]:
             continue
         out[cell.number] = {"none": 100 * none[PRIMARY_METRIC], "random": 100 * random[PRIMARY_METRIC],
                             "gain": 100 * (random[PRIMARY_METRIC] - none[PRIMARY_METRIC]),
-                            "tapt_minutes": seconds(random, "tapt") / 60,
-                            "cost": seconds(none, "probe") + TRAINED_LINES * seconds(random, "tapt", "probe")}
+                            "tapt_minutes": sum(whole_tapt_seconds(f) for f in random["folds"]) / 60,
+                            "projected_seconds": sum(f["seconds"]["probe"] for f in none["folds"]) + TRAINED_LINES * sum(
+                                whole_tapt_seconds(f) + f["seconds"]["probe"] for f in random["folds"]),
+                            "resumed": any((f.get("pretraining") or {}).get("resumed_from_step")
+                                           for f in random["folds"])}
     return out
 
 
@@ -171,7 +171,7 @@ def choice(found: dict[int, dict[str, Any]], pilot: Pilot = ISSUE_60) -> str:
 
 def write_summary(root: Path, pilot: Pilot = ISSUE_60) -> Path:
     found = gains(root / "results.jsonl", pilot) if (root / "results.jsonl").exists() else {}
-    cost = pilot is DEFAULT_MODEL  # issue 60's rule had no ceiling: its table stays as it was
+    cost = pilot is DEFAULT_MLM_PILOT  # issue 60's rule had no ceiling: its table stays as it was
     rows = [f"# Pilot of issue {pilot.issue}: the control of `maskstream evaluate` per cell", "",
             f"Generated by `python -m benchmarks.effect.pilot summary --grid {pilot.name}` from `results.jsonl`; "
             f"the rule is benchmarks/effect/{pilot.rule_document}'s. Probe macro-F1 in points, seed {SEED}; "
@@ -183,8 +183,9 @@ def write_summary(root: Path, pilot: Pilot = ISSUE_60) -> Path:
     for cell in pilot.grid:
         f = found.get(cell.number)
         figures = (f"{f['none']:.2f} | {f['random']:.2f} | {f['gain']:+.2f} | {f['tapt_minutes']:.1f}"
-                   + (f" | {f['cost']:.0f}" if cost else "") if f else " | ".join(["–"] * (4 + cost)))
-        rows.append(f"| {cell.number} | {cell.model} | {cell.learning_rate:g} | {cell.passes:g} | {figures} |")
+                   + (f" | {f['projected_seconds']:.0f}" if cost else "") if f else " | ".join(["–"] * (4 + cost)))
+        resumed = " (resumed: TAPT seconds scaled to all its steps)" if f and f["resumed"] else ""
+        rows.append(f"| {cell.number}{resumed} | {cell.model} | {cell.learning_rate:g} | {cell.passes:g} | {figures} |")
     rows += ["", choice(found, pilot), ""]
     path = root / "SUMMARY.md"
     path.write_text("\n".join(rows), encoding="utf-8")
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                              "benchmarks/effect/results/<the grid's folder>)")
     args = parser.parse_args(argv)
     pilot = PILOTS[args.grid]
-    root = args.results_root or REPO / "benchmarks" / "effect" / "results" / pilot.results
+    root = args.results_root or REPO / "benchmarks" / "effect" / "results" / pilot.results_folder
     root.mkdir(parents=True, exist_ok=True)
     if args.stage == "run":
         run(root, pilot)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.effect.configs import SECTIONS_GENERAL_CORPUS, SECTIONS_TASK
-from benchmarks.effect.ours import REPO, check_versions, commit, general_model, phase
+from benchmarks.effect.ours import REPO, check_versions, commit, general_model, phase, run_seconds
 from benchmarks.effect.pilot import check_frozen
 from maskstream.evaluate.report import compare, load
 from maskstream.evaluate.statistics import design_for_power, hierarchical_power, projected_variance
@@ -43,11 +43,6 @@ EFFECT, MIN_SEEDS, MAX_SEEDS = 0.01, 5, 24
 BUDGET_SECONDS = 12 * 3600  # the whole run, pilot included, in seconds of one core (one thread a process)
 RESAMPLES = 2000
 PHASES = ("pilot", "confirmatory")
-
-
-def run_seconds(line: dict[str, Any]) -> float:
-    """What an (arm, seed) line cost: its folds' TAPT and probe seconds (one thread, one process a core)."""
-    return sum(f["seconds"]["tapt"] + f["seconds"]["probe"] for f in line["folds"])
 
 
 def seed_plan(pilot: Path) -> dict[str, Any]:

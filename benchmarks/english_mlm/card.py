@@ -78,7 +78,7 @@ def card(record: dict[str, Any], filled: dict[str, Any]) -> str:
         f"steps, then linear decay), {settings['steps']:,} steps: "
         f"{settings['steps'] * settings['batch_size'] * record['max_length']:,} tokens, {record['passes']:.1f} passes over the {record['rows']['train']:,} training rows. "
         f"{record['seconds'] / 3600:.1f} hours on {record.get('threads', 1)} CPU threads ({cpu_hours:.1f} "
-        f"CPU-hours; {record['hardware']}), in resumable steps.", "",
+        f"CPU-hours; {record['hardware']['cpu']}, {record['hardware']['cpu_count']} cores), in resumable steps.", "",
         "## What it reaches", "",
         f"- Held-out masked-token accuracy (the {record['held_out']['masked_tokens']:,} masked tokens of "
         f"{record['rows']['held_out']:,} held-out rows, the same masks at every step): "
