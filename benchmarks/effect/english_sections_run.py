@@ -48,11 +48,9 @@ from benchmarks.effect.pilot import DEFAULT_MLM_PILOT, check_frozen, chosen, gai
 from benchmarks.effect.sections_run import EFFECT, MAX_SEEDS, MIN_SEEDS, PHASES, PILOT_SEEDS
 from benchmarks.effect.sections_run import SETTINGS as SECTIONS_SETTINGS
 from benchmarks.effect.sections_run import seed_plan as sections_seed_plan
-from benchmarks.english_mlm.corpus import main as build_corpus
-from benchmarks.english_mlm.corpus import read_texts
-from benchmarks.english_mlm.pretrain import TEXTS_SHA256, texts_sha256
+from benchmarks.english_mlm.pretrain import pinned_texts
 from maskstream.evaluate.design import EvaluateConfig
-from maskstream.evaluate.experiment import Evaluation, claim, model_identity, prepare, versions
+from maskstream.evaluate.experiment import Evaluation, claim, model_identity, prepare
 from maskstream.evaluate.report import load
 from maskstream.evaluate.statistics import hierarchical_power, projected_variance
 from maskstream.models import default_mlm
@@ -108,13 +106,9 @@ def check_task(path: Path = REPO / SECTIONS_TASK["path"]) -> None:
 
 
 def general_corpus(path: Path = CORPUS) -> Path:
-    """The general-English corpus the model read, built from its pinned archives when missing (as
-    benchmarks.english_mlm.pretrain builds it), refused unless its texts are the pinned ones."""
-    if not path.exists():
-        build_corpus([str(path), "--debs", str(path.parent / "archives")])
-    sha = texts_sha256(read_texts(path))
-    if sha != TEXTS_SHA256:
-        raise SystemExit(f"{path}: its texts' sha256 is {sha}, pinned {TEXTS_SHA256}")
+    """The general-English corpus the model read (`pretrain.pinned_texts`: built from its pinned archives when
+    missing, refused unless its texts are the pinned ones)."""
+    pinned_texts(path)
     return path
 
 
@@ -201,8 +195,7 @@ def prepared_line(config: EvaluateConfig) -> dict[str, Any]:
     torch.set_num_threads(config.threads)  # as evaluate sets it before preparing
     with claim(config.work / "prepare.lock", wait=True):
         evaluation = Evaluation(config, prepare(config))
-    line = {"kind": "prepared", "base_hash": evaluation.base, "versions": versions(), **evaluation.summary()}
-    return json.loads(json.dumps(line))
+    return json.loads(json.dumps(evaluation.prepared_line()))  # as results.jsonl holds it
 
 
 # --- TAPT length and learning rate ----------------------------------------------------------------------

@@ -32,7 +32,7 @@ import sys
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -217,6 +217,21 @@ def word_count(text: str) -> int:
 WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 
 
+def source_counts(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, int]]:
+    """Documents and words of each source, in SOURCES' order (a source with none counts 0)."""
+    counts = {s.package: {"documents": 0, "words": 0} for s in SOURCES}
+    for row in rows:
+        counts[row["source"]]["documents"] += 1
+        counts[row["source"]]["words"] += word_count(row["text"])
+    return counts
+
+
+def read_rows(path: Path) -> Iterator[dict[str, str]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)
+
+
 def read_texts(path: Path) -> list[str]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line)["text"] for line in f]
@@ -233,9 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         debs.mkdir(parents=True, exist_ok=True)
         rows = list(documents(debs))
     sha = write_gzip_jsonl(args.out, rows)
-    counts = {s.package: {"documents": sum(r["source"] == s.package for r in rows),
-                          "words": sum(word_count(r["text"]) for r in rows if r["source"] == s.package)}
-              for s in SOURCES}
+    counts = source_counts(rows)
     print(json.dumps({"sources": counts, "words": sum(c["words"] for c in counts.values()), "sha256": sha}),
           file=sys.stderr)
     return 0

@@ -15,7 +15,6 @@ deletes the checkpoint.
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import sys
@@ -26,7 +25,7 @@ from typing import Any
 from benchmarks.effect.general_model import train_general_model
 from benchmarks.english_mlm.card import fill_mask, write_card
 from benchmarks.english_mlm.corpus import main as build_corpus
-from benchmarks.english_mlm.corpus import read_texts, word_count
+from benchmarks.english_mlm.corpus import read_rows, read_texts, source_counts
 from benchmarks.english_mlm.shapes import CANDIDATES, POSITIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,16 +64,15 @@ def write_progress(state: dict[str, Any], wall_seconds: float, path: Path = PROG
     return path
 
 
-def source_counts(corpus: Path) -> dict[str, dict[str, int]]:
-    """Documents and words of each source in the corpus file, for the model card."""
-    counts: dict[str, dict[str, int]] = {}
-    with gzip.open(corpus, "rt", encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            entry = counts.setdefault(row["source"], {"documents": 0, "words": 0})
-            entry["documents"] += 1
-            entry["words"] += word_count(row["text"])
-    return counts
+def pinned_texts(corpus: Path) -> list[str]:
+    """The corpus's texts, the file built from the pinned archives when missing, refused unless the texts are
+    the pinned ones (TEXTS_SHA256)."""
+    if not corpus.exists():
+        build_corpus([str(corpus), "--debs", str(corpus.parent / "archives")])
+    texts = read_texts(corpus)
+    if texts_sha256(texts) != TEXTS_SHA256:
+        raise SystemExit(f"{corpus}: its texts' sha256 is {texts_sha256(texts)}, pinned {TEXTS_SHA256}")
+    return texts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,11 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from maskstream.models import default_model
 
     torch.set_num_threads(THREADS)
-    if not args.corpus.exists():
-        build_corpus([str(args.corpus), "--debs", str(args.corpus.parent / "archives")])
-    texts = read_texts(args.corpus)
-    if texts_sha256(texts) != TEXTS_SHA256:
-        raise SystemExit(f"{args.corpus}: its texts' sha256 is {texts_sha256(texts)}, pinned {TEXTS_SHA256}")
+    texts = pinned_texts(args.corpus)
     started = time.perf_counter()
     record = train_general_model(texts, default_model(), SHAPE, SETTINGS, POSITIONS, MODEL, "cpu",
                                  checkpoint=CHECKPOINT, stop_after=args.hours * 3600)
@@ -101,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped after {time.perf_counter() - started:.0f} s: commit {CHECKPOINT.relative_to(ROOT)} and "
               f"{progress.relative_to(ROOT)}, and run this again to continue")
         return 0
-    record["corpus"] = {"texts_sha256": TEXTS_SHA256, "documents": len(texts), "sources": source_counts(args.corpus)}
+    record["corpus"] = {"texts_sha256": TEXTS_SHA256, "documents": len(texts), "sources": source_counts(read_rows(args.corpus))}
     record["threads"] = THREADS
     (MODEL / "general.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     write_progress({"step": SETTINGS["steps"], "seconds": record["seconds"], "evaluations": record["held_out_curve"]},

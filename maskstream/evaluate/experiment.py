@@ -336,6 +336,10 @@ class Evaluation:
         self.common = environment(config.device)
         self._none_features: dict[int, np.ndarray] = {}
 
+    def prepared_line(self) -> dict[str, Any]:
+        """The `prepared` line results.jsonl starts with: the data every arm shares, and the libraries."""
+        return {"kind": "prepared", "base_hash": self.base, "versions": versions(), **self.summary()}
+
     def summary(self) -> dict[str, Any]:
         keep = ("labels", "counts", "labeled", "clusters", "cleaning", "leaks_after_cleaning", "model", "files")
         datasets = {f: {n: {k: d[k] for k in ("seeds", "rows", "tokens", "flags")} for n, d in ds.items()}
@@ -547,8 +551,7 @@ def evaluate(config: EvaluateConfig, on_result: Callable[[dict[str, Any]], None]
     with claim(config.work / "prepare.lock", wait=True):  # a second process waits, then finds it prepared
         evaluation = Evaluation(config, prepare(config))
         if not evaluation.lines("prepared"):  # the report shows the data before any arm is done
-            append_line(evaluation.results, {"kind": "prepared", "base_hash": evaluation.base,
-                                             "versions": versions(), **evaluation.summary()})
+            append_line(evaluation.results, evaluation.prepared_line())
     passes = None  # with --steps, every TAPT runs that many steps
     if config.steps is None:
         passes = chosen_passes(evaluation, on_result)
