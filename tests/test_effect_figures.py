@@ -263,7 +263,7 @@ def test_the_docs_carry_the_confirmatory_runs_decision(relative: str, run: str) 
 
 
 def percent(share: str) -> str:
-    """A report's `0.097 ± 0.004` as the README says it, `9.7 ± 0.4 %`: the same digits."""
+    """A share as the report prints it, `0.097 ± 0.004`, as the README says it, `9.7 ± 0.4 %`: the same digits."""
     value, error = share.split(" ± ")
     digits = max(0, len(value.split(".")[1]) - 2)
     return f"{100 * float(value):.{digits}f} ± {100 * float(error):.{digits}f} %"
@@ -271,10 +271,21 @@ def percent(share: str) -> str:
 
 def test_the_readme_gives_the_texts_and_seeds_shares_of_the_deciding_interval() -> None:
     """Issues 61 and 74: the README's sentence says how much of its interval comes from the texts and the
-    seeds, with their Monte Carlo error, as the report's primary row gives them (variance shares ± Monte Carlo
-    error: texts / seeds / seed x text)."""
+    seeds: the mean of the shares over 16 random streams of the report's bootstrap, with its Monte Carlo error
+    (share_streams.json, benchmarks/effect/share_streams.py), whose stream 0 is the report's primary row."""
+    import json
+    import math
+
+    from maskstream.evaluate.report import with_error
+
+    streams = json.loads((EFFECT / "results/sections/confirmatory/share_streams.json").read_text(encoding="utf-8"))
     row = [cell.strip() for cell in report_line("issue 61", "| `difference − random` | primary |").split("|")]
-    texts, seeds, interaction = (percent(share) for share in row[9].split(" / "))
+    spread = streams["spread"]
+    names = ("texts", "seeds", "seed_x_text")
+    assert row[9] == " / ".join(with_error(spread[k]["stream_0"], spread[k]["stream_0_mc_error"]) for k in names)
+    texts, seeds, interaction = (percent(with_error(spread[k]["mean"], spread[k]["sd"] / math.sqrt(streams["streams"])))
+                                 for k in names)
     expected = (f"Of the interval's variance, {texts} comes from which texts were judged, {seeds} from the "
-                f"seeds and {interaction} from their interaction")
+                f"seeds and {interaction} from their interaction (the mean over {streams['streams']} random "
+                "streams of the bootstrap, ± its Monte Carlo error")
     assert normalized(expected) in read("README.md"), expected
