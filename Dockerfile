@@ -57,7 +57,7 @@ FROM python:${PYTHON_VERSION}-slim AS trainer
 ARG TORCH_VERSION
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1
 RUN pip install torch==${TORCH_VERSION}
-RUN pip install "pyarrow>=14" "fsspec>=2023.6" "gcsfs>=2023.6" "transformers>=4.40" "tokenizers>=0.15" \
+RUN pip install "pyarrow>=14" "fsspec>=2023.6" "gcsfs>=2023.6" "transformers>=4.56" "tokenizers>=0.15" \
     "numpy>=1.24" "scipy>=1.10" "matplotlib>=3.7" "tqdm>=4.65" "safetensors>=0.4" "tensorboard>=2.14"
 COPY --from=wheel /wheels /wheels
 RUN pip install --no-deps /wheels/maskstream-*.whl && rm -rf /wheels
