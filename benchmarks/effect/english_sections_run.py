@@ -320,14 +320,9 @@ def seed_plan(pilot: Path, D: float) -> dict[str, Any]:
     the pilot's `difference − random`, the seeds' parts scaled by n/(n - 1)); N_afford from 16 CPU-hours less D
     and the pilot's measured cost (`seed_budget`; sections_run's own budget fields, 12 CPU-hours without D, are
     not used); the power N leaves."""
-    power = sections_seed_plan(pilot)  # refuses a file of more than one evaluation
-    kinds = load(pilot / "results.jsonl")
-    [prepared] = kinds["prepared"]
-    lines = [r for r in kinds["arm"] if r.get("base_hash") == prepared["base_hash"]]
-    spent = sum(run_seconds(r) for r in lines)
-    none = sum(run_seconds(r) for r in lines if r["arm"] == "none")  # the confirmatory phase runs it again
-    per_seed = sum(run_seconds(r) for r in lines if r["arm"] != "none") / len(power["pilot_seeds"])  # both arms
-    budget = seed_budget(power["seeds_for_power"], D, spent, none, per_seed)
+    power = sections_seed_plan(pilot)  # refuses a file of more than one evaluation; measures the pilot's cost
+    budget = seed_budget(power["seeds_for_power"], D, power["pilot_seconds"], power["none_seconds"],
+                         power["seconds_per_seed"])
     n, texts = len(power["pilot_seeds"]), power["texts"]
     kept = ("pilot_seeds", "texts", "bootstrap_components", "components", "pilot_difference", "seeds_for_power")
     return {**{k: power[k] for k in kept}, **budget,
