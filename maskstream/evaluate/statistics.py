@@ -239,11 +239,10 @@ def share_mc_error(schemes: dict[str, np.ndarray], batches: int = SHARE_BATCHES)
     `batches` equal batches of the resamples, their sd over sqrt(batches). It says which digits of a share
     another random stream of the same bootstrap would keep (issue 74: one stream printed 0.19 where 16
     gave 0.15 ± 0.02)."""
-    per_batch = []
-    for part in range(batches):
-        sds = {name: {"sd": float(np.array_split(values, batches)[part].std(ddof=1))}
-               for name, values in schemes.items()}
-        per_batch.append(variance_shares(variance_components(sds)))
+    split = {name: np.array_split(values, batches) for name, values in schemes.items()}
+    per_batch = [variance_shares(variance_components({name: {"sd": float(parts[b].std(ddof=1))}
+                                                      for name, parts in split.items()}))
+                 for b in range(batches)]
     return {name: float(np.std([b[name] for b in per_batch], ddof=1) / math.sqrt(batches))
             for name in per_batch[0]}
 
