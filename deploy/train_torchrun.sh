@@ -35,7 +35,9 @@ if [[ "$NPROC_PER_NODE" -lt 1 ]]; then
 fi
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 MASTER_PORT="${MASTER_PORT:-29500}"
-MODEL="${MODEL:-sentence-transformers/all-MiniLM-L6-v2}"
+# MODEL: the masked LM to train (default: `maskstream train`'s, the general-English model shipped in the
+# package); its tokenizer must be the one the dataset was built with.
+MODEL_ARGS=(${MODEL:+--model "$MODEL"})
 BATCH_SIZE="${BATCH_SIZE:-64}"      # per GPU; the global batch is BATCH_SIZE x GPUs x --grad-accumulation
 NUM_WORKERS="${NUM_WORKERS:-4}"     # loader processes per GPU: they read, shuffle and collate
 
@@ -60,7 +62,7 @@ exec torchrun \
   -m maskstream train \
   --dataset "$DATASET" \
   --output "$OUTPUT" \
-  --model "$MODEL" \
+  "${MODEL_ARGS[@]}" \
   --batch-size "$BATCH_SIZE" \
   --num-workers "$NUM_WORKERS" \
   "${resume[@]}" \

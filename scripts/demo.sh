@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-out/demo}"
 MASKSTREAM="${MASKSTREAM:-maskstream}"
 CORPUS="${CORPUS:-data/debian-science.jsonl}"
-# MODEL: the encoder, tokenizer and model to train (default: the offline all-MiniLM-L6-v2);
-# tests/test_demo.py runs this script with a tiny one.
+# MODEL: one model for build's word encoder and tokenizer and for train (default: each command's own:
+# build scores words with the offline all-MiniLM-L6-v2, train starts from the general-English masked LM
+# shipped with maskstream, which reads the same vocabulary).
 MODEL_ARGS=(${MODEL:+--model "$MODEL"})
 
 echo "== maskstream stats: word counts and TF-ICF of $CORPUS"

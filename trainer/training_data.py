@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from maskstream.models import default_model
+from maskstream.models import default_mlm, display_name
 from maskstream.schemas.manifest import vocab_hash
 from maskstream.storage.lease import VersionLease
 from maskstream.trainer.checkpoint import (
@@ -68,7 +68,7 @@ def check_positions(model_name: str, max_length: int, dataset_url: str) -> None:
         positions -= (model_config.pad_token_id or 0) + 1
     if max_length > positions:
         raise SystemExit(f"{dataset_url} holds rows of up to {max_length} tokens (its build's --max-length), "
-                         f"{model_name} has position embeddings for {positions}: build with --max-length "
+                         f"{display_name(model_name)} has position embeddings for {positions}: build with --max-length "
                          f"{positions} or less, or train another --model")
 
 
@@ -263,17 +263,17 @@ def open_data(config: TrainConfig, world: World, saved: SavedRun | None) -> Trai
                                        cache=shard_cache(config), peer_columns=peer_columns(config.strategy))
     if saved is None:
         started = dataset.version_url
-    model_name = config.model or default_model()
+    model_name = config.model or default_mlm()
     tokenizer = AutoTokenizer.from_pretrained(model_name)
     manifest_vocab = dataset.manifest.tokenizer.get("vocab_size")
     if manifest_vocab is not None and manifest_vocab != len(tokenizer):
         raise SystemExit(f"{dataset.version_url} was tokenized with a vocabulary of {manifest_vocab} tokens, "
-                         f"{model_name}'s tokenizer has {len(tokenizer)}: build the dataset with this model's tokenizer")
+                         f"{display_name(model_name)}'s tokenizer has {len(tokenizer)}: build the dataset with this model's tokenizer")
     # Same size is not the same vocabulary: token ids would silently mean other tokens.
     manifest_hash = dataset.manifest.tokenizer.get("vocab_hash")
     if manifest_hash is not None and manifest_hash != vocab_hash(tokenizer.get_vocab()):
         raise SystemExit(f"{dataset.version_url} was tokenized with another vocabulary (hash {manifest_hash[:12]}) "
-                         f"than {model_name}'s tokenizer: build the dataset with this model's tokenizer")
+                         f"than {display_name(model_name)}'s tokenizer: build the dataset with this model's tokenizer")
     check_positions(model_name, int(dataset.manifest.config.get("max_length", 128)), dataset.version_url)
     masking = MaskingConfig.from_manifest(dataset.manifest, budget=config.mask_budget, whole_word=config.whole_word)
     schedule = BudgetSchedule.parse(config.mask_budget_schedule, config.mask_budget)

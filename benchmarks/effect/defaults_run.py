@@ -1,12 +1,14 @@
-"""Issue 60's default runs: `maskstream evaluate` as a user runs it, every option at its default but the
-labeled file, its label field and where the output and the scratch go (PILOT.md, "What follows the pilot").
+"""The default runs of issues 60 and 74: `maskstream evaluate` as a user runs it, every option at its default
+but the labeled file, its label field and where the output and the scratch go (PILOT.md, "What follows the
+pilot"; DEFAULT_PILOT.md, "What follows"). Issue 74's runs, at the defaults its pilot chose for the shipped
+masked LM, go to RESULTS/defaults-english/TASK/; issue 60's, with the MiniLM, stay in RESULTS/defaults/TASK/.
 
     python -m benchmarks.effect.defaults_run shipped --results-root RESULTS   # data/debian-science.jsonl
     python -m benchmarks.effect.defaults_run second --results-root RESULTS    # the pinned docstring task
 
 It starts the command itself, `python -m maskstream evaluate --labeled L --label-field F --output OUT --work W`,
 twice, as --help says two processes on two cores share the work. While they run it commits, to
-RESULTS/defaults/TASK/ (`git commit --only`), each finished (arm, seed)'s line with the report, and each
+RESULTS/defaults-english/TASK/ (`git commit --only`), each finished (arm, seed)'s line with the report, and each
 finished fold's readout under readouts/KEY/ (KEY: the prepared evaluation's hash of its inputs), so a fresh
 clone continues where a session stopped: it prepares first (the same code as the command), then copies the
 readouts committed under its own KEY back into the work folder, then starts the commands. A readout of other
@@ -38,6 +40,7 @@ from maskstream.pipelines.dataset.core.tokenizer_facts import cache_root
 TASKS = {"shipped": {"path": LABELED.relative_to(REPO).as_posix(), "label_field": "section", "sha256": None},
          "second": SECOND_TASK}
 PROCESSES = 2
+FOLDER = "defaults-english"  # issue 74's runs; issue 60's (the MiniLM's) are in RESULTS/defaults/
 POLL_SECONDS = 30
 
 
@@ -82,7 +85,7 @@ def run(task: str, root: Path) -> int:
     spec = TASKS[task]
     if spec["sha256"] and hashlib.sha256((REPO / spec["path"]).read_bytes()).hexdigest() != spec["sha256"]:
         raise SystemExit(f"{spec['path']}: not the pinned bytes (configs.py)")
-    output = root / "defaults" / task
+    output = root / FOLDER / task
     work, saved = cache_root() / "evaluate-defaults" / task, output / "readouts"
     arguments = command_line(task, output, work)
     args = parsed(arguments)
@@ -107,10 +110,10 @@ def run(task: str, root: Path) -> int:
             write_report(results, output / "REPORT.md", margin=args.margin, planned=len(args.seeds))
             what = ", ".join(f"{r['arm']} seed {r['seed']} {100 * r[PRIMARY_METRIC]:.2f}" for r in records[announced:])
             commit(output, [saved, results, output / "REPORT.md", *output.glob("differences-*.png")],
-                   f"evaluate at its defaults (issue 60), {task} task: {what}")
+                   f"evaluate at its defaults (issue 74), {task} task: {what}")
             return len(records)
         if new_readouts:
-            commit(output, [saved], f"evaluate at its defaults (issue 60), {task} task: {len(new_readouts)} "
+            commit(output, [saved], f"evaluate at its defaults (issue 74), {task} task: {len(new_readouts)} "
                                     "fold readout(s)")
         return announced
 
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("--results-root", type=Path, default=REPO / "benchmarks" / "effect" / "results",
-                        help="where RESULTS/defaults/TASK/ is written and committed (default: this checkout's)")
+                        help=f"where RESULTS/{FOLDER}/TASK/ is written and committed (default: this checkout's)")
     args = parser.parse_args(argv)
     return run(args.task, args.results_root)
 

@@ -50,7 +50,7 @@ from maskstream.cli.config import config_of
 from maskstream.evaluate.design import ARMS, EvaluateConfig
 from maskstream.evaluate.experiment import evaluate
 from maskstream.evaluate.report import write_report
-from maskstream.models import default_model
+from maskstream.models import default_mlm
 
 
 def numbers(text: str) -> tuple[int, ...]:
@@ -88,8 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--general-corpus", nargs="+", default=None, metavar="PATTERN",
                         help="the text --model was pretrained on, if you have it: refused if it holds a labeled "
                              "text's near-duplicate (default: not checked)")
-    parser.add_argument("--model", default=default_model(),
-                        help="masked-LM name or path every arm starts from (default: the offline MiniLM)")
+    parser.add_argument("--model", default=default_mlm(),
+                        help="masked-LM name or path every arm starts from (default: the general-English masked LM "
+                             "shipped with maskstream; the datasets are built with the offline MiniLM as word "
+                             "encoder and --model's tokenizer)")
     parser.add_argument("--arms", type=names, default=EvaluateConfig.arms,
                         help=f"comma-separated arms of {sorted(ARMS)}; `random` is required (default: "
                              f"{','.join(EvaluateConfig.arms)})")

@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: none)")
     parser.add_argument("--output", required=True, help="output folder")
     parser.add_argument("--model", default=None,
-                        help="a `maskstream train` output, or any model name or path (default: the offline MiniLM)")
+                        help="a `maskstream train` output, or any model name or path (default: the general-English "
+                             "masked LM shipped with maskstream)")
     parser.add_argument("--text-column", default="text", help="column holding the text (default: text)")
     parser.add_argument("--label-column", default="label", help="column holding the label (default: label)")
     parser.add_argument("--split-key", default=None,

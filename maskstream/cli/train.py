@@ -1,9 +1,10 @@
 """Continued MLM pretraining on a maskstream dataset, streamed from disk or gs://.
 
-Loads a masked-LM from a model name or path (a model without an MLM head, like the offline
-MiniLM, gets a new head whose decoder is tied to the input embeddings; the log says which
-weights are new), streams the dataset's shards, draws a fresh mask per epoch with any
-strategy (`difference`, drawn from the dataset's stored mask probabilities, by default), and trains with
+Loads a masked-LM from a model name or path (by default the general-English masked LM shipped with
+maskstream, `maskstream/english_mlm/`: 4 layers x 256, MiniLM's vocabulary, so a dataset built at the
+defaults trains it; a model without an MLM head, like a sentence encoder, gets a new head whose decoder
+is tied to the input embeddings, and the log says which weights are new), streams the dataset's shards,
+draws a fresh mask per epoch with any strategy (`difference`, drawn from the dataset's stored mask probabilities, by default), and trains with
 AdamW, linear warm-up then linear decay, gradient accumulation and clipping, bf16 autocast
 on CUDA and optionally torch.compile. Several GPUs: launch with `torchrun`; each rank reads
 its own share of the rows. Masks are drawn in the loader workers, on a GPU too, so that the training
@@ -36,7 +37,9 @@ from maskstream.trainer.strategies import PRETRAINING_STRATEGIES
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, help="dataset root or version folder (local or gs://)")
     parser.add_argument("--output", required=True, help="output folder (checkpoints, logs, final model)")
-    parser.add_argument("--model", default=None, help="model name or path (default: the offline MiniLM)")
+    parser.add_argument("--model", default=None,
+                        help="masked-LM name or path; its tokenizer must be the dataset's (default: the general-English "
+                             "masked LM shipped with maskstream, which reads the MiniLM vocabulary `build` uses)")
     parser.add_argument("--objective", default="mlm",
                         help="training objective, a name in maskstream.trainer.objectives.OBJECTIVES (default: mlm)")
     parser.add_argument("--exlm-states", type=int, default=4,
