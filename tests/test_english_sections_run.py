@@ -37,6 +37,7 @@ from benchmarks.effect.english_sections_run import (
 from benchmarks.effect.pilot import DEFAULT_MLM_PILOT, SEED
 from maskstream.evaluate import statistics
 from maskstream.evaluate.experiment import model_identity
+from maskstream.models import default_mlm
 
 # ENGLISH_SECTIONS.md's estimates, "Cost, estimated before starting"
 D_ESTIMATE, A_ESTIMATE, B_ESTIMATE = 2900.0, 0.0, 1.19
@@ -45,10 +46,12 @@ ISSUE_61_ROWS = [9817, 9942]
 
 def test_the_pins_are_the_documents() -> None:
     assert BUDGET_SECONDS == 57_600 and PROBE_SECONDS == 94.6 and NONE_SECONDS == 446.4
-    assert run_module.MODEL_IDENTITY is None  # filled in once the model is committed
+    # the shipped model as evaluate identifies it, recomputed from the committed folder
+    assert model_identity(default_mlm()) == run_module.MODEL_IDENTITY
 
 
-def test_the_run_refuses_to_start_while_the_model_identity_is_not_set(tmp_path: Path) -> None:
+def test_the_run_refuses_to_start_while_the_model_identity_is_not_set(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(run_module, "MODEL_IDENTITY", None)
     with pytest.raises(SystemExit, match="MODEL_IDENTITY is not set") as refused:
         run_module.run(tmp_path)
     assert "\n" not in str(refused.value)

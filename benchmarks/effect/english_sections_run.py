@@ -58,10 +58,10 @@ from maskstream.pipelines.dataset.core.tokenizer_facts import cache_root
 from maskstream.schemas.manifest import sha256_file
 
 # ENGLISH_SECTIONS.md, "The model and the pilot's cell": `evaluate`'s `model` entry of the shipped model,
-# {"name": "english_mlm", "sha256": "..."} (`model_identity(default_mlm())`). None until the model is committed:
-# set by a commit of this file once it is, before the commit that fills in the document's table (that commit
-# changes only the document); run() refuses to start while it is None.
-MODEL_IDENTITY: dict[str, str] | None = None
+# {"name": "english_mlm", "sha256": "..."} (`model_identity(default_mlm())`), set once the model was committed
+# (0dd6651), before the commit that fills in the document's table; run() refuses to start while it is None.
+MODEL_IDENTITY: dict[str, str] | None = {
+    "name": "english_mlm", "sha256": "033586ced35f68eb7f01d2b52dd7887330f64378b48a301e6d4740609dead2b6"}
 # The general-English corpus, rebuilt from its pinned archives; its texts' sha256 is pretrain.TEXTS_SHA256.
 CORPUS = REPO / "out" / "english_mlm" / "corpus.jsonl.gz"
 RESULTS = REPO / "benchmarks" / "effect" / "results"
