@@ -230,24 +230,26 @@ def test_the_default_runs_change_no_option_but_the_task_and_where_it_writes(tmp_
         assert Path(args["labeled"]).is_file()
 
 
-def test_evaluate_defaults_are_the_pilots_choice() -> None:
-    """The defaults of `maskstream evaluate` (the command's and EvaluateConfig's) are the passes and learning
-    rate of the cell PILOT.md's rule chooses from the committed results."""
+def test_evaluate_defaults_are_the_default_model_pilots_choice() -> None:
+    """The defaults of `maskstream evaluate` (the command's and EvaluateConfig's) are the shipped model and the
+    passes and learning rate of the cell DEFAULT_PILOT.md's rule chooses from the committed results."""
     import argparse
     import dataclasses
 
-    from benchmarks.effect.pilot import chosen
+    from benchmarks.effect.pilot import DEFAULT_MLM_PILOT, chosen, model_path
     from maskstream.cli.evaluate import add_arguments
     from maskstream.evaluate.design import EvaluateConfig
+    from maskstream.models import default_mlm
 
-    results = Path(__file__).resolve().parents[1] / "benchmarks/effect/results/pilot/results.jsonl"
-    made = chosen(gains(results))
-    assert made is not None and made.cell.model == "minilm"
+    results = Path(__file__).resolve().parents[1] / "benchmarks/effect/results/default-pilot/results.jsonl"
+    made = chosen(gains(results, DEFAULT_MLM_PILOT), DEFAULT_MLM_PILOT)
+    assert made is not None and model_path(made.cell.model) == default_mlm()
     cell = made.cell
     assert (EvaluateConfig.passes, EvaluateConfig.learning_rate) == ((cell.passes,), cell.learning_rate)
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     command = vars(parser.parse_args(["--labeled", "x.jsonl", "--output", "out"]))
+    assert command["model"] == default_mlm()
     fields = {f.name: f.default for f in dataclasses.fields(EvaluateConfig) if f.default is not dataclasses.MISSING}
     assert {name: command[name] for name in fields} == fields  # one place for every default
 

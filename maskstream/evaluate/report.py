@@ -299,9 +299,9 @@ def control_line(control: dict[str, Any] | None, arms: set[str]) -> str:
     return (f"**The control does not pass:** random − none {pts(control['mean'])} {ci(h)} ({control['n']} seeds). "
             "TAPT with random masking did not beat no TAPT on this readout, so this setup has not shown that it can "
             "detect a masking strategy's effect: a difference between arms may be how much each one's TAPT moved "
-            "the model, not how well it masks. In issue 60's pilot (docs/evidence.md) more --passes did not make the "
-            "offline MiniLM's control pass; the committed `small` model, whose MLM head is trained, passed at every "
-            "setting tried.")
+            "the model, not how well it masks. A --model whose masked-LM head was never trained (a sentence encoder "
+            "such as the offline MiniLM) failed this control at every setting of issue 60's pilot, more --passes "
+            "included (docs/evidence.md); start from a masked LM whose head is trained, such as the default.")
 
 
 def plot(primary: dict[str, Any] | None, path: Path) -> bool:
