@@ -22,7 +22,8 @@ Rows: the shipped corpus's descriptions in groups of 4, cut to exactly 128 token
 
 Models (`--device cuda`): a BERT-base-sized masked LM from transformers' `BertConfig` defaults (110 M
 parameters, random weights, MiniLM's vocabulary; no download), without --compile; and the offline
-MiniLM (`build`'s default encoder, a sentence encoder given a new MLM head) with --compile. Worker counts 2 and 4. On the CPU, a 2-layer BERT
+MiniLM (`build`'s default encoder, a sentence encoder given a new MLM head) with --compile. Worker counts 2
+and 4. On the CPU, a 2-layer BERT
 checks the script: the two sides run the same CPU step, so the ratio says nothing there.
 
 `data_wait_share` after issue 59: the share of the window the training process spent in

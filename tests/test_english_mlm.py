@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from maskstream.models import default_mlm, default_model
-from maskstream.schemas.manifest import vocab_hash
+from maskstream.schemas.manifest import sha256_file, vocab_hash
 
 MODEL = Path(default_mlm())
 RECORD = json.loads((MODEL / "general.json").read_text(encoding="utf-8"))
@@ -18,11 +18,9 @@ RECORD = json.loads((MODEL / "general.json").read_text(encoding="utf-8"))
 
 def test_the_model_is_what_its_card_and_record_say() -> None:
     """fp16 weights of at most 50 MB with the sha256 the record gives; MiniLM's vocabulary; enough positions."""
-    import hashlib
-
     weights = MODEL / "model.safetensors"
     assert weights.stat().st_size <= 50_000_000
-    assert hashlib.sha256(weights.read_bytes()).hexdigest() == RECORD["weights_sha256"]
+    assert sha256_file(str(weights)) == RECORD["weights_sha256"]
     config = json.loads((MODEL / "config.json").read_text(encoding="utf-8"))
     assert config["max_position_embeddings"] >= RECORD["max_length"]
     card = (MODEL / "README.md").read_text(encoding="utf-8")

@@ -4,7 +4,8 @@ Loads a masked-LM from a model name or path (by default the general-English mask
 maskstream, `maskstream/english_mlm/`: 4 layers x 256, MiniLM's vocabulary, so a dataset built at the
 defaults trains it; a model without an MLM head, like a sentence encoder, gets a new head whose decoder
 is tied to the input embeddings, and the log says which weights are new), streams the dataset's shards,
-draws a fresh mask per epoch with any strategy (`difference`, drawn from the dataset's stored mask probabilities, by default), and trains with
+draws a fresh mask per epoch with any strategy (`difference`, drawn from the dataset's stored mask
+probabilities, by default), and trains with
 AdamW, linear warm-up then linear decay, gradient accumulation and clipping, bf16 autocast
 on CUDA and optionally torch.compile. Several GPUs: launch with `torchrun`; each rank reads
 its own share of the rows. Masks are drawn in the loader workers, on a GPU too, so that the training

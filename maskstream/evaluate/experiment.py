@@ -305,8 +305,8 @@ def float32_model(model: str, work: Path) -> Path:
 
     tmp = work / "model.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    # A model without an MLM head (a sentence encoder such as the offline MiniLM) gets a new one here, saved with the model: seeded,
-    # so that two evaluations of the same model start every arm from the same head.
+    # A model without an MLM head (a sentence encoder such as the offline MiniLM) gets a new one here, saved
+    # with the model: seeded, so that two evaluations of the same model start every arm from the same head.
     torch.manual_seed(0)
     AutoModelForMaskedLM.from_pretrained(model, dtype=torch.float32).save_pretrained(tmp)
     AutoTokenizer.from_pretrained(model).save_pretrained(tmp)
