@@ -289,3 +289,32 @@ def test_the_readme_gives_the_texts_and_seeds_shares_of_the_deciding_interval() 
                 f"seeds and {interaction} from their interaction (the mean over {streams['streams']} random "
                 "streams of the bootstrap, ± its Monte Carlo error")
     assert normalized(expected) in read("README.md"), expected
+
+
+DEFAULT_RUNS = EFFECT / "results" / "defaults-english"  # issue 74: `maskstream evaluate` at its defaults
+
+
+def comparison(report_path: Path, name: str) -> tuple[str, str, str]:
+    """(seeds, mean, hierarchical interval) of one row of a report's comparisons table, as printed."""
+    line = next(line for line in report_path.read_text(encoding="utf-8").splitlines()
+                if line.startswith(f"| `{name}` |"))
+    cells = [cell.strip() for cell in line.split("|")]
+    return cells[3], cells[4], cells[5]
+
+
+@pytest.mark.parametrize("task", ["shipped", "second"])
+def test_the_docs_give_each_default_runs_control_contrast_and_cost(task: str) -> None:
+    """Issue 74: docs/evidence.md's row for each default run carries its control and difference − random as
+    the committed report prints them (every planned seed in) and the TAPT + probe seconds its lines record;
+    the README carries the control."""
+    from benchmarks.effect.defaults_run import arm_lines, recorded_seconds
+
+    folder = DEFAULT_RUNS / task
+    seeds, control_mean, control_ci = comparison(folder / "REPORT.md", "random − none")
+    _, primary_mean, primary_ci = comparison(folder / "REPORT.md", "difference − random")
+    assert seeds == "5", f"{task}'s default run is not finished: {seeds} seeds"
+    seconds = recorded_seconds(arm_lines(folder / "results.jsonl"))
+    row = (f"| {task} | {control_mean} {control_ci} | {primary_mean} {primary_ci} | {seconds:,.0f} s "
+           f"({seconds / 3600:.1f} CPU-hours) |")
+    assert normalized(row) in read("docs/evidence.md"), row
+    assert normalized(f"random − none {control_mean} {control_ci}") in read("README.md")

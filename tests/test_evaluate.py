@@ -218,6 +218,14 @@ def test_the_control_line_is_said_whatever_the_arms_and_seeds() -> None:
     assert control_line(control(0.01, -0.002, 0.02, n=1), {"none", "random"}).startswith("**The control does not pass")
     assert control_line(control(0.0625, 0.0429, 0.0832), {"none", "random"}).startswith("**The control passes:**")
     assert "`none` missing" in control_line(None, {"random", "pmi_span"})
+    # issue 74's shipped default run: clear of the seeds' spread, and the texts' draw spans zero
+    texts_wide = control(0.0161, -0.0027, 0.0365, n=5)
+    texts_wide["bootstrap"] |= {"seeds": {"ci": [0.0128, 0.0194]}, "share": {"texts": 0.89}}
+    said = control_line(texts_wide, {"none", "random"})
+    assert said.startswith("**The control does not pass:** random − none +1.61 [-0.27, +3.65] (5 seeds). On these")
+    assert "(seeds-only interval [+1.28, +1.94])" in said and "share of its variance: 0.89" in said
+    texts_wide["bootstrap"]["seeds"]["ci"] = [-0.001, 0.02]
+    assert "more labeled texts" not in control_line(texts_wide, {"none", "random"})
     assert one_sided(control(-0.0159, -0.0381, 0.0036), 0.01) == (
         "ruled out by the hierarchical 95 % interval: a gain of 1 point or more; "
         "P(difference − random > 0) in the bootstrap: 0.40")

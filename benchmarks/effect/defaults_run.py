@@ -80,6 +80,12 @@ def arm_lines(results: Path) -> list[dict]:
     return [r for r in read_jsonl(results) if r.get("kind") == "arm"]
 
 
+def recorded_seconds(lines: list[dict]) -> float:
+    """A run's cost as issue 74 counts it: the TAPT + probe seconds its (arm, seed) lines record, summed (`none`
+    has a probe only)."""
+    return sum(f["seconds"]["tapt"] + f["seconds"]["probe"] for r in lines for f in r["folds"])
+
+
 def run(task: str, root: Path) -> int:
     check_frozen()  # every package from this clone, so the command runs the commit it names
     spec = TASKS[task]
@@ -126,7 +132,8 @@ def run(task: str, root: Path) -> int:
         log.close()
     codes = [p.returncode for p in processes]
     done = len({(r["arm"], r["seed"]) for r in arm_lines(results)})
-    print(f"exit codes {codes}; {done} of {expected} (arm, seed) lines; logs in {work}", flush=True)
+    print(f"exit codes {codes}; {done} of {expected} (arm, seed) lines, {recorded_seconds(arm_lines(results)):,.0f} s "
+          f"of TAPT + probe; logs in {work}", flush=True)
     return 0 if done == expected and not any(codes) else 1
 
 
