@@ -245,9 +245,12 @@ CONFIRMATORY_REPORTS = {  # each pre-registered run's report, generated from its
 DECISION = "**Decision:** "
 
 
+def line_starting(report_path: Path, start: str) -> str:
+    return next(line for line in report_path.read_text(encoding="utf-8").splitlines() if line.startswith(start))
+
+
 def report_line(run: str, start: str) -> str:
-    return next(line for line in CONFIRMATORY_REPORTS[run].read_text(encoding="utf-8").splitlines()
-                if line.startswith(start))
+    return line_starting(CONFIRMATORY_REPORTS[run], start)
 
 
 @pytest.mark.slow
@@ -296,9 +299,7 @@ DEFAULT_RUNS = EFFECT / "results" / "defaults-english"  # issue 74: `maskstream 
 
 def comparison(report_path: Path, name: str) -> tuple[str, str, str]:
     """(seeds, mean, hierarchical interval) of one row of a report's comparisons table, as printed."""
-    line = next(line for line in report_path.read_text(encoding="utf-8").splitlines()
-                if line.startswith(f"| `{name}` |"))
-    cells = [cell.strip() for cell in line.split("|")]
+    cells = [cell.strip() for cell in line_starting(report_path, f"| `{name}` |").split("|")]
     return cells[3], cells[4], cells[5]
 
 

@@ -131,8 +131,9 @@ def run(task: str, root: Path) -> int:
     for log in logs:
         log.close()
     codes = [p.returncode for p in processes]
-    done = len({(r["arm"], r["seed"]) for r in arm_lines(results)})
-    print(f"exit codes {codes}; {done} of {expected} (arm, seed) lines, {recorded_seconds(arm_lines(results)):,.0f} s "
+    lines = arm_lines(results)
+    done = len({(r["arm"], r["seed"]) for r in lines})
+    print(f"exit codes {codes}; {done} of {expected} (arm, seed) lines, {recorded_seconds(lines):,.0f} s "
           f"of TAPT + probe; logs in {work}", flush=True)
     return 0 if done == expected and not any(codes) else 1
 
