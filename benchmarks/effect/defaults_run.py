@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks.effect.configs import SECOND_TASK
-from benchmarks.effect.ours import LABELED, REPO, commit
+from benchmarks.effect.ours import LABELED, REPO, commit, run_seconds
 from benchmarks.effect.pilot import check_frozen
 from maskstream.cli.config import config_of
 from maskstream.cli.evaluate import add_arguments
@@ -80,12 +80,6 @@ def arm_lines(results: Path) -> list[dict]:
     return [r for r in read_jsonl(results) if r.get("kind") == "arm"]
 
 
-def recorded_seconds(lines: list[dict]) -> float:
-    """A run's cost as issue 74 counts it: the TAPT + probe seconds its (arm, seed) lines record, summed (`none`
-    has a probe only)."""
-    return sum(f["seconds"]["tapt"] + f["seconds"]["probe"] for r in lines for f in r["folds"])
-
-
 def run(task: str, root: Path) -> int:
     check_frozen()  # every package from this clone, so the command runs the commit it names
     spec = TASKS[task]
@@ -133,7 +127,7 @@ def run(task: str, root: Path) -> int:
     codes = [p.returncode for p in processes]
     lines = arm_lines(results)
     done = len({(r["arm"], r["seed"]) for r in lines})
-    print(f"exit codes {codes}; {done} of {expected} (arm, seed) lines, {recorded_seconds(lines):,.0f} s "
+    print(f"exit codes {codes}; {done} of {expected} (arm, seed) lines, {sum(map(run_seconds, lines)):,.0f} s "
           f"of TAPT + probe; logs in {work}", flush=True)
     return 0 if done == expected and not any(codes) else 1
 
