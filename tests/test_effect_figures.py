@@ -241,6 +241,7 @@ def test_a_changed_figure_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 CONFIRMATORY_REPORTS = {  # each pre-registered run's report, generated from its results.jsonl
     "issue 50": EFFECT / "results" / "confirmatory" / "REPORT.md",
     "issue 61": EFFECT / "results" / "sections" / "confirmatory" / "REPORT.md",
+    "issue 76": EFFECT / "results" / "sections-english" / "confirmatory" / "REPORT.md",
 }
 DECISION = "**Decision:** "
 
@@ -254,14 +255,16 @@ def report_line(run: str, start: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("relative", "run"), [("README.md", "issue 61"), ("docs/evidence.md", "issue 50"),
-                                               ("docs/evidence.md", "issue 61")])
+@pytest.mark.parametrize(("relative", "run"), [("README.md", "issue 61"), ("README.md", "issue 76"),
+                                               ("docs/evidence.md", "issue 50"), ("docs/evidence.md", "issue 61"),
+                                               ("docs/evidence.md", "issue 76")])
 def test_the_docs_carry_the_confirmatory_runs_decision(relative: str, run: str) -> None:
     """The sentence the pre-registered rule gives (the confirmatory report's, generated from its results)
     is the one docs/evidence.md carries for every run and README.md for the run that decided (issue 74: the
     README gives the decision, the history is in docs/evidence.md), once every planned seed is in."""
     sentence = normalized(report_line(run, DECISION)[len(DECISION):])
-    assert "interim" not in sentence, f"{run}'s confirmatory run is not finished: the docs quote no decision yet"
+    unfinished = "interim" in sentence or re.match(r"Exploratory, no decision: \d+ seeds, and a decision needs", sentence)
+    assert not unfinished, f"{run}'s confirmatory run is not finished: the docs quote no decision yet"
     assert sentence.rstrip(".") in read(relative).replace("**", ""), (relative, sentence)
 
 
@@ -291,6 +294,47 @@ def test_the_readme_gives_the_texts_and_seeds_shares_of_the_deciding_interval() 
     expected = (f"Of the interval's variance, {texts} comes from which texts were judged, {seeds} from the "
                 f"seeds and {interaction} from their interaction (the mean over {streams['streams']} random "
                 "streams of the bootstrap, ± its Monte Carlo error")
+    assert normalized(expected) in read("README.md"), expected
+
+
+def test_the_docs_give_the_general_english_runs_figures() -> None:
+    """Issue 76: docs/evidence.md's row for the run from the general-English model carries its scores, control,
+    difference − random and variance shares as its committed report prints them (all 5 planned seeds in), and
+    the TAPT + probe seconds its lines record with the default pilot's (the budget counts all three); the
+    README carries its control."""
+    from benchmarks.effect.defaults_run import arm_lines
+    from benchmarks.effect.ours import run_seconds
+
+    path = CONFIRMATORY_REPORTS["issue 76"]
+    folder = path.parent.parent
+    scores = {arm: [cell.strip() for cell in line_starting(path, f"| `{arm}` |").split("|")][3]
+              for arm in ("none", "random", "difference")}
+    seeds, control_mean, control_ci = comparison(path, "random − none")
+    _, primary_mean, primary_ci = comparison(path, "difference − random")
+    shares = [cell.strip() for cell in report_line("issue 76", "| `difference − random` | primary |").split("|")][9]
+    assert seeds == "5", f"issue 76's confirmatory run is not finished: {seeds} seeds"
+    row = (f"| 5 | {scores['none']} | {scores['random']} | {scores['difference']} | {control_mean} {control_ci} "
+           f"| {primary_mean} {primary_ci} | {shares} |")
+    assert normalized(row) in read("docs/evidence.md"), row
+    default_pilot = EFFECT / "results" / "default-pilot" / "results.jsonl"
+    seconds = sum(sum(map(run_seconds, arm_lines(file)))
+                  for file in (default_pilot, folder / "pilot" / "results.jsonl", path.with_name("results.jsonl")))
+    assert normalized(f"{seconds / 3600:.2f} CPU-h (the default pilot") in read("docs/evidence.md"), seconds
+    assert normalized(f"Cost: {seconds:,.0f} s of TAPT and probe, {seconds / 3600:.2f} CPU-hours") in read(
+        "docs/evidence.md")
+    # The prose beside the row: per-seed differences from the lines, the intervals and tests as the report prints them.
+    lines = {(line["arm"], line["seed"]): line["macro_f1"] for line in arm_lines(path.with_name("results.jsonl"))}
+    per_seed = ", ".join(f"{100 * (lines[('difference', seed)] - lines[('random', seed)]):+.2f}" for seed in range(5))
+    cells = [cell.strip() for cell in report_line("issue 76", "| `difference − random` | primary |").split("|")]
+    prose = (f"({per_seed} points for seeds 0–4, from the lines' scores). Seeds-only interval {cells[7]}, texts-only "
+             f"interval {cells[8]}; the paired t-test over seeds p {cells[10]}; TOST within ±1 point p {cells[11]}; "
+             f"P(difference − random > 0) in the bootstrap {cells[6]}.")
+    assert normalized(prose) in read("docs/evidence.md"), prose
+    # The README: the control and the shares, as the report prints them (one stream, ± its Monte Carlo error).
+    assert normalized(f"random − none {control_mean} {control_ci}") in read("README.md")
+    texts, seeds_share, interaction = (percent(share) for share in shares.split(" / "))
+    expected = (f"Of the interval's variance, {texts} comes from which texts were judged, {seeds_share} from the "
+                f"seeds and {interaction} from their interaction (the report's one stream of the bootstrap")
     assert normalized(expected) in read("README.md"), expected
 
 
