@@ -260,7 +260,7 @@ def report_line(run: str, start: str) -> str:
                                                ("docs/evidence.md", "issue 76")])
 def test_the_docs_carry_the_confirmatory_runs_decision(relative: str, run: str) -> None:
     """The sentence the pre-registered rule gives (the confirmatory report's, generated from its results)
-    is the one docs/evidence.md carries for every run and README.md for the run that decided (issue 74: the
+    is the one docs/evidence.md carries for every run and README.md for the runs that decided, issues 61 and 76 (issue 74: the
     README gives the decision, the history is in docs/evidence.md), once every planned seed is in."""
     sentence = normalized(report_line(run, DECISION)[len(DECISION):])
     unfinished = "interim" in sentence or re.match(r"Exploratory, no decision: \d+ seeds, and a decision needs", sentence)
