@@ -260,8 +260,8 @@ def report_line(run: str, start: str) -> str:
                                                ("docs/evidence.md", "issue 76")])
 def test_the_docs_carry_the_confirmatory_runs_decision(relative: str, run: str) -> None:
     """The sentence the pre-registered rule gives (the confirmatory report's, generated from its results)
-    is the one docs/evidence.md carries for every run and README.md for the runs that decided, issues 61 and 76 (issue 74: the
-    README gives the decision, the history is in docs/evidence.md), once every planned seed is in."""
+    is the one docs/evidence.md carries for every run and README.md for the runs that decided, issues 61 and 76
+    (issue 74: the README gives the decisions, the history is in docs/evidence.md), once every planned seed is in."""
     sentence = normalized(report_line(run, DECISION)[len(DECISION):])
     unfinished = "interim" in sentence or re.match(r"Exploratory, no decision: \d+ seeds, and a decision needs", sentence)
     assert not unfinished, f"{run}'s confirmatory run is not finished: the docs quote no decision yet"
@@ -311,21 +311,21 @@ def test_the_docs_give_the_general_english_runs_figures() -> None:
               for arm in ("none", "random", "difference")}
     seeds, control_mean, control_ci = comparison(path, "random − none")
     _, primary_mean, primary_ci = comparison(path, "difference − random")
-    shares = [cell.strip() for cell in report_line("issue 76", "| `difference − random` | primary |").split("|")][9]
+    cells = [cell.strip() for cell in report_line("issue 76", "| `difference − random` | primary |").split("|")]
+    shares = cells[9]
     assert seeds == "5", f"issue 76's confirmatory run is not finished: {seeds} seeds"
     row = (f"| 5 | {scores['none']} | {scores['random']} | {scores['difference']} | {control_mean} {control_ci} "
            f"| {primary_mean} {primary_ci} | {shares} |")
     assert normalized(row) in read("docs/evidence.md"), row
-    default_pilot = EFFECT / "results" / "default-pilot" / "results.jsonl"
-    seconds = sum(sum(map(run_seconds, arm_lines(file)))
-                  for file in (default_pilot, folder / "pilot" / "results.jsonl", path.with_name("results.jsonl")))
+    confirmatory = arm_lines(path.with_name("results.jsonl"))
+    earlier = (EFFECT / "results" / "default-pilot" / "results.jsonl", folder / "pilot" / "results.jsonl")
+    seconds = sum(map(run_seconds, confirmatory)) + sum(sum(map(run_seconds, arm_lines(file))) for file in earlier)
     assert normalized(f"{seconds / 3600:.2f} CPU-h (the default pilot") in read("docs/evidence.md"), seconds
     assert normalized(f"Cost: {seconds:,.0f} s of TAPT and probe, {seconds / 3600:.2f} CPU-hours") in read(
         "docs/evidence.md")
     # The prose beside the row: per-seed differences from the lines, the intervals and tests as the report prints them.
-    lines = {(line["arm"], line["seed"]): line["macro_f1"] for line in arm_lines(path.with_name("results.jsonl"))}
+    lines = {(line["arm"], line["seed"]): line["macro_f1"] for line in confirmatory}
     per_seed = ", ".join(f"{100 * (lines[('difference', seed)] - lines[('random', seed)]):+.2f}" for seed in range(5))
-    cells = [cell.strip() for cell in report_line("issue 76", "| `difference − random` | primary |").split("|")]
     prose = (f"({per_seed} points for seeds 0–4, from the lines' scores). Seeds-only interval {cells[7]}, texts-only "
              f"interval {cells[8]}; the paired t-test over seeds p {cells[10]}; TOST within ±1 point p {cells[11]}; "
              f"P(difference − random > 0) in the bootstrap {cells[6]}.")
